@@ -1,0 +1,2 @@
+//! inpool: a Cluster API IPAM provider that hands out addresses from in-cluster pools.
+#![forbid(unsafe_code)]
