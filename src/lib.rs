@@ -1,2 +1,7 @@
 //! inpool: a Cluster API IPAM provider that hands out addresses from in-cluster pools.
+//!
+//! Layout:
+//! - [`api`]: Kubernetes types (CAPI IPAM kinds we read and write, our pool CRDs, conditions).
 #![forbid(unsafe_code)]
+
+pub mod api;

@@ -1,0 +1,140 @@
+//! The CRD files generated from the Rust types (written and checked by `src/bin/crdgen.rs`).
+//!
+//! - `crds/`: inpool's pool CRDs, installed with inpool.
+//! - `config/local-capi/`: CRDs for CAPI's `IPAddressClaim`, `IPAddress` (v1beta2 only) and the
+//!   part of `Cluster` inpool reads, derived from inpool's own types of those kinds, **for local
+//!   use only** (a demo without CAPI). CAPI core installs the real ones; never install these
+//!   next to CAPI.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+use super::{Cluster, GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool};
+
+/// The command that regenerates the files (named in their header).
+pub const GENERATE_COMMAND: &str = "cargo run --bin crdgen";
+/// Annotation marking the local CAPI CRDs.
+pub const LOCAL_USE_ONLY_ANNOTATION: &str = "inpool.dev/local-use-only";
+
+/// One generated file: its path relative to the repository root and its full text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GeneratedFile {
+    pub path: &'static str,
+    pub content: String,
+}
+
+/// The pool CRDs (as installed).
+pub fn pool_crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        tidy(InClusterIPPool::crd()),
+        tidy(GlobalInClusterIPPool::crd()),
+    ]
+}
+
+/// Removes what schemars adds and controller-gen does not: `nullable: true` on optional fields
+/// (an explicit `null` is then pruned by the API server, as for the upstream CRDs, instead of
+/// being stored) and the root `title`.
+fn tidy(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                map.remove("nullable");
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut value = serde_json::to_value(&crd).expect("CRD serialises");
+    if let Some(versions) = value
+        .pointer_mut("/spec/versions")
+        .and_then(|v| v.as_array_mut())
+    {
+        for version in versions {
+            if let Some(schema) = version.pointer_mut("/schema/openAPIV3Schema") {
+                strip(schema);
+                if let Some(map) = schema.as_object_mut() {
+                    map.remove("title");
+                }
+            }
+        }
+    }
+    serde_json::from_value(value).expect("CRD deserialises")
+}
+
+/// The local-use-only CAPI CRDs.
+pub fn local_capi_crds() -> Vec<CustomResourceDefinition> {
+    [IPAddressClaim::crd(), IPAddress::crd(), Cluster::crd()]
+        .into_iter()
+        .map(tidy)
+        .map(|mut crd| {
+            crd.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(LOCAL_USE_ONLY_ANNOTATION.into(), "true".into());
+            crd
+        })
+        .collect()
+}
+
+fn to_yaml(crd: &CustomResourceDefinition) -> String {
+    serde_saphyr::to_string(crd).expect("CRD serialises to YAML")
+}
+
+/// Every generated file, in a fixed order.
+pub fn generated_files() -> Vec<GeneratedFile> {
+    let pool_header = format!(
+        "# Generated from the Rust types in src/api/pool.rs by `{GENERATE_COMMAND}`. Do not edit:\n\
+         # change the types and regenerate (`{GENERATE_COMMAND} -- --check` fails when this file is stale).\n"
+    );
+    let local_header = format!(
+        "# LOCAL USE ONLY. Generated from inpool's Rust types in src/api/capi.rs by `{GENERATE_COMMAND}`.\n\
+         # A stand-in for CAPI's CRD so that inpool can run without Cluster API (demo, local tests).\n\
+         # Cluster API core installs the real CRD: never apply this file to a cluster with CAPI.\n\
+         # Do not edit: change the types and regenerate.\n"
+    );
+    let pools = pool_crds();
+    let capi = local_capi_crds();
+    let pool_paths = [
+        "crds/ipam.cluster.x-k8s.io_inclusterippools.yaml",
+        "crds/ipam.cluster.x-k8s.io_globalinclusterippools.yaml",
+    ];
+    let capi_paths = [
+        "config/local-capi/ipam.cluster.x-k8s.io_ipaddressclaims.yaml",
+        "config/local-capi/ipam.cluster.x-k8s.io_ipaddresses.yaml",
+        "config/local-capi/cluster.x-k8s.io_clusters.yaml",
+    ];
+    let mut files = Vec::new();
+    for (path, crd) in pool_paths.into_iter().zip(&pools) {
+        files.push(GeneratedFile {
+            path,
+            content: format!("{pool_header}---\n{}", to_yaml(crd)),
+        });
+    }
+    for (path, crd) in capi_paths.into_iter().zip(&capi) {
+        files.push(GeneratedFile {
+            path,
+            content: format!("{local_header}---\n{}", to_yaml(crd)),
+        });
+    }
+    files.push(GeneratedFile {
+        path: "crds/ipam.inpool.dev_ipaddressreservations.yaml",
+        content: format!(
+            "# Generated from the Rust types in src/api/reservation.rs by `{GENERATE_COMMAND}`. Do not edit.\n---\n{}",
+            to_yaml(&tidy(super::reservation::IPAddressReservation::crd()))
+        ),
+    });
+    files
+}
+
+/// Paths (relative to `root`) of generated files whose content on disk differs from what the
+/// types generate, or that are missing.
+pub fn stale_files(root: &std::path::Path) -> Vec<&'static str> {
+    generated_files()
+        .into_iter()
+        .filter(|f| {
+            std::fs::read_to_string(root.join(f.path)).ok().as_deref() != Some(f.content.as_str())
+        })
+        .map(|f| f.path)
+        .collect()
+}

@@ -1,0 +1,46 @@
+//! `IPAddressReservation` (`ipam.inpool.dev/v1alpha1`, cluster-scoped): inpool's own record
+//! that an address is held. Its *name* encodes the address and its uniqueness scope, so the API
+//! server refuses a second holder (see `controllers::reservation` for the naming and use).
+#![allow(clippy::duplicated_attributes)] // kube-derive repeats `type_` in printcolumns
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A held address, named after the address and its scope (see the module docs).
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "ipam.inpool.dev",
+    version = "v1alpha1",
+    kind = "IPAddressReservation",
+    plural = "ipaddressreservations",
+    singular = "ipaddressreservation",
+    category = "cluster-api",
+    doc = "IPAddressReservation records that an address is held, so that the API server refuses to hand it out twice. Managed by inpool; do not edit.",
+    printcolumn(name = "Address", type_ = "string", json_path = ".spec.address"),
+    printcolumn(name = "Pool", type_ = "string", json_path = ".spec.poolName"),
+    printcolumn(
+        name = "Claim Namespace",
+        type_ = "string",
+        json_path = ".spec.claimNamespace"
+    ),
+    printcolumn(name = "Claim", type_ = "string", json_path = ".spec.claimName"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct IPAddressReservationSpec {
+    /// The address, in canonical text.
+    pub address: String,
+    /// `InClusterIPPool` or `GlobalInClusterIPPool`.
+    pub pool_kind: String,
+    /// Namespace of an `InClusterIPPool`; absent for global pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_namespace: Option<String>,
+    pub pool_name: String,
+    pub claim_namespace: String,
+    pub claim_name: String,
+}
