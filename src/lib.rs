@@ -1,7 +1,9 @@
 //! inpool: a Cluster API IPAM provider that hands out addresses from in-cluster pools.
 //!
 //! Layout:
-//! - [`api`]: Kubernetes types (CAPI IPAM kinds we read and write, our pool CRDs, conditions).
+//! - [`api`]: Kubernetes types (CAPI IPAM kinds we read and write, our pool CRDs, conditions);
+//! - [`allocator`]: pure address arithmetic and allocation, no Kubernetes dependency.
 #![forbid(unsafe_code)]
 
+pub mod allocator;
 pub mod api;

@@ -1,0 +1,131 @@
+//! Error types: spec problems (each naming the field, the entry and the reason) and allocation
+//! failures.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use super::addr::{Family, Subnet};
+use super::entry::EntryError;
+
+/// The spec field an error is about, displayed the way the CRD spells it (`addresses[2]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Field {
+    Addresses(usize),
+    ExcludedAddresses(usize),
+    Gateway,
+    Prefix,
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Field::Addresses(index) => write!(f, "addresses[{index}]"),
+            Field::ExcludedAddresses(index) => write!(f, "excludedAddresses[{index}]"),
+            Field::Gateway => f.write_str("gateway"),
+            Field::Prefix => f.write_str("prefix"),
+        }
+    }
+}
+
+/// One problem in a pool spec.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// e.g. ``addresses[2] `10.0.0.5-10.0.0.1`: range end before start``.
+    #[error("{field} `{entry}`: {reason}")]
+    InvalidEntry {
+        field: Field,
+        entry: String,
+        reason: EntryError,
+    },
+    /// e.g. ``mixed address families: addresses[1] `10.0.0.1` is IPv4 but the pool is IPv6``.
+    #[error("mixed address families: {field} `{entry}` is {found} but the pool is {pool}")]
+    MixedFamilies {
+        field: Field,
+        entry: String,
+        found: Family,
+        pool: Family,
+    },
+    #[error("addresses: at least one address is required")]
+    NoAddresses,
+    /// e.g. `prefix 33: must be between 1 and 32 for IPv4`.
+    #[error("prefix {prefix}: must be between 1 and {} for {}", max_prefix(*.family), family_name(*.family))]
+    InvalidPrefix {
+        prefix: i64,
+        /// The pool family, if any address entry parsed.
+        family: Option<Family>,
+    },
+    /// e.g. ``addresses[0] `10.1.0.0/24` is outside the subnet 10.0.0.0/16 given by the lowest
+    /// address and the prefix``.
+    #[error(
+        "{field} `{entry}` is outside the subnet {subnet} given by the lowest address and the prefix"
+    )]
+    OutsideSubnet {
+        field: Field,
+        entry: String,
+        subnet: Subnet,
+    },
+}
+
+fn max_prefix(family: Option<Family>) -> u8 {
+    family.map_or(128, Family::bits)
+}
+
+fn family_name(family: Option<Family>) -> &'static str {
+    match family {
+        Some(Family::V4) => "IPv4",
+        Some(Family::V6) => "IPv6",
+        None => "either family",
+    }
+}
+
+/// Every problem found in a pool spec (never empty), in field order. `Display` joins them with
+/// `"; "`, which suits a condition message or an admission denial.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecErrors(Vec<SpecError>);
+
+impl SpecErrors {
+    pub(crate) fn new(errors: Vec<SpecError>) -> Option<SpecErrors> {
+        (!errors.is_empty()).then_some(SpecErrors(errors))
+    }
+
+    pub(crate) fn one(error: SpecError) -> SpecErrors {
+        SpecErrors(vec![error])
+    }
+
+    pub fn errors(&self) -> &[SpecError] {
+        &self.0
+    }
+
+    pub fn first(&self) -> &SpecError {
+        &self.0[0]
+    }
+
+    pub fn into_vec(self) -> Vec<SpecError> {
+        self.0
+    }
+}
+
+impl fmt::Display for SpecErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, error) in self.0.iter().enumerate() {
+            if index > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{error}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for SpecErrors {}
+
+/// Why an allocation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    #[error("the pool has no free address")]
+    Exhausted,
+    #[error("{0} is not in the pool")]
+    NotInPool(IpAddr),
+    #[error("{0} is already in use")]
+    InUse(IpAddr),
+}

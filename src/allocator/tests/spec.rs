@@ -1,0 +1,344 @@
+use super::ip;
+use crate::allocator::{
+    Allocator, EntryError, Family, Field, ParsedPool, PoolSpecInput, SpecError, SpecErrors,
+};
+
+fn input(addresses: &[&str], prefix: i64) -> PoolSpecInput {
+    PoolSpecInput {
+        addresses: addresses.iter().map(|text| text.to_string()).collect(),
+        prefix,
+        ..Default::default()
+    }
+}
+
+fn with_gateway(mut spec: PoolSpecInput, gateway: &str) -> PoolSpecInput {
+    spec.gateway = Some(gateway.into());
+    spec
+}
+
+fn excluding(mut spec: PoolSpecInput, excluded: &[&str]) -> PoolSpecInput {
+    spec.excluded_addresses = excluded.iter().map(|text| text.to_string()).collect();
+    spec
+}
+
+fn reserved_allowed(mut spec: PoolSpecInput) -> PoolSpecInput {
+    spec.allocate_reserved_ip_addresses = true;
+    spec
+}
+
+fn parsed(spec: &PoolSpecInput) -> ParsedPool {
+    spec.parse()
+        .unwrap_or_else(|errors| panic!("{spec:?}: {errors}"))
+}
+
+fn allocatable(spec: &PoolSpecInput) -> String {
+    parsed(spec).allocatable().to_string()
+}
+
+fn errors(spec: &PoolSpecInput) -> String {
+    spec.parse()
+        .expect_err("spec should be rejected")
+        .to_string()
+}
+
+#[test]
+fn ipv4_subnet_loses_network_broadcast_and_gateway() {
+    let pool = parsed(&with_gateway(input(&["10.0.0.0/24"], 24), "10.0.0.1"));
+    assert_eq!(pool.allocatable().to_string(), "10.0.0.2-10.0.0.254");
+    assert_eq!(pool.allocatable().len(), 253);
+    assert_eq!(pool.configured().len(), 256);
+    assert_eq!(pool.subnet().to_string(), "10.0.0.0/24");
+    assert_eq!(pool.gateway(), Some(ip("10.0.0.1")));
+    assert_eq!(pool.family(), Family::V4);
+    assert_eq!(pool.prefix(), 24);
+}
+
+#[test]
+fn allocate_reserved_keeps_network_and_broadcast_but_not_the_gateway() {
+    let spec = reserved_allowed(with_gateway(input(&["10.0.0.0/24"], 24), "10.0.0.1"));
+    assert_eq!(allocatable(&spec), "10.0.0.0, 10.0.0.2-10.0.0.255");
+}
+
+#[test]
+fn reference_fixture_counts() {
+    // The reference's PoolSpecToIPSet test: the gateway is removed, 4 addresses remain.
+    let addresses = ["192.168.0.1", "192.168.0.3-192.168.0.4", "192.168.0.6/31"];
+    let pool = parsed(&with_gateway(input(&addresses, 24), "192.168.0.1"));
+    assert_eq!(pool.allocatable().len(), 4);
+    assert!(!pool.allocatable().contains(ip("192.168.0.1")));
+
+    let addresses = [
+        "192.168.0.0",
+        "192.168.0.1",
+        "192.168.0.3-192.168.0.4",
+        "192.168.0.6/31",
+        "192.168.0.255",
+    ];
+    let spec = reserved_allowed(with_gateway(input(&addresses, 24), "192.168.0.1"));
+    assert_eq!(
+        allocatable(&spec),
+        "192.168.0.0, 192.168.0.3-192.168.0.4, 192.168.0.6-192.168.0.7, 192.168.0.255"
+    );
+}
+
+#[test]
+fn reserved_only_matter_when_configured() {
+    // Network and broadcast of 10.0.0.0/16 are not among the addresses: nothing to remove.
+    assert_eq!(
+        allocatable(&input(&["10.0.1.0-10.0.1.9"], 16)),
+        "10.0.1.0-10.0.1.9"
+    );
+}
+
+#[test]
+fn ipv6_loses_only_the_subnet_router_anycast_address() {
+    let spec6 = input(&["2001:db8::/120"], 120);
+    assert_eq!(allocatable(&spec6), "2001:db8::1-2001:db8::ff");
+    assert_eq!(
+        allocatable(&reserved_allowed(spec6)),
+        "2001:db8::-2001:db8::ff"
+    );
+    let spec6 = with_gateway(input(&["2001:db8::/120"], 120), "2001:db8::1");
+    assert_eq!(allocatable(&spec6), "2001:db8::2-2001:db8::ff");
+}
+
+#[test]
+fn tiny_subnets_follow_the_reference() {
+    // /31 and /32: first and last are still reserved unless allowed (no RFC 3021 special case).
+    assert!(
+        parsed(&input(&["10.0.0.0/31"], 31))
+            .allocatable()
+            .is_empty()
+    );
+    assert!(parsed(&input(&["10.0.0.7"], 32)).allocatable().is_empty());
+    assert_eq!(
+        allocatable(&reserved_allowed(input(&["10.0.0.0/31"], 31))),
+        "10.0.0.0-10.0.0.1"
+    );
+    assert!(
+        parsed(&input(&["2001:db8::7"], 128))
+            .allocatable()
+            .is_empty()
+    );
+    assert_eq!(
+        allocatable(&reserved_allowed(input(&["2001:db8::7"], 128))),
+        "2001:db8::7"
+    );
+}
+
+#[test]
+fn overlapping_and_duplicate_entries_are_merged() {
+    let addresses = [
+        "10.0.0.10-10.0.0.20",
+        "10.0.0.0/24",
+        "10.0.0.5",
+        "10.0.0.5",
+        "10.0.0.250-10.0.0.255",
+    ];
+    let pool = parsed(&reserved_allowed(input(&addresses, 24)));
+    assert_eq!(pool.allocatable().len(), 256);
+    assert_eq!(pool.allocatable().range_count(), 1);
+    // Adjacent entries merge too.
+    let pool = parsed(&reserved_allowed(input(
+        &["10.0.0.3", "10.0.0.1-10.0.0.2", "10.0.0.4/30"],
+        24,
+    )));
+    assert_eq!(pool.allocatable().to_string(), "10.0.0.1-10.0.0.7");
+}
+
+#[test]
+fn exclusions_are_removed_and_may_lie_anywhere() {
+    let spec = excluding(
+        input(&["10.0.0.0/24"], 24),
+        &[
+            "10.0.0.10-10.0.0.19",
+            "10.0.0.0/30",
+            "192.168.0.1",
+            "10.0.0.15",
+        ],
+    );
+    assert_eq!(
+        allocatable(&spec),
+        "10.0.0.4-10.0.0.9, 10.0.0.20-10.0.0.254"
+    );
+    let everything = excluding(input(&["2001:db8::/64"], 64), &["::/0"]);
+    assert!(parsed(&everything).allocatable().is_empty());
+}
+
+#[test]
+fn the_subnet_comes_from_the_lowest_address_not_the_first_entry() {
+    let pool = parsed(&input(&["10.0.0.200", "10.0.0.5"], 24));
+    assert_eq!(pool.subnet().to_string(), "10.0.0.0/24");
+    // Exclusions do not move the subnet.
+    let pool = parsed(&excluding(input(&["10.0.0.0/24"], 24), &["10.0.0.0/25"]));
+    assert_eq!(pool.subnet().to_string(), "10.0.0.0/24");
+    assert_eq!(pool.allocatable().to_string(), "10.0.0.128-10.0.0.254");
+}
+
+#[test]
+fn entries_outside_the_subnet_are_rejected() {
+    assert_eq!(
+        errors(&input(&["10.1.0.0/24", "10.0.0.0/24"], 16)),
+        "addresses[0] `10.1.0.0/24` is outside the subnet 10.0.0.0/16 given by the lowest address and the prefix"
+    );
+    assert_eq!(
+        errors(&input(&["10.0.0.200-10.0.1.5"], 24)),
+        "addresses[0] `10.0.0.200-10.0.1.5` is outside the subnet 10.0.0.0/24 given by the lowest address and the prefix"
+    );
+    assert_eq!(
+        errors(&input(&["10.0.0.0/23"], 24)),
+        "addresses[0] `10.0.0.0/23` is outside the subnet 10.0.0.0/24 given by the lowest address and the prefix"
+    );
+    assert!(errors(&input(&["::/0"], 1)).contains("is outside the subnet ::/1"));
+    // The gateway need not be inside.
+    assert!(
+        with_gateway(input(&["10.0.0.0/24"], 24), "10.9.9.9")
+            .parse()
+            .is_ok()
+    );
+}
+
+#[test]
+fn entry_errors_name_field_entry_and_reason() {
+    let spec = input(&["10.0.0.1", "10.0.0.2", "10.0.0.5-10.0.0.1"], 24);
+    assert_eq!(
+        errors(&spec),
+        "addresses[2] `10.0.0.5-10.0.0.1`: range end before start"
+    );
+    let parsed = excluding(spec_ok(), &["10.0.0.1", "nope"])
+        .parse()
+        .unwrap_err();
+    assert_eq!(
+        parsed.errors(),
+        [SpecError::InvalidEntry {
+            field: Field::ExcludedAddresses(1),
+            entry: "nope".into(),
+            reason: EntryError::NotAnAddress,
+        }]
+    );
+}
+
+fn spec_ok() -> PoolSpecInput {
+    input(&["10.0.0.0/24"], 24)
+}
+
+#[test]
+fn families_must_not_mix() {
+    assert_eq!(
+        errors(&input(&["10.0.0.0/24", "2001:db8::1"], 24)),
+        "mixed address families: addresses[1] `2001:db8::1` is IPv6 but the pool is IPv4"
+    );
+    assert_eq!(
+        errors(&with_gateway(input(&["2001:db8::/64"], 64), "10.0.0.1")),
+        "mixed address families: gateway `10.0.0.1` is IPv4 but the pool is IPv6"
+    );
+    assert_eq!(
+        errors(&excluding(input(&["2001:db8::/64"], 64), &["10.0.0.1"])),
+        "mixed address families: excludedAddresses[0] `10.0.0.1` is IPv4 but the pool is IPv6"
+    );
+    assert_eq!(
+        errors(&input(&["10.0.0.1-::1"], 24)),
+        "addresses[0] `10.0.0.1-::1`: range start and end are of different address families"
+    );
+}
+
+#[test]
+fn gateway_must_be_an_address() {
+    assert_eq!(
+        errors(&with_gateway(spec_ok(), "x")),
+        "gateway `x`: not an IP address"
+    );
+    assert_eq!(
+        errors(&with_gateway(spec_ok(), "10.0.0.1/24")),
+        "gateway `10.0.0.1/24`: not an IP address"
+    );
+    // An empty gateway means "no gateway", like Go's zero value.
+    assert_eq!(parsed(&with_gateway(spec_ok(), "")).gateway(), None);
+}
+
+#[test]
+fn prefix_must_fit_the_family() {
+    assert_eq!(
+        errors(&input(&["10.0.0.1"], 0)),
+        "prefix 0: must be between 1 and 32 for IPv4"
+    );
+    assert_eq!(
+        errors(&input(&["10.0.0.1"], 33)),
+        "prefix 33: must be between 1 and 32 for IPv4"
+    );
+    assert_eq!(
+        errors(&input(&["10.0.0.1"], -1)),
+        "prefix -1: must be between 1 and 32 for IPv4"
+    );
+    assert_eq!(
+        errors(&input(&["::1"], 129)),
+        "prefix 129: must be between 1 and 128 for IPv6"
+    );
+    assert_eq!(
+        errors(&input(&["::1"], i64::MAX)),
+        format!("prefix {}: must be between 1 and 128 for IPv6", i64::MAX)
+    );
+    assert_eq!(
+        errors(&input(&["bad"], 200)),
+        "addresses[0] `bad`: not an IP address; prefix 200: must be between 1 and 128 for either family"
+    );
+    assert!(input(&["::1"], 128).parse().is_ok());
+}
+
+#[test]
+fn addresses_are_required() {
+    assert_eq!(
+        errors(&input(&[], 24)),
+        "addresses: at least one address is required"
+    );
+}
+
+#[test]
+fn every_problem_is_reported() {
+    let spec = PoolSpecInput {
+        addresses: vec!["10.0.0.0/24".into(), "".into(), "2001:db8::1".into()],
+        prefix: 40,
+        gateway: Some("gw".into()),
+        excluded_addresses: vec!["10.0.0.1 ".into()],
+        allocate_reserved_ip_addresses: false,
+    };
+    let errors: SpecErrors = spec.parse().unwrap_err();
+    assert_eq!(errors.errors().len(), 5, "{errors}");
+    assert_eq!(errors.first().to_string(), "addresses[1] ``: empty");
+    assert_eq!(
+        errors.to_string(),
+        "addresses[1] ``: empty; \
+         mixed address families: addresses[2] `2001:db8::1` is IPv6 but the pool is IPv4; \
+         excludedAddresses[0] `10.0.0.1 `: contains whitespace; \
+         gateway `gw`: not an IP address; \
+         prefix 40: must be between 1 and 32 for IPv4"
+    );
+}
+
+#[test]
+fn huge_ipv6_pools_are_never_enumerated() {
+    let spec = with_gateway(input(&["2001:db8::/64"], 64), "2001:db8::1");
+    let pool = parsed(&spec);
+    assert_eq!(pool.allocatable().len(), (1u128 << 64) - 2);
+    let mut allocator = Allocator::new(pool.into_allocatable());
+    assert_eq!(allocator.allocate_lowest(), Ok(ip("2001:db8::2")));
+    allocator
+        .allocate(ip("2001:db8::ffff:ffff:ffff:ffff"))
+        .unwrap();
+    assert_eq!(allocator.counts().free, (1u128 << 64) - 4);
+
+    let half = parsed(&reserved_allowed(input(&["::/1"], 1)));
+    assert_eq!(half.allocatable().len(), 1u128 << 127);
+    let top = parsed(&input(&["8000::/1"], 1));
+    assert_eq!(top.allocatable().len(), (1u128 << 127) - 1);
+    assert_eq!(top.allocatable().first(), Some(ip("8000::1")));
+}
+
+#[test]
+fn status_counts_saturate_for_huge_pools() {
+    let pool = parsed(&input(&["2001:db8::/64"], 64)).into_allocatable();
+    let status = Allocator::new(pool).counts().to_status();
+    assert_eq!(status.total, i64::MAX);
+    assert_eq!(status.free, i64::MAX);
+    assert_eq!(status.used, 0);
+}
