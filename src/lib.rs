@@ -7,3 +7,7 @@
 
 pub mod allocator;
 pub mod api;
+pub mod cli;
+pub mod controllers;
+pub mod leader;
+pub mod telemetry;

@@ -1,0 +1,790 @@
+//! The `IPAddressClaim` reconciler: the IPAM contract, with a `Ready` condition that tells the
+//! truth about every claim (see the README's "Contract" section).
+//!
+//! A live claim goes through: ownership filter → pause and Cluster checks → finalizer →
+//! adopt an existing `IPAddress` or reservation, else allocate → `Ready`. A deleted claim
+//! releases its address (unless paused or moving) and then lets go of its finalizer.
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::registry::{Decision, ObjectKey, PoolKey, QueuedClaim, Unready};
+use super::reservation::{IPAddressReservation, new_reservation, reservation_name};
+use super::{Context, MANAGER};
+use crate::allocator::canonical;
+use crate::api::{
+    ADDRESS_FINALIZER, CLAIM_FINALIZER, CLUSTER_NAME_LABEL, ConditionStatus,
+    DELETE_FOR_MOVE_ANNOTATION, DesiredCondition, GLOBAL_IN_CLUSTER_IP_POOL_KIND,
+    IN_CLUSTER_IP_POOL_KIND, IPAM_GROUP, IPAddress, IPAddressClaim, IPAddressClaimReference,
+    IPAddressSpec, IPPoolReference, PAUSED_ANNOTATION, READY_CONDITION, REASON_ADDRESS_ALLOCATED,
+    REASON_ALLOCATION_FAILED, REASON_POOL_EXHAUSTED, REASON_POOL_NOT_READY, claim_status_patch,
+    claim_status_with_ready, conditions::now,
+};
+use crate::telemetry::PoolKey as MetricsPoolKey;
+
+/// How often to try the next address when the API server says the chosen one is taken, before
+/// giving the watches time to catch up with another process.
+const MAX_TAKEN_RETRIES: usize = 16;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Conflict(String),
+}
+
+impl Error {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "api",
+            Error::Conflict(_) => "conflict",
+        }
+    }
+}
+
+/// The pool a reference names, when it is one of inpool's kinds; claims of other providers are
+/// never touched.
+pub fn pool_key(pool_ref: &IPPoolReference, namespace: &str) -> Option<PoolKey> {
+    if pool_ref.api_group != IPAM_GROUP {
+        return None;
+    }
+    match pool_ref.kind.as_str() {
+        IN_CLUSTER_IP_POOL_KIND => Some(PoolKey::in_cluster(namespace, &pool_ref.name)),
+        GLOBAL_IN_CLUSTER_IP_POOL_KIND => Some(PoolKey::global(&pool_ref.name)),
+        _ => None,
+    }
+}
+
+pub async fn reconcile(claim: Arc<IPAddressClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = claim.namespace().unwrap_or_default();
+    let Some(pool) = pool_key(&claim.spec.pool_ref, &namespace) else {
+        return Ok(Action::await_change());
+    };
+    ctx.metrics.reconcile("claim");
+    let key = ObjectKey::new(&namespace, &claim.name_any());
+    let result = if claim.meta().deletion_timestamp.is_some() {
+        release(&claim, &key, &pool, &ctx).await
+    } else {
+        realise(&claim, &key, &pool, &ctx).await
+    };
+    if let Err(e) = &result {
+        ctx.metrics.reconcile_error("claim", e.metric_label());
+    }
+    result
+}
+
+pub fn error_policy(claim: Arc<IPAddressClaim>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(claim = %claim.name_any(), namespace = ?claim.namespace(), %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+enum Gate {
+    Open,
+    Paused,
+    ClusterMissing(String),
+}
+
+/// Pause rules: the claim's or its Cluster's paused annotation, or `spec.paused`. A claim names
+/// no Cluster → not paused. A named Cluster that does not exist blocks live claims only.
+fn gate(claim: &IPAddressClaim, ctx: &Context) -> Gate {
+    if claim.annotations().contains_key(PAUSED_ANNOTATION) {
+        return Gate::Paused;
+    }
+    let Some(name) = claim.cluster_name() else {
+        return Gate::Open;
+    };
+    let reference = ObjectRef::new(name).within(&claim.namespace().unwrap_or_default());
+    match ctx.stores.clusters.get(&reference) {
+        None => Gate::ClusterMissing(name.to_string()),
+        Some(cluster)
+            if cluster.is_paused() || cluster.annotations().contains_key(PAUSED_ANNOTATION) =>
+        {
+            Gate::Paused
+        }
+        Some(_) => Gate::Open,
+    }
+}
+
+async fn realise(
+    claim: &IPAddressClaim,
+    key: &ObjectKey,
+    pool: &PoolKey,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    match gate(claim, ctx) {
+        Gate::Open => {}
+        Gate::Paused => {
+            forget(ctx, pool, key);
+            return Ok(Action::await_change());
+        }
+        Gate::ClusterMissing(cluster) => {
+            forget(ctx, pool, key);
+            let note = format!(
+                "Cluster {cluster} named by the claim does not exist; no address is allocated until it does"
+            );
+            publish(ctx, claim, EventType::Warning, "ClusterNotFound", note).await;
+            return Ok(Action::await_change());
+        }
+    }
+    if pool_paused(ctx, pool) {
+        forget(ctx, pool, key);
+        return Ok(Action::await_change());
+    }
+    ensure_finalizer(claim, ctx).await?;
+
+    let known = ctx
+        .registry
+        .lock()
+        .expect("registry lock")
+        .address_of(key)
+        .cloned();
+    if let Some(hold) = known.filter(|h| &h.pool == pool) {
+        return ready(claim, ctx, hold.ip).await;
+    }
+    let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
+    if let Some(existing) = addresses.get_opt(&key.name).await? {
+        return adopt(claim, key, pool, ctx, &existing).await;
+    }
+    let recovered = ctx
+        .registry
+        .lock()
+        .expect("registry lock")
+        .reservations_of(key)
+        .into_iter()
+        .find(|(_, hold)| &hold.pool == pool);
+    let ip = match recovered {
+        Some((_, hold)) => {
+            ctx.registry
+                .lock()
+                .expect("registry lock")
+                .hold_in_flight(pool, key, hold.ip);
+            hold.ip
+        }
+        None => match reserve(claim, key, pool, ctx).await? {
+            Reserved::Address(ip) => ip,
+            Reserved::Nothing(action) => return Ok(action),
+        },
+    };
+    create_address(claim, key, pool, ctx, ip).await
+}
+
+enum Reserved {
+    Address(IpAddr),
+    Nothing(Action),
+}
+
+/// Picks an address and makes the API server record it as held (the reservation object).
+async fn reserve(
+    claim: &IPAddressClaim,
+    key: &ObjectKey,
+    pool: &PoolKey,
+    ctx: &Context,
+) -> Result<Reserved, Error> {
+    let queued = QueuedClaim {
+        created: claim
+            .creation_timestamp()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+        claim: key.clone(),
+    };
+    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+    for _ in 0..MAX_TAKEN_RETRIES {
+        let decision = {
+            let mut registry = ctx.registry.lock().expect("registry lock");
+            let decision = registry.try_allocate(pool, queued.clone());
+            if let Decision::Exhausted { .. } = decision {
+                // Claims that vanished without a final reconcile must not hold the queue.
+                registry.prune_waiting(pool, |c| {
+                    ctx.stores
+                        .claims
+                        .get(&ObjectRef::new(&c.name).within(&c.namespace))
+                        .is_some()
+                });
+                registry.try_allocate(pool, queued.clone())
+            } else {
+                decision
+            }
+        };
+        let ip = match decision {
+            Decision::Allocate(ip) => ip,
+            Decision::Exhausted { total, .. } => {
+                let message = format!(
+                    "{pool} has no free address: all {total} of its addresses are in use. The claim \
+                     gets the next address that is released or added, in order of creation."
+                );
+                set_ready(
+                    claim,
+                    ctx,
+                    ConditionStatus::False,
+                    REASON_POOL_EXHAUSTED,
+                    message,
+                    None,
+                )
+                .await?;
+                return Ok(Reserved::Nothing(Action::await_change()));
+            }
+            Decision::NotReady(unready) => {
+                set_ready(
+                    claim,
+                    ctx,
+                    ConditionStatus::False,
+                    REASON_POOL_NOT_READY,
+                    not_ready_message(pool, &unready),
+                    None,
+                )
+                .await?;
+                return Ok(Reserved::Nothing(Action::await_change()));
+            }
+        };
+        match reservations
+            .create(&PostParams::default(), &new_reservation(pool, key, ip))
+            .await
+        {
+            Ok(_) => return Ok(Reserved::Address(ip)),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                ctx.registry
+                    .lock()
+                    .expect("registry lock")
+                    .taken_elsewhere(pool, ip);
+            }
+            Err(e) => {
+                let woken = ctx
+                    .registry
+                    .lock()
+                    .expect("registry lock")
+                    .finish(pool, ip, false);
+                ctx.wake(woken);
+                return Err(e.into());
+            }
+        }
+    }
+    // Another process is allocating from this pool at the same time; its reservations reach
+    // this process's watch shortly.
+    Ok(Reserved::Nothing(Action::requeue(Duration::from_millis(
+        200,
+    ))))
+}
+
+async fn create_address(
+    claim: &IPAddressClaim,
+    key: &ObjectKey,
+    pool: &PoolKey,
+    ctx: &Context,
+    ip: IpAddr,
+) -> Result<Action, Error> {
+    let address = match build_address(claim, pool, ctx, ip) {
+        Ok(address) => address,
+        Err(reason) => {
+            release_reservation(ctx, pool, ip).await?;
+            let woken = ctx
+                .registry
+                .lock()
+                .expect("registry lock")
+                .finish(pool, ip, false);
+            ctx.wake(woken);
+            set_ready(
+                claim,
+                ctx,
+                ConditionStatus::False,
+                REASON_POOL_NOT_READY,
+                reason,
+                None,
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
+    match addresses.create(&PostParams::default(), &address).await {
+        Ok(_) => {
+            ctx.registry
+                .lock()
+                .expect("registry lock")
+                .finish(pool, ip, true);
+            ctx.metrics.allocation(&metrics_key(pool));
+            ready(claim, ctx, ip).await
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            // Someone created this claim's IPAddress meanwhile (another process, or by hand):
+            // give our reservation back and adopt theirs on the next pass.
+            release_reservation(ctx, pool, ip).await?;
+            let woken = ctx
+                .registry
+                .lock()
+                .expect("registry lock")
+                .finish(pool, ip, false);
+            ctx.wake(woken);
+            Ok(Action::requeue(Duration::from_millis(100)))
+        }
+        Err(e) => {
+            let woken = ctx
+                .registry
+                .lock()
+                .expect("registry lock")
+                .finish(pool, ip, true);
+            ctx.wake(woken);
+            let message = format!("creating IPAddress {key} for {ip} failed: {e}");
+            set_ready(
+                claim,
+                ctx,
+                ConditionStatus::False,
+                REASON_ALLOCATION_FAILED,
+                message,
+                None,
+            )
+            .await?;
+            Err(e.into())
+        }
+    }
+}
+
+/// An `IPAddress` with the claim's name exists: it is the claim's address (idempotency,
+/// `clusterctl move`, migration from the reference provider) when it is for the same pool.
+async fn adopt(
+    claim: &IPAddressClaim,
+    key: &ObjectKey,
+    pool: &PoolKey,
+    ctx: &Context,
+    existing: &IPAddress,
+) -> Result<Action, Error> {
+    let conflict = if existing.spec.pool_ref != claim.spec.pool_ref {
+        Some(format!(
+            "IPAddress {key} already exists for pool {} {}, not for the claimed pool; delete it or the claim",
+            existing.spec.pool_ref.kind, existing.spec.pool_ref.name
+        ))
+    } else if existing.spec.claim_ref.name != key.name {
+        Some(format!(
+            "IPAddress {key} already exists for claim {}; delete it or the claim",
+            existing.spec.claim_ref.name
+        ))
+    } else {
+        None
+    };
+    let ip = match (conflict, existing.spec.address.parse::<IpAddr>()) {
+        (Some(message), _) => {
+            set_ready(
+                claim,
+                ctx,
+                ConditionStatus::False,
+                REASON_ALLOCATION_FAILED,
+                message,
+                None,
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+        (None, Err(_)) => {
+            let message = format!(
+                "IPAddress {key} has spec.address `{}`, which is not an IP address",
+                existing.spec.address
+            );
+            set_ready(
+                claim,
+                ctx,
+                ConditionStatus::False,
+                REASON_ALLOCATION_FAILED,
+                message,
+                None,
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+        (None, Ok(ip)) => ip,
+    };
+    let name = reservation_name(&pool.scope(), ip);
+    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+    let holder = match reservations
+        .create(&PostParams::default(), &new_reservation(pool, key, ip))
+        .await
+    {
+        Ok(_) => None,
+        Err(kube::Error::Api(status)) if status.code == 409 => reservations
+            .get_opt(&name)
+            .await?
+            .map(|r| ObjectKey::new(&r.spec.claim_namespace, &r.spec.claim_name))
+            .filter(|holder| holder != key),
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(holder) = holder {
+        let message = format!(
+            "IPAddress {key} holds {ip}, but that address is reserved for claim {holder}; one of the two must go"
+        );
+        set_ready(
+            claim,
+            ctx,
+            ConditionStatus::False,
+            REASON_ALLOCATION_FAILED,
+            message,
+            None,
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
+    ready(claim, ctx, ip).await
+}
+
+async fn ready(claim: &IPAddressClaim, ctx: &Context, ip: IpAddr) -> Result<Action, Error> {
+    let message = format!("address {} allocated", canonical(ip));
+    let name = claim.name_any();
+    set_ready(
+        claim,
+        ctx,
+        ConditionStatus::True,
+        REASON_ADDRESS_ALLOCATED,
+        message,
+        Some(&name),
+    )
+    .await?;
+    Ok(Action::await_change())
+}
+
+/// The claim is being deleted: give the address back (unless paused or moving), then let the
+/// claim go. A missing Cluster does not block this (it could never be unpaused).
+async fn release(
+    claim: &IPAddressClaim,
+    key: &ObjectKey,
+    pool: &PoolKey,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    forget(ctx, pool, key);
+    if !claim.finalizers().iter().any(|f| f == CLAIM_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    if let Gate::Paused = gate(claim, ctx) {
+        return Ok(Action::await_change());
+    }
+    let moving = claim.annotations().contains_key(DELETE_FOR_MOVE_ANNOTATION);
+    if !moving {
+        let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
+        let address = addresses.get_opt(&key.name).await?;
+        let address_moving = address
+            .as_ref()
+            .is_some_and(|a| a.annotations().contains_key(DELETE_FOR_MOVE_ANNOTATION));
+        if !address_moving {
+            if let Some(address) = address.filter(|a| a.spec.claim_ref.name == key.name) {
+                delete_address(&addresses, &address).await?;
+            }
+            let held = ctx
+                .registry
+                .lock()
+                .expect("registry lock")
+                .reservations_of(key);
+            let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+            for (name, _) in held {
+                delete_ignoring_missing(&reservations, &name).await?;
+            }
+            ctx.metrics.release(&metrics_key(pool));
+            publish(
+                ctx,
+                claim,
+                EventType::Normal,
+                "AddressReleased",
+                format!("released the address of {key}"),
+            )
+            .await;
+        }
+    }
+    remove_finalizer(claim, ctx).await?;
+    Ok(Action::await_change())
+}
+
+async fn delete_address(addresses: &Api<IPAddress>, address: &IPAddress) -> Result<(), Error> {
+    if address.finalizers().iter().any(|f| f == ADDRESS_FINALIZER) {
+        let remaining: Vec<&String> = address
+            .finalizers()
+            .iter()
+            .filter(|f| *f != ADDRESS_FINALIZER)
+            .collect();
+        let patch = json!({ "metadata": {
+            "finalizers": remaining,
+            "resourceVersion": address.resource_version(),
+        }});
+        addresses
+            .patch(
+                &address.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
+    delete_ignoring_missing(addresses, &address.name_any()).await
+}
+
+async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn release_reservation(ctx: &Context, pool: &PoolKey, ip: IpAddr) -> Result<(), Error> {
+    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+    delete_ignoring_missing(&reservations, &reservation_name(&pool.scope(), ip)).await
+}
+
+fn build_address(
+    claim: &IPAddressClaim,
+    pool: &PoolKey,
+    ctx: &Context,
+    ip: IpAddr,
+) -> Result<IPAddress, String> {
+    let Some((prefix, gateway)) = ctx.registry.lock().expect("registry lock").network(pool) else {
+        return Err(format!(
+            "{pool} changed while the address was being allocated"
+        ));
+    };
+    let pool_uid = pool_uid(ctx, pool).ok_or_else(|| format!("{pool} does not exist"))?;
+    let mut address = IPAddress::new(
+        &claim.name_any(),
+        IPAddressSpec {
+            address: canonical(ip),
+            claim_ref: IPAddressClaimReference {
+                name: claim.name_any(),
+            },
+            gateway: gateway.map(canonical),
+            pool_ref: claim.spec.pool_ref.clone(),
+            prefix: i32::from(prefix),
+        },
+    );
+    address.metadata.namespace = claim.namespace();
+    address.metadata.finalizers = Some(vec![ADDRESS_FINALIZER.to_string()]);
+    address.metadata.owner_references = Some(vec![
+        OwnerReference {
+            api_version: IPAddressClaim::api_version(&()).into_owned(),
+            kind: IPAddressClaim::kind(&()).into_owned(),
+            name: claim.name_any(),
+            uid: claim.uid().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        },
+        OwnerReference {
+            api_version: format!("{IPAM_GROUP}/{}", crate::api::POOL_VERSION),
+            kind: claim.spec.pool_ref.kind.clone(),
+            name: claim.spec.pool_ref.name.clone(),
+            uid: pool_uid,
+            controller: Some(false),
+            block_owner_deletion: Some(true),
+        },
+    ]);
+    if let Some(cluster) = claim.cluster_name() {
+        address.metadata.labels =
+            Some([(CLUSTER_NAME_LABEL.to_string(), cluster.to_string())].into());
+    }
+    Ok(address)
+}
+
+fn pool_uid(ctx: &Context, pool: &PoolKey) -> Option<String> {
+    match &pool.namespace {
+        Some(ns) => ctx
+            .stores
+            .pools
+            .get(&ObjectRef::new(&pool.name).within(ns))?
+            .uid(),
+        None => ctx
+            .stores
+            .global_pools
+            .get(&ObjectRef::new(&pool.name))?
+            .uid(),
+    }
+}
+
+fn pool_paused(ctx: &Context, pool: &PoolKey) -> bool {
+    let annotations = match &pool.namespace {
+        Some(ns) => ctx
+            .stores
+            .pools
+            .get(&ObjectRef::new(&pool.name).within(ns))
+            .map(|p| p.annotations().clone()),
+        None => ctx
+            .stores
+            .global_pools
+            .get(&ObjectRef::new(&pool.name))
+            .map(|p| p.annotations().clone()),
+    };
+    annotations.is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
+}
+
+fn not_ready_message(pool: &PoolKey, unready: &Unready) -> String {
+    match unready {
+        Unready::Missing => {
+            format!("{pool} does not exist; the claim is realised once it is created")
+        }
+        Unready::Invalid(errors) => format!("{pool} has an invalid spec: {errors}"),
+        Unready::Deleting => format!("{pool} is being deleted and hands out no new addresses"),
+        Unready::Paused => format!("{pool} is paused"),
+    }
+}
+
+fn forget(ctx: &Context, pool: &PoolKey, key: &ObjectKey) {
+    ctx.registry
+        .lock()
+        .expect("registry lock")
+        .forget_claim(pool, key);
+}
+
+async fn ensure_finalizer(claim: &IPAddressClaim, ctx: &Context) -> Result<(), Error> {
+    if claim.finalizers().iter().any(|f| f == CLAIM_FINALIZER) {
+        return Ok(());
+    }
+    let mut finalizers = claim.finalizers().to_vec();
+    finalizers.push(CLAIM_FINALIZER.to_string());
+    patch_finalizers(claim, ctx, finalizers).await
+}
+
+async fn remove_finalizer(claim: &IPAddressClaim, ctx: &Context) -> Result<(), Error> {
+    let finalizers = claim
+        .finalizers()
+        .iter()
+        .filter(|f| *f != CLAIM_FINALIZER)
+        .cloned()
+        .collect();
+    patch_finalizers(claim, ctx, finalizers).await
+}
+
+/// Writes the whole finalizer list guarded by the resourceVersion it was computed from, so that
+/// another writer's finalizer is never lost.
+async fn patch_finalizers(
+    claim: &IPAddressClaim,
+    ctx: &Context,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace().unwrap_or_default());
+    let patch = json!({ "metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": claim.resource_version(),
+    }});
+    match claims
+        .patch(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status))
+            if status.code == 404 && claim.meta().deletion_timestamp.is_some() =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes `Ready` (and `addressRef`) only when they would change: no write, and no Event, per
+/// retry. `lastTransitionTime` moves only when the status flips.
+async fn set_ready(
+    claim: &IPAddressClaim,
+    ctx: &Context,
+    status: ConditionStatus,
+    reason: &str,
+    message: String,
+    address_ref: Option<&str>,
+) -> Result<(), Error> {
+    let current = claim
+        .conditions()
+        .iter()
+        .find(|c| c.type_ == READY_CONDITION);
+    let current_ref = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.address_ref.as_ref())
+        .map(|r| r.name.as_str());
+    let unchanged = current.is_some_and(|c| {
+        c.status == status.as_str()
+            && c.reason == reason
+            && c.message == message
+            && c.observed_generation == claim.metadata.generation
+    }) && current_ref == address_ref
+        && legacy_mirrored(claim, status, reason);
+    if unchanged {
+        return Ok(());
+    }
+    let desired = DesiredCondition::new(READY_CONDITION, status, reason, message.clone())
+        .observed_generation(claim.metadata.generation);
+    let body = claim_status_patch(&claim_status_with_ready(claim, desired, address_ref, now()));
+    let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace().unwrap_or_default());
+    claims
+        .patch_status(
+            &claim.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+
+    if current.is_none_or(|c| c.reason != reason) {
+        let kind = if status == ConditionStatus::True {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        publish(ctx, claim, kind, reason, message).await;
+        if status == ConditionStatus::True {
+            if let Some(created) = claim.creation_timestamp() {
+                let seconds = (now().0 - created.0)
+                    .total(k8s_openapi::jiff::Unit::Second)
+                    .unwrap_or(0.0);
+                ctx.metrics.claim_ready_latency(seconds.max(0.0));
+            }
+        } else {
+            ctx.metrics.failure(reason);
+        }
+    }
+    Ok(())
+}
+
+fn legacy_mirrored(claim: &IPAddressClaim, status: ConditionStatus, reason: &str) -> bool {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.legacy_conditions())
+        .is_some_and(|list| {
+            list.iter().any(|c| {
+                c.type_ == READY_CONDITION
+                    && c.status == status.as_str()
+                    && (status == ConditionStatus::True || c.reason.as_deref() == Some(reason))
+            })
+        })
+}
+
+async fn publish(
+    ctx: &Context,
+    claim: &IPAddressClaim,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let reference: ObjectReference = claim.object_ref(&());
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note),
+        action: "Reconcile".to_string(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        tracing::debug!(error = %e, "could not publish an event");
+    }
+}
+
+fn metrics_key(pool: &PoolKey) -> MetricsPoolKey {
+    MetricsPoolKey {
+        kind: super::reservation::pool_kind_name(pool.kind).to_string(),
+        namespace: pool.namespace.clone().unwrap_or_default(),
+        name: pool.name.clone(),
+    }
+}

@@ -1,0 +1,578 @@
+//! The in-memory picture of every pool inpool serves: its parsed spec, an [`Allocator`] with the
+//! addresses held in it, and the claims waiting for an address, in order of creation.
+//!
+//! Pure bookkeeping with no API calls, fed by the watch tasks (pools, reservations, addresses)
+//! and by the claim reconciler. The API server stays the arbiter of uniqueness (a reservation
+//! object per address); this registry only decides what to *try*, keeps waiting claims in
+//! order, and says which claims to wake when capacity appears.
+//!
+//! Holds are counted per pool and per address: an address is used while a reservation or an
+//! `IPAddress` holds it, or while this process is in the middle of creating them (in flight).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::IpAddr;
+
+use crate::allocator::{Allocator, ParsedPool};
+
+/// Which pool: kind, namespace (`None` for global pools) and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    pub kind: PoolKind,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PoolKind {
+    InCluster,
+    Global,
+}
+
+impl PoolKey {
+    pub fn in_cluster(namespace: &str, name: &str) -> PoolKey {
+        PoolKey {
+            kind: PoolKind::InCluster,
+            namespace: Some(namespace.to_string()),
+            name: name.to_string(),
+        }
+    }
+
+    pub fn global(name: &str) -> PoolKey {
+        PoolKey {
+            kind: PoolKind::Global,
+            namespace: None,
+            name: name.to_string(),
+        }
+    }
+
+    /// The uniqueness scope of the pool's addresses (see [`Scope`]).
+    pub fn scope(&self) -> Scope {
+        match &self.namespace {
+            Some(ns) => Scope::Namespace(ns.clone()),
+            None => Scope::Cluster,
+        }
+    }
+}
+
+impl std::fmt::Display for PoolKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.kind, &self.namespace) {
+            (PoolKind::InCluster, Some(ns)) => write!(f, "InClusterIPPool {ns}/{}", self.name),
+            (PoolKind::InCluster, None) => write!(f, "InClusterIPPool {}", self.name),
+            (PoolKind::Global, _) => write!(f, "GlobalInClusterIPPool {}", self.name),
+        }
+    }
+}
+
+/// Where an address must be unique: within one namespace for namespaced pools (two namespaces
+/// may reuse the same private range), across the cluster for global pools.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Namespace(String),
+    Cluster,
+}
+
+/// A namespaced object's identity.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(namespace: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A claim's place in a pool's queue: creation time (RFC 3339 text sorts chronologically as the
+/// API server writes it, to the second), then namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct QueuedClaim {
+    pub created: String,
+    pub claim: ObjectKey,
+}
+
+/// Why a pool cannot hand out addresses now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unready {
+    Missing,
+    Invalid(String),
+    Deleting,
+    Paused,
+}
+
+/// What the reconciler learns from [`Registry::try_allocate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Create the reservation and the `IPAddress` for this address; it is held in flight until
+    /// [`Registry::finish`] is called.
+    Allocate(IpAddr),
+    /// No address for this claim now; `total` is the pool's size, `ahead` the claims before it.
+    Exhausted {
+        total: u128,
+        ahead: usize,
+    },
+    NotReady(Unready),
+}
+
+#[derive(Default)]
+struct PoolEntry {
+    state: Option<Result<Allocator, Unready>>,
+    /// Prefix and gateway of a ready pool, copied onto every `IPAddress`.
+    network: Option<(u8, Option<IpAddr>)>,
+    holds: HashMap<IpAddr, u32>,
+    in_flight: HashSet<IpAddr>,
+    waiting: BTreeSet<QueuedClaim>,
+}
+
+impl PoolEntry {
+    fn allocator(&mut self) -> Option<&mut Allocator> {
+        match &mut self.state {
+            Some(Ok(allocator)) => Some(allocator),
+            _ => None,
+        }
+    }
+
+    fn free(&self) -> u128 {
+        match &self.state {
+            Some(Ok(allocator)) => allocator.counts().free,
+            _ => 0,
+        }
+    }
+
+    fn hold(&mut self, ip: IpAddr) {
+        *self.holds.entry(ip).or_default() += 1;
+        if let Some(allocator) = self.allocator() {
+            allocator.mark_used(ip);
+        }
+    }
+
+    /// Returns true when the address became free.
+    fn unhold(&mut self, ip: IpAddr) -> bool {
+        let Some(count) = self.holds.get_mut(&ip) else {
+            return false;
+        };
+        *count -= 1;
+        if *count > 0 {
+            return false;
+        }
+        self.holds.remove(&ip);
+        if self.in_flight.contains(&ip) {
+            return false;
+        }
+        self.allocator().is_some_and(|a| a.release(ip))
+    }
+
+    fn rebuild(&mut self, parsed: ParsedPool) {
+        let network = (parsed.prefix(), parsed.gateway());
+        let mut allocator = Allocator::new(parsed.into_allocatable());
+        for ip in self.holds.keys().chain(self.in_flight.iter()) {
+            allocator.mark_used(*ip);
+        }
+        self.network = Some(network);
+        self.state = Some(Ok(allocator));
+    }
+
+    /// The first claims of the queue that the free addresses can serve, or the whole queue when
+    /// the pool is not ready (their condition may need to change).
+    fn wakeups(&self) -> Vec<ObjectKey> {
+        let free = usize::try_from(self.free()).unwrap_or(usize::MAX);
+        let take = match &self.state {
+            Some(Ok(_)) => free,
+            _ => usize::MAX,
+        };
+        self.waiting
+            .iter()
+            .take(take)
+            .map(|q| q.claim.clone())
+            .collect()
+    }
+}
+
+/// What holds an address: a reservation object or an `IPAddress`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoldRecord {
+    pub pool: PoolKey,
+    pub ip: IpAddr,
+    pub claim: ObjectKey,
+}
+
+#[derive(Default)]
+pub struct Registry {
+    pools: HashMap<PoolKey, PoolEntry>,
+    /// Reservation objects by name.
+    reservations: HashMap<String, HoldRecord>,
+    /// `IPAddress` objects by namespace/name (the name is the claim's).
+    addresses: HashMap<ObjectKey, HoldRecord>,
+}
+
+impl Registry {
+    /// Records a pool's spec (parsed, or why not) and returns the claims to wake.
+    pub fn set_pool(
+        &mut self,
+        key: &PoolKey,
+        parsed: Result<ParsedPool, Unready>,
+    ) -> Vec<ObjectKey> {
+        let entry = self.pools.entry(key.clone()).or_default();
+        match parsed {
+            Ok(parsed) => match &mut entry.state {
+                Some(Ok(allocator))
+                    if entry.network == Some((parsed.prefix(), parsed.gateway())) =>
+                {
+                    allocator.resize(parsed.into_allocatable());
+                }
+                _ => entry.rebuild(parsed),
+            },
+            Err(unready) => {
+                entry.state = Some(Err(unready));
+                entry.network = None;
+            }
+        }
+        entry.wakeups()
+    }
+
+    /// The pool object is gone.
+    pub fn remove_pool(&mut self, key: &PoolKey) -> Vec<ObjectKey> {
+        self.set_pool(key, Err(Unready::Missing))
+    }
+
+    /// Prefix and gateway of a ready pool.
+    pub fn network(&self, key: &PoolKey) -> Option<(u8, Option<IpAddr>)> {
+        self.pools.get(key).and_then(|e| e.network)
+    }
+
+    pub fn free(&self, key: &PoolKey) -> u128 {
+        self.pools.get(key).map_or(0, PoolEntry::free)
+    }
+
+    pub fn counts(&self, key: &PoolKey) -> Option<crate::allocator::Counts> {
+        match &self.pools.get(key)?.state {
+            Some(Ok(allocator)) => Some(allocator.counts()),
+            _ => None,
+        }
+    }
+
+    pub fn waiting(&self, key: &PoolKey) -> usize {
+        self.pools.get(key).map_or(0, |e| e.waiting.len())
+    }
+
+    pub fn reservation_added(&mut self, name: &str, record: HoldRecord) {
+        if let Some(old) = self.reservations.insert(name.to_string(), record.clone()) {
+            if old == record {
+                return;
+            }
+            self.pool_entry(&old.pool).unhold(old.ip);
+        }
+        self.pool_entry(&record.pool).hold(record.ip);
+    }
+
+    /// Returns the claims to wake when the address became free.
+    pub fn reservation_removed(&mut self, name: &str) -> Vec<ObjectKey> {
+        match self.reservations.remove(name) {
+            Some(old) => self.unhold_and_wake(&old),
+            None => Vec::new(),
+        }
+    }
+
+    pub fn address_added(&mut self, key: ObjectKey, record: HoldRecord) {
+        if let Some(old) = self.addresses.insert(key, record.clone()) {
+            if old == record {
+                return;
+            }
+            self.pool_entry(&old.pool).unhold(old.ip);
+        }
+        let entry = self.pool_entry(&record.pool);
+        entry.hold(record.ip);
+        entry.waiting.retain(|q| q.claim != record.claim);
+    }
+
+    pub fn address_removed(&mut self, key: &ObjectKey) -> Vec<ObjectKey> {
+        match self.addresses.remove(key) {
+            Some(old) => self.unhold_and_wake(&old),
+            None => Vec::new(),
+        }
+    }
+
+    /// The `IPAddress` this process has seen for a claim (same name, same namespace).
+    pub fn address_of(&self, claim: &ObjectKey) -> Option<&HoldRecord> {
+        self.addresses.get(claim)
+    }
+
+    /// Reservations that name this claim (normally at most one; more after a race between two
+    /// processes, until the loser cleans up).
+    pub fn reservations_of(&self, claim: &ObjectKey) -> Vec<(String, HoldRecord)> {
+        self.reservations
+            .iter()
+            .filter(|(_, r)| &r.claim == claim)
+            .map(|(name, r)| (name.clone(), r.clone()))
+            .collect()
+    }
+
+    /// Decides whether `claim` gets an address now. A claim never overtakes an older waiting
+    /// claim of the same pool: it is served only if the free addresses suffice for every claim
+    /// queued before it. On `Allocate` the address is held in flight until [`Registry::finish`].
+    pub fn try_allocate(&mut self, pool: &PoolKey, claim: QueuedClaim) -> Decision {
+        let entry = self.pool_entry(pool);
+        entry.waiting.insert(claim.clone());
+        let Some(Ok(allocator)) = &mut entry.state else {
+            let unready = match &entry.state {
+                Some(Err(unready)) => unready.clone(),
+                _ => Unready::Missing,
+            };
+            return Decision::NotReady(unready);
+        };
+        let counts = allocator.counts();
+        let free = usize::try_from(counts.free).unwrap_or(usize::MAX);
+        let ahead = entry.waiting.range(..&claim).take(free).count();
+        if ahead >= free {
+            return Decision::Exhausted {
+                total: counts.total,
+                ahead: entry.waiting.range(..&claim).count(),
+            };
+        }
+        match allocator.allocate_lowest() {
+            Ok(ip) => {
+                entry.in_flight.insert(ip);
+                entry.waiting.remove(&claim);
+                Decision::Allocate(ip)
+            }
+            Err(_) => Decision::Exhausted {
+                total: counts.total,
+                ahead,
+            },
+        }
+    }
+
+    /// Drops queued claims that no longer exist (deleted without a final reconcile, e.g. when
+    /// someone else removed the finalizer), so that they cannot hold up the queue.
+    pub fn prune_waiting(&mut self, pool: &PoolKey, is_live: impl Fn(&ObjectKey) -> bool) {
+        if let Some(entry) = self.pools.get_mut(pool) {
+            entry.waiting.retain(|q| is_live(&q.claim));
+        }
+    }
+
+    /// Holds a specific address in flight for a claim (adoption, crash recovery).
+    pub fn hold_in_flight(&mut self, pool: &PoolKey, claim: &ObjectKey, ip: IpAddr) {
+        let entry = self.pool_entry(pool);
+        entry.waiting.retain(|q| &q.claim != claim);
+        if let Some(allocator) = entry.allocator() {
+            allocator.mark_used(ip);
+        }
+        entry.in_flight.insert(ip);
+    }
+
+    /// Ends an in-flight allocation. `keep` says the address stays used (it is now held by an
+    /// object, ours or someone else's); otherwise it is released unless something holds it.
+    /// Returns the claims to wake when it became free.
+    pub fn finish(&mut self, pool: &PoolKey, ip: IpAddr, keep: bool) -> Vec<ObjectKey> {
+        let entry = self.pool_entry(pool);
+        entry.in_flight.remove(&ip);
+        if keep {
+            if let Some(allocator) = entry.allocator() {
+                allocator.mark_used(ip);
+            }
+            return Vec::new();
+        }
+        if entry.holds.contains_key(&ip) {
+            return Vec::new();
+        }
+        if entry.allocator().is_some_and(|a| a.release(ip)) {
+            entry.wakeups()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Marks an address as taken by someone this process has not seen yet (the API server said
+    /// it exists). The watch will bring the holder; until then the address stays used.
+    pub fn taken_elsewhere(&mut self, pool: &PoolKey, ip: IpAddr) {
+        self.finish(pool, ip, true);
+    }
+
+    /// The claim no longer waits in this pool (deleted, paused, adopted elsewhere).
+    pub fn forget_claim(&mut self, pool: &PoolKey, claim: &ObjectKey) {
+        if let Some(entry) = self.pools.get_mut(pool) {
+            entry.waiting.retain(|q| &q.claim != claim);
+        }
+    }
+
+    /// Pools whose spec is known, for status reporting.
+    pub fn pool_keys(&self) -> Vec<PoolKey> {
+        self.pools.keys().cloned().collect()
+    }
+
+    fn pool_entry(&mut self, key: &PoolKey) -> &mut PoolEntry {
+        self.pools.entry(key.clone()).or_default()
+    }
+
+    fn unhold_and_wake(&mut self, old: &HoldRecord) -> Vec<ObjectKey> {
+        let entry = self.pool_entry(&old.pool);
+        if entry.unhold(old.ip) {
+            entry.wakeups()
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allocator::PoolSpecInput;
+
+    fn parsed(addresses: &[&str], prefix: i64) -> ParsedPool {
+        PoolSpecInput {
+            addresses: addresses.iter().map(|s| s.to_string()).collect(),
+            prefix,
+            ..Default::default()
+        }
+        .parse()
+        .expect("valid spec")
+    }
+
+    fn queued(created: &str, name: &str) -> QueuedClaim {
+        QueuedClaim {
+            created: created.into(),
+            claim: ObjectKey::new("ns", name),
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn pool() -> PoolKey {
+        PoolKey::in_cluster("ns", "p")
+    }
+
+    fn hold(name: &str, address: &str) -> HoldRecord {
+        HoldRecord {
+            pool: pool(),
+            ip: ip(address),
+            claim: ObjectKey::new("ns", name),
+        }
+    }
+
+    #[test]
+    fn allocates_lowest_free_and_holds_in_flight() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.11"], 24)));
+        let a = r.try_allocate(&pool(), queued("t1", "a"));
+        assert_eq!(a, Decision::Allocate(ip("10.0.0.10")));
+        let b = r.try_allocate(&pool(), queued("t2", "b"));
+        assert_eq!(b, Decision::Allocate(ip("10.0.0.11")));
+        assert!(matches!(
+            r.try_allocate(&pool(), queued("t3", "c")),
+            Decision::Exhausted { total: 2, ahead: 0 }
+        ));
+        // A failed create gives the address back and wakes the waiting claim.
+        assert_eq!(
+            r.finish(&pool(), ip("10.0.0.11"), false),
+            vec![ObjectKey::new("ns", "c")]
+        );
+    }
+
+    #[test]
+    fn a_later_claim_never_overtakes_an_earlier_waiting_one() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+        assert!(matches!(
+            r.try_allocate(&pool(), queued("t1", "first")),
+            Decision::Allocate(_)
+        ));
+        r.reservation_added("res-first", hold("first", "10.0.0.10"));
+        r.finish(&pool(), ip("10.0.0.10"), true);
+        assert!(matches!(
+            r.try_allocate(&pool(), queued("t2", "older")),
+            Decision::Exhausted { ahead: 0, .. }
+        ));
+        assert!(matches!(
+            r.try_allocate(&pool(), queued("t3", "newer")),
+            Decision::Exhausted { ahead: 1, .. }
+        ));
+        // Release: only the oldest waiting claim is woken, and only it may take the address.
+        assert_eq!(
+            r.reservation_removed("res-first"),
+            vec![ObjectKey::new("ns", "older")]
+        );
+        assert!(matches!(
+            r.try_allocate(&pool(), queued("t3", "newer")),
+            Decision::Exhausted { ahead: 1, .. }
+        ));
+        assert_eq!(
+            r.try_allocate(&pool(), queued("t2", "older")),
+            Decision::Allocate(ip("10.0.0.10"))
+        );
+    }
+
+    #[test]
+    fn an_address_stays_used_while_any_object_holds_it() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+        r.reservation_added("res", hold("a", "10.0.0.10"));
+        r.address_added(ObjectKey::new("ns", "a"), hold("a", "10.0.0.10"));
+        assert_eq!(r.free(&pool()), 0);
+        assert!(r.reservation_removed("res").is_empty());
+        assert_eq!(r.free(&pool()), 0);
+        r.address_removed(&ObjectKey::new("ns", "a"));
+        assert_eq!(r.free(&pool()), 1);
+    }
+
+    #[test]
+    fn holds_seen_before_the_pool_count_once_it_appears() {
+        let mut r = Registry::default();
+        r.reservation_added("res", hold("a", "10.0.0.10"));
+        assert_eq!(
+            r.try_allocate(&pool(), queued("t1", "b")),
+            Decision::NotReady(Unready::Missing)
+        );
+        let woken = r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.11"], 24)));
+        assert_eq!(woken, vec![ObjectKey::new("ns", "b")]);
+        assert_eq!(
+            r.try_allocate(&pool(), queued("t1", "b")),
+            Decision::Allocate(ip("10.0.0.11"))
+        );
+    }
+
+    #[test]
+    fn growing_the_pool_wakes_as_many_claims_as_it_can_serve() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+        r.reservation_added("res", hold("a", "10.0.0.10"));
+        for (t, name) in [("t1", "b"), ("t2", "c"), ("t3", "d")] {
+            assert!(matches!(
+                r.try_allocate(&pool(), queued(t, name)),
+                Decision::Exhausted { .. }
+            ));
+        }
+        let woken = r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.12"], 24)));
+        assert_eq!(
+            woken,
+            vec![ObjectKey::new("ns", "b"), ObjectKey::new("ns", "c")]
+        );
+    }
+
+    #[test]
+    fn an_unready_pool_wakes_every_waiting_claim_when_it_changes() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), Err(Unready::Invalid("bad".into())));
+        assert_eq!(
+            r.try_allocate(&pool(), queued("t1", "a")),
+            Decision::NotReady(Unready::Invalid("bad".into()))
+        );
+        assert_eq!(
+            r.set_pool(&pool(), Err(Unready::Deleting)),
+            vec![ObjectKey::new("ns", "a")]
+        );
+    }
+}

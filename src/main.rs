@@ -1,0 +1,217 @@
+//! The `inpool` controller binary: parses the command line, sets up logging, metrics and the
+//! health server, connects to the API server and runs the controllers — under leader election
+//! with `--leader-elect` — until SIGTERM or SIGINT, then stops cleanly and exits 0.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser;
+use kube::Client;
+use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+use tokio::sync::watch;
+
+use inpool::cli::Args;
+use inpool::telemetry::{HealthState, Metrics, logging, server};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    logging::init(args.log_format, &args.log_level);
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "inpool failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "starting inpool");
+    let settings = args.settings();
+    let metrics = Metrics::new();
+    let health = HealthState::with_metrics(&metrics);
+
+    // Shutdown: SIGTERM or SIGINT flips the channel; everything waits on a receiver.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let reason = wait_for_signal().await;
+        tracing::info!(signal = reason, "shutdown requested");
+        let _ = stop_tx.send(true);
+    });
+    let stopped = {
+        let rx = stop_rx.clone();
+        move || {
+            let mut rx = rx.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        }
+    };
+
+    // HTTP servers first, so that liveness answers while we connect.
+    let (server_stop_tx, server_stop_rx) = watch::channel(false);
+    let server_stopped = move || {
+        let mut rx = server_stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let mut addresses = vec![args.metrics_bind_address];
+    if args.health_bind_address != args.metrics_bind_address {
+        addresses.push(args.health_bind_address);
+    }
+    let mut servers = Vec::new();
+    for addr in addresses {
+        let listener = server::bind(addr)
+            .await
+            .with_context(|| format!("binding the HTTP server to {addr}"))?;
+        servers.push(tokio::spawn(server::serve_on(
+            listener,
+            health.clone(),
+            metrics.clone(),
+            server_stopped(),
+        )));
+    }
+
+    let client = connect(args.kubeconfig.as_deref()).await?;
+
+    let result = if args.leader_elect {
+        let lease = args.lease_settings();
+        tracing::info!(
+            lease = %lease.name,
+            namespace = %lease.namespace,
+            identity = %lease.identity,
+            duration_seconds = lease.duration.as_secs(),
+            "leader election on"
+        );
+        let work = {
+            let (client, settings, metrics, health) = (
+                client.clone(),
+                settings.clone(),
+                metrics.clone(),
+                health.clone(),
+            );
+            move || {
+                let run = inpool::controllers::run(
+                    client.clone(),
+                    settings.clone(),
+                    metrics.clone(),
+                    health.clone(),
+                );
+                let clear = ClearPoolsOnDrop(metrics.clone());
+                async move {
+                    let _clear = clear;
+                    run.await
+                }
+            }
+        };
+        inpool::leader::run_as_leader(client, lease, health.clone(), work, stopped()).await
+    } else {
+        health.set_leader_state_known(true);
+        health.set_leading(true);
+        let controllers =
+            inpool::controllers::run(client, settings, metrics.clone(), health.clone());
+        tokio::select! {
+            () = stopped() => {
+                tracing::info!("shutting down: controllers stopped");
+                Ok(())
+            }
+            result = controllers => result,
+        }
+    };
+    // The controllers only end by themselves on an error; make an unexplained end one too.
+    let result = result.and_then(|()| {
+        if *stop_rx.borrow() {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!("the controllers stopped unexpectedly"))
+        }
+    });
+    health.set_leading(false);
+
+    let _ = server_stop_tx.send(true);
+    for handle in servers {
+        match tokio::time::timeout(std::time::Duration::from_secs(5), handle).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "HTTP server error"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "HTTP server task failed"),
+            Err(_) => tracing::warn!("HTTP server did not stop within 5s"),
+        }
+    }
+    if result.is_ok() {
+        tracing::info!("inpool stopped");
+    }
+    result
+}
+
+/// Drops the pool gauges when the controllers' future goes (lost lease, shutdown): only the
+/// process running the controllers exports pool state.
+struct ClearPoolsOnDrop(Metrics);
+
+impl Drop for ClearPoolsOnDrop {
+    fn drop(&mut self) {
+        self.0.clear_pools();
+    }
+}
+
+/// Waits for SIGTERM or SIGINT and returns its name.
+async fn wait_for_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                let _ = tokio::signal::ctrl_c().await;
+                "SIGINT"
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "SIGINT"
+    }
+}
+
+/// The API client: from the given kubeconfig file(s) if any (a `KUBECONFIG`-style path list is
+/// merged), else in-cluster, else kube's usual inference (`~/.kube/config`).
+async fn connect(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
+    let config = match kubeconfig.filter(|p| !p.as_os_str().is_empty()) {
+        Some(paths) => {
+            let mut merged: Option<Kubeconfig> = None;
+            for path in std::env::split_paths(paths.as_os_str()) {
+                if path.as_os_str().is_empty() {
+                    continue;
+                }
+                let next = Kubeconfig::read_from(&path)
+                    .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+                merged = Some(match merged {
+                    Some(m) => m.merge(next)?,
+                    None => next,
+                });
+            }
+            let merged = merged.context("the kubeconfig path list is empty")?;
+            Config::from_custom_kubeconfig(merged, &KubeConfigOptions::default())
+                .await
+                .context("loading the kubeconfig")?
+        }
+        None => match Config::incluster() {
+            Ok(config) => config,
+            Err(in_cluster) => Config::infer().await.map_err(|e| {
+                anyhow::anyhow!(
+                    "no Kubernetes configuration: not in a cluster ({in_cluster}) and {e}; \
+                     pass --kubeconfig"
+                )
+            })?,
+        },
+    };
+    tracing::info!(server = %config.cluster_url, "connecting to the API server");
+    Client::try_from(config).context("building the Kubernetes client")
+}

@@ -1,0 +1,520 @@
+//! Prometheus metrics (OpenMetrics text), all prefixed `inpool_`.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `inpool_pool_size` | gauge | `pool_kind`, `pool_namespace`, `pool_name` |
+//! | `inpool_pool_used` | gauge | same |
+//! | `inpool_pool_free` | gauge | same |
+//! | `inpool_pool_out_of_range` | gauge | same |
+//! | `inpool_pool_waiting_claims` | gauge | same |
+//! | `inpool_allocations_total` | counter | same |
+//! | `inpool_releases_total` | counter | same |
+//! | `inpool_claim_failures_total` | counter | `reason` |
+//! | `inpool_claim_ready_latency_seconds` | histogram | — |
+//! | `inpool_reconciles_total` | counter | `controller` |
+//! | `inpool_reconcile_errors_total` | counter | `controller`, `error` |
+//! | `inpool_leader` | gauge | — |
+//! | `inpool_build_info` | info | `version` |
+//!
+//! `pool_namespace` is `""` for a `GlobalInClusterIPPool`. Counters are registered without the
+//! `_total` suffix: prometheus-client adds it (and, since 0.26, panics under debug assertions if a
+//! counter's registered name already ends in `_total`).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+
+/// Identifies a pool in metric labels.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    /// `InClusterIPPool` or `GlobalInClusterIPPool`.
+    pub kind: String,
+    /// The pool's namespace; `""` for a global pool.
+    pub namespace: String,
+    pub name: String,
+}
+
+impl PoolKey {
+    /// A namespaced `InClusterIPPool`.
+    pub fn in_cluster(namespace: &str, name: &str) -> PoolKey {
+        PoolKey {
+            kind: crate::api::IN_CLUSTER_IP_POOL_KIND.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    /// A cluster-scoped `GlobalInClusterIPPool`.
+    pub fn global(name: &str) -> PoolKey {
+        PoolKey {
+            kind: crate::api::GLOBAL_IN_CLUSTER_IP_POOL_KIND.to_string(),
+            namespace: String::new(),
+            name: name.to_string(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PoolLabels {
+    pool_kind: String,
+    pool_namespace: String,
+    pool_name: String,
+}
+
+impl From<&PoolKey> for PoolLabels {
+    fn from(key: &PoolKey) -> PoolLabels {
+        PoolLabels {
+            pool_kind: key.kind.clone(),
+            pool_namespace: key.namespace.clone(),
+            pool_name: key.name.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ErrorLabels {
+    controller: String,
+    error: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+}
+
+type U64Gauge = Gauge<u64, AtomicU64>;
+
+/// Upper bounds (seconds) of the claim-to-Ready latency buckets: from an immediate allocation
+/// (tens of milliseconds) to a claim that waited minutes for a pool to grow.
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
+];
+
+struct Inner {
+    registry: Registry,
+    pool_size: Family<PoolLabels, U64Gauge>,
+    pool_used: Family<PoolLabels, U64Gauge>,
+    pool_free: Family<PoolLabels, U64Gauge>,
+    pool_out_of_range: Family<PoolLabels, U64Gauge>,
+    pool_waiting_claims: Family<PoolLabels, U64Gauge>,
+    allocations: Family<PoolLabels, Counter>,
+    releases: Family<PoolLabels, Counter>,
+    claim_failures: Family<ReasonLabels, Counter>,
+    claim_ready_latency: Histogram,
+    reconciles: Family<ControllerLabels, Counter>,
+    reconcile_errors: Family<ErrorLabels, Counter>,
+    leader: Gauge,
+}
+
+/// The process's metrics. Cheap to clone (all clones share one registry).
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("inpool");
+        let pool_size = Family::<PoolLabels, U64Gauge>::default();
+        let pool_used = Family::<PoolLabels, U64Gauge>::default();
+        let pool_free = Family::<PoolLabels, U64Gauge>::default();
+        let pool_out_of_range = Family::<PoolLabels, U64Gauge>::default();
+        let pool_waiting_claims = Family::<PoolLabels, U64Gauge>::default();
+        let allocations = Family::<PoolLabels, Counter>::default();
+        let releases = Family::<PoolLabels, Counter>::default();
+        let claim_failures = Family::<ReasonLabels, Counter>::default();
+        let claim_ready_latency = Histogram::new(LATENCY_BUCKETS);
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        let leader = Gauge::default();
+
+        registry.register(
+            "pool_size",
+            "Addresses in the pool (its capacity), as in the pool's status.ipAddresses.total",
+            pool_size.clone(),
+        );
+        registry.register(
+            "pool_used",
+            "Addresses of the pool held by a claim",
+            pool_used.clone(),
+        );
+        registry.register(
+            "pool_free",
+            "Addresses of the pool that can still be allocated",
+            pool_free.clone(),
+        );
+        registry.register(
+            "pool_out_of_range",
+            "Addresses held by claims of the pool that lie outside its current ranges",
+            pool_out_of_range.clone(),
+        );
+        registry.register(
+            "pool_waiting_claims",
+            "Claims of the pool waiting for an address",
+            pool_waiting_claims.clone(),
+        );
+        registry.register(
+            "allocations",
+            "Addresses allocated to claims",
+            allocations.clone(),
+        );
+        registry.register("releases", "Addresses released by claims", releases.clone());
+        registry.register(
+            "claim_failures",
+            "Claims that could not get an address, by the reason of their Ready condition",
+            claim_failures.clone(),
+        );
+        registry.register_with_unit(
+            "claim_ready_latency",
+            "Time from a claim's creation to its Ready condition becoming True",
+            Unit::Seconds,
+            claim_ready_latency.clone(),
+        );
+        registry.register("reconciles", "Reconciliations run", reconciles.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconciliations that failed, by error kind",
+            reconcile_errors.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this process holds the leader election lease (or runs without leader election), else 0",
+            leader.clone(),
+        );
+        registry.register(
+            "build",
+            "inpool's version",
+            Info::new(BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            }),
+        );
+
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                pool_size,
+                pool_used,
+                pool_free,
+                pool_out_of_range,
+                pool_waiting_claims,
+                allocations,
+                releases,
+                claim_failures,
+                claim_ready_latency,
+                reconciles,
+                reconcile_errors,
+                leader,
+            }),
+        }
+    }
+
+    /// Sets a pool's capacity gauges (the same numbers as its status).
+    pub fn pool_capacity(
+        &self,
+        pool: &PoolKey,
+        total: u64,
+        used: u64,
+        free: u64,
+        out_of_range: u64,
+    ) {
+        let labels = PoolLabels::from(pool);
+        let i = &self.inner;
+        i.pool_size.get_or_create(&labels).set(total);
+        i.pool_used.get_or_create(&labels).set(used);
+        i.pool_free.get_or_create(&labels).set(free);
+        i.pool_out_of_range.get_or_create(&labels).set(out_of_range);
+    }
+
+    /// Sets how many claims wait for an address from the pool.
+    pub fn pool_waiting_claims(&self, pool: &PoolKey, waiting: u64) {
+        self.inner
+            .pool_waiting_claims
+            .get_or_create(&PoolLabels::from(pool))
+            .set(waiting);
+    }
+
+    /// Drops a deleted pool's gauges. Its allocation and release counters stay (counters must not
+    /// go backwards while the process runs).
+    pub fn forget_pool(&self, pool: &PoolKey) {
+        let labels = PoolLabels::from(pool);
+        let i = &self.inner;
+        for family in [
+            &i.pool_size,
+            &i.pool_used,
+            &i.pool_free,
+            &i.pool_out_of_range,
+            &i.pool_waiting_claims,
+        ] {
+            family.remove(&labels);
+        }
+    }
+
+    /// Drops every pool's gauges: when this process stops running the controllers (lost the
+    /// lease, shutting down), so that only the leader exports pool state and a former leader
+    /// leaves no stale series behind.
+    pub fn clear_pools(&self) {
+        let i = &self.inner;
+        for family in [
+            &i.pool_size,
+            &i.pool_used,
+            &i.pool_free,
+            &i.pool_out_of_range,
+            &i.pool_waiting_claims,
+        ] {
+            family.clear();
+        }
+    }
+
+    /// Counts one address allocated from the pool.
+    pub fn allocation(&self, pool: &PoolKey) {
+        self.inner
+            .allocations
+            .get_or_create(&PoolLabels::from(pool))
+            .inc();
+    }
+
+    /// Counts one address released back to the pool.
+    pub fn release(&self, pool: &PoolKey) {
+        self.inner
+            .releases
+            .get_or_create(&PoolLabels::from(pool))
+            .inc();
+    }
+
+    /// Counts a claim that could not get an address; `reason` is the reason of its Ready
+    /// condition (`PoolExhausted`, `PoolNotReady`, `AllocationFailed`).
+    pub fn failure(&self, reason: &str) {
+        self.inner
+            .claim_failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records the time from a claim's creation to its Ready=True condition.
+    pub fn claim_ready_latency(&self, seconds: f64) {
+        self.inner.claim_ready_latency.observe(seconds.max(0.0));
+    }
+
+    /// Counts one reconciliation by `controller` (e.g. `ipaddressclaim`).
+    pub fn reconcile(&self, controller: &str) {
+        self.inner
+            .reconciles
+            .get_or_create(&ControllerLabels {
+                controller: controller.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one failed reconciliation; `error` is a short, bounded error kind.
+    pub fn reconcile_error(&self, controller: &str, error: &str) {
+        self.inner
+            .reconcile_errors
+            .get_or_create(&ErrorLabels {
+                controller: controller.to_string(),
+                error: error.to_string(),
+            })
+            .inc();
+    }
+
+    /// Sets the `inpool_leader` gauge.
+    pub fn set_leader(&self, leading: bool) {
+        self.inner.leader.set(i64::from(leading));
+    }
+
+    /// The `inpool_leader` gauge itself (shared with [`super::HealthState`]).
+    pub fn leader_gauge(&self) -> Gauge {
+        self.inner.leader.clone()
+    }
+
+    /// The registry in the OpenMetrics text format (ends with `# EOF`).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.inner.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sample lines of `text` (no comments), for exact comparisons.
+    fn samples(text: &str) -> Vec<&str> {
+        text.lines().filter(|l| !l.starts_with('#')).collect()
+    }
+
+    #[test]
+    fn fresh_registry() {
+        let text = Metrics::new().encode();
+        // Families (labelled metrics) appear with their first sample; the rest always do.
+        for line in [
+            "# TYPE inpool_claim_ready_latency_seconds histogram",
+            "# UNIT inpool_claim_ready_latency_seconds seconds",
+            "# TYPE inpool_leader gauge",
+            "# TYPE inpool_build info",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        assert!(!text.contains("inpool_pool_free"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(text.contains(&format!(
+            "inpool_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )));
+        assert!(samples(&text).contains(&"inpool_leader 0"));
+        assert!(samples(&text).contains(&"inpool_claim_ready_latency_seconds_count 0"));
+    }
+
+    #[test]
+    fn every_family_has_its_type_once_used() {
+        let m = Metrics::new();
+        let pool = PoolKey::global("g");
+        m.pool_capacity(&pool, 1, 0, 1, 0);
+        m.pool_waiting_claims(&pool, 0);
+        m.allocation(&pool);
+        m.release(&pool);
+        m.failure("PoolExhausted");
+        m.reconcile("ipaddressclaim");
+        m.reconcile_error("ipaddressclaim", "Kube");
+        let text = m.encode();
+        for line in [
+            "# TYPE inpool_pool_size gauge",
+            "# TYPE inpool_pool_used gauge",
+            "# TYPE inpool_pool_free gauge",
+            "# TYPE inpool_pool_out_of_range gauge",
+            "# TYPE inpool_pool_waiting_claims gauge",
+            "# TYPE inpool_allocations counter",
+            "# TYPE inpool_releases counter",
+            "# TYPE inpool_claim_failures counter",
+            "# TYPE inpool_reconciles counter",
+            "# TYPE inpool_reconcile_errors counter",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+    }
+
+    #[test]
+    fn pool_gauges_carry_pool_labels() {
+        let m = Metrics::new();
+        let pool = PoolKey::in_cluster("team-a", "nodes");
+        let global = PoolKey::global("shared");
+        m.pool_capacity(&pool, 254, 10, 244, 1);
+        m.pool_waiting_claims(&pool, 3);
+        m.pool_capacity(&global, u64::MAX, 0, u64::MAX, 0);
+        let text = m.encode();
+        let labels = r#"{pool_kind="InClusterIPPool",pool_namespace="team-a",pool_name="nodes"}"#;
+        let samples = samples(&text);
+        for line in [
+            format!("inpool_pool_size{labels} 254"),
+            format!("inpool_pool_used{labels} 10"),
+            format!("inpool_pool_free{labels} 244"),
+            format!("inpool_pool_out_of_range{labels} 1"),
+            format!("inpool_pool_waiting_claims{labels} 3"),
+            r#"inpool_pool_free{pool_kind="GlobalInClusterIPPool",pool_namespace="",pool_name="shared"} 18446744073709551615"#.to_string(),
+        ] {
+            assert!(samples.contains(&line.as_str()), "{line} missing in\n{text}");
+        }
+
+        // Updating overwrites; forgetting removes every gauge of that pool only.
+        m.pool_capacity(&pool, 254, 11, 243, 0);
+        assert!(
+            m.encode()
+                .contains(&format!("inpool_pool_free{labels} 243\n"))
+        );
+        m.forget_pool(&pool);
+        let text = m.encode();
+        assert!(!text.contains("pool_name=\"nodes\""), "{text}");
+        assert!(text.contains("pool_name=\"shared\""), "{text}");
+
+        // Clearing drops every pool gauge but keeps the counters.
+        m.allocation(&global);
+        m.clear_pools();
+        let text = m.encode();
+        assert!(!text.contains("inpool_pool_"), "{text}");
+        assert!(text.contains("inpool_allocations_total{"), "{text}");
+    }
+
+    #[test]
+    fn counters_and_histogram() {
+        let m = Metrics::new();
+        let pool = PoolKey::in_cluster("ns", "p");
+        m.allocation(&pool);
+        m.allocation(&pool);
+        m.release(&pool);
+        m.failure("PoolExhausted");
+        m.failure("PoolExhausted");
+        m.failure("PoolNotReady");
+        m.reconcile("ipaddressclaim");
+        m.reconcile_error("ipaddressclaim", "Kube");
+        m.claim_ready_latency(0.2);
+        m.claim_ready_latency(42.0);
+        m.set_leader(true);
+        let text = m.encode();
+        let samples = samples(&text);
+        let labels = r#"{pool_kind="InClusterIPPool",pool_namespace="ns",pool_name="p"}"#;
+        for line in [
+            format!("inpool_allocations_total{labels} 2"),
+            format!("inpool_releases_total{labels} 1"),
+            r#"inpool_claim_failures_total{reason="PoolExhausted"} 2"#.to_string(),
+            r#"inpool_claim_failures_total{reason="PoolNotReady"} 1"#.to_string(),
+            r#"inpool_reconciles_total{controller="ipaddressclaim"} 1"#.to_string(),
+            r#"inpool_reconcile_errors_total{controller="ipaddressclaim",error="Kube"} 1"#
+                .to_string(),
+            "inpool_claim_ready_latency_seconds_sum 42.2".to_string(),
+            "inpool_claim_ready_latency_seconds_count 2".to_string(),
+            r#"inpool_claim_ready_latency_seconds_bucket{le="0.1"} 0"#.to_string(),
+            r#"inpool_claim_ready_latency_seconds_bucket{le="0.25"} 1"#.to_string(),
+            r#"inpool_claim_ready_latency_seconds_bucket{le="60.0"} 2"#.to_string(),
+            r#"inpool_claim_ready_latency_seconds_bucket{le="+Inf"} 2"#.to_string(),
+            "inpool_leader 1".to_string(),
+        ] {
+            assert!(
+                samples.contains(&line.as_str()),
+                "{line} missing in\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn clones_share_the_registry() {
+        let m = Metrics::new();
+        let clone = m.clone();
+        clone.failure("AllocationFailed");
+        m.leader_gauge().set(1);
+        let text = m.encode();
+        assert!(text.contains("inpool_claim_failures_total{reason=\"AllocationFailed\"} 1"));
+        assert!(text.contains("\ninpool_leader 1\n"));
+    }
+}

@@ -1,0 +1,14 @@
+//! Observability of the `inpool` process: logging set-up, Prometheus metrics, and the HTTP server
+//! for `/metrics`, `/healthz` and `/readyz`.
+//!
+//! - [`logging`]: `tracing` subscriber, text or JSON, filtered by an EnvFilter directive;
+//! - [`metrics`]: [`Metrics`], the registry the controllers record into (names in the README);
+//! - [`server`]: [`HealthState`] and the axum server.
+
+pub mod logging;
+pub mod metrics;
+pub mod server;
+
+pub use logging::LogFormat;
+pub use metrics::{Metrics, PoolKey};
+pub use server::{HealthState, serve};

@@ -1,0 +1,293 @@
+//! The HTTP server: `/metrics` (OpenMetrics), `/healthz` (liveness) and `/readyz` (readiness).
+//!
+//! - `/healthz` answers 200 `ok` while the process runs.
+//! - `/readyz` answers 200 `ok` once the leader election state is known and, if this process
+//!   is the one running the controllers, their caches have synced; otherwise 503 with the
+//!   reason. A standby replica holds no caches (the controllers run only on the leader), so it is
+//!   ready as soon as it knows it is not the leader.
+//! - `/metrics` answers the registry with content type
+//!   `application/openmetrics-text; version=1.0.0; charset=utf-8`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::net::TcpListener;
+
+use super::Metrics;
+
+/// Content type of `/metrics`.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Debug, Default)]
+struct Inner {
+    caches_synced: AtomicBool,
+    leader_state_known: AtomicBool,
+    leading: AtomicBool,
+    leader_gauge: Option<Gauge>,
+}
+
+/// What `/readyz` reports, shared by the controllers, leader election and the server. Cheap to
+/// clone (all clones share the state).
+#[derive(Clone, Debug, Default)]
+pub struct HealthState {
+    inner: Arc<Inner>,
+}
+
+impl HealthState {
+    /// A state of its own (nothing synced, leader state unknown, not leading).
+    pub fn new() -> HealthState {
+        HealthState::default()
+    }
+
+    /// A state whose leading flag is also exported as the `inpool_leader` gauge of `metrics`.
+    pub fn with_metrics(metrics: &Metrics) -> HealthState {
+        HealthState {
+            inner: Arc::new(Inner {
+                leader_gauge: Some(metrics.leader_gauge()),
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// Called by the controllers once their caches (reflector stores) have synced, and with
+    /// `false` when they stop.
+    pub fn set_caches_synced(&self, synced: bool) {
+        self.inner.caches_synced.store(synced, Ordering::SeqCst);
+    }
+
+    /// Called by leader election once it knows whether this process leads (and always true when
+    /// leader election is off).
+    pub fn set_leader_state_known(&self, known: bool) {
+        self.inner.leader_state_known.store(known, Ordering::SeqCst);
+    }
+
+    /// Whether this process runs the controllers now (the leader, or leader election off).
+    pub fn set_leading(&self, leading: bool) {
+        self.inner.leading.store(leading, Ordering::SeqCst);
+        if let Some(gauge) = &self.inner.leader_gauge {
+            gauge.set(i64::from(leading));
+        }
+    }
+
+    pub fn caches_synced(&self) -> bool {
+        self.inner.caches_synced.load(Ordering::SeqCst)
+    }
+
+    pub fn leader_state_known(&self) -> bool {
+        self.inner.leader_state_known.load(Ordering::SeqCst)
+    }
+
+    pub fn is_leading(&self) -> bool {
+        self.inner.leading.load(Ordering::SeqCst)
+    }
+
+    /// `Ok` when ready, else the reason.
+    pub fn readiness(&self) -> Result<(), &'static str> {
+        if !self.leader_state_known() {
+            return Err("leader election state not known yet");
+        }
+        if self.is_leading() && !self.caches_synced() {
+            return Err("caches not synced yet");
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    health: HealthState,
+    metrics: Metrics,
+}
+
+/// The routes, for serving or for tests.
+pub fn router(health: HealthState, metrics: Metrics) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_handler))
+        .with_state(AppState { health, metrics })
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.health.readiness() {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
+    }
+}
+
+async fn metrics_handler(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
+        state.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// Binds `addr` (port 0 picks a free port) and logs the address actually bound.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tracing::info!(addr = %local, "HTTP server listening (/metrics, /healthz, /readyz)");
+    Ok(listener)
+}
+
+/// Serves on an already bound listener until `shutdown` completes, then finishes the requests
+/// in flight.
+pub async fn serve_on(
+    listener: TcpListener,
+    health: HealthState,
+    metrics: Metrics,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(health, metrics))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Binds `addr` and serves `/metrics`, `/healthz` and `/readyz` until `shutdown` completes.
+pub async fn serve(
+    addr: SocketAddr,
+    health: HealthState,
+    metrics: Metrics,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = bind(addr).await?;
+    serve_on(listener, health, metrics, shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    async fn get_path(app: &Router, path: &str) -> (StatusCode, Option<String>, String) {
+        let response = app
+            .clone()
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_string());
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (
+            status,
+            content_type,
+            String::from_utf8(body.to_vec()).unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn healthz_is_always_ok() {
+        let app = router(HealthState::new(), Metrics::new());
+        let (status, _, body) = get_path(&app, "/healthz").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, "ok\n");
+    }
+
+    #[tokio::test]
+    async fn readyz_needs_leader_state_and_synced_caches_on_the_leader() {
+        let health = HealthState::new();
+        let app = router(health.clone(), Metrics::new());
+
+        let (status, _, body) = get_path(&app, "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "leader election state not known yet\n");
+
+        // Caches alone are not enough.
+        health.set_caches_synced(true);
+        assert_eq!(
+            get_path(&app, "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        health.set_caches_synced(false);
+
+        // A standby that knows it is one is ready without caches.
+        health.set_leader_state_known(true);
+        assert_eq!(get_path(&app, "/readyz").await.0, StatusCode::OK);
+
+        // The leader is ready only once its caches synced.
+        health.set_leading(true);
+        let (status, _, body) = get_path(&app, "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "caches not synced yet\n");
+        health.set_caches_synced(true);
+        let (status, _, body) = get_path(&app, "/readyz").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok\n"));
+
+        // Losing the leader state again makes it unready.
+        health.set_leader_state_known(false);
+        assert_eq!(
+            get_path(&app, "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+
+    #[tokio::test]
+    async fn metrics_are_openmetrics() {
+        let metrics = Metrics::new();
+        let health = HealthState::with_metrics(&metrics);
+        health.set_leading(true);
+        let app = router(health, metrics);
+        let (status, content_type, body) = get_path(&app, "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(content_type.as_deref(), Some(OPENMETRICS_CONTENT_TYPE));
+        assert!(body.ends_with("# EOF\n"), "{body}");
+        assert!(body.contains("\ninpool_leader 1\n"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn unknown_paths_are_404() {
+        let app = router(HealthState::new(), Metrics::new());
+        assert_eq!(get_path(&app, "/").await.0, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn serves_on_a_socket_and_stops_on_shutdown() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_on(
+            listener,
+            HealthState::new(),
+            Metrics::new(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        stop.send(()).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), server)
+            .await
+            .expect("server stops after shutdown")
+            .unwrap()
+            .unwrap();
+    }
+}

@@ -1,0 +1,676 @@
+//! The claim controller on the real control plane: the IPAM contract, the `Ready` condition,
+//! fair and event-driven waiting, release, adoption, pause, and uniqueness with two processes.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use inpool::api::{
+    Cluster, IPAddress, IPAddressClaim, IPAddressClaimSpec, IPPoolReference, InClusterIPPool,
+    InClusterIPPoolSpec,
+};
+use inpool::cli::Settings;
+use inpool::controllers::reservation::IPAddressReservation;
+use inpool::telemetry::{HealthState, Metrics};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+const GROUP: &str = "ipam.cluster.x-k8s.io";
+
+/// Runs an inpool controller for one namespace until the test ends.
+fn start_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
+    let settings = Settings {
+        namespace: Some(ns.to_string()),
+        watch_filter: None,
+        concurrency: 16,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let client = client.clone();
+    tokio::spawn(async move {
+        let result =
+            inpool::controllers::run(client, settings, Metrics::default(), HealthState::default())
+                .await;
+        panic!("controller stopped: {result:?}");
+    })
+}
+
+fn pool(name: &str, addresses: &[&str], prefix: i32, gateway: Option<&str>) -> InClusterIPPool {
+    let mut spec = InClusterIPPoolSpec::new(addresses.iter().copied(), prefix);
+    spec.gateway = gateway.map(str::to_string);
+    InClusterIPPool::new(name, spec)
+}
+
+fn claim(name: &str, pool: &str) -> IPAddressClaim {
+    IPAddressClaim::new(
+        name,
+        IPAddressClaimSpec {
+            cluster_name: None,
+            pool_ref: IPPoolReference::new(GROUP, "InClusterIPPool", pool),
+        },
+    )
+}
+
+async fn create<K>(api: &Api<K>, object: &K) -> K
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.create(&PostParams::default(), object)
+        .await
+        .unwrap_or_else(|e| panic!("create {}: {e}", object.name_any()))
+}
+
+/// (status, reason, addressRef) of a claim's Ready condition.
+fn ready_of(claim: &IPAddressClaim) -> Option<(String, String, Option<String>)> {
+    let ready = claim.conditions().iter().find(|c| c.type_ == "Ready")?;
+    let address_ref = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.address_ref.as_ref())
+        .map(|r| r.name.clone());
+    Some((ready.status.clone(), ready.reason.clone(), address_ref))
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_reason(claims: &Api<IPAddressClaim>, name: &str, reason: &str) -> IPAddressClaim {
+    wait_for(
+        &format!("claim {name} to be {reason}"),
+        Duration::from_secs(60),
+        || async {
+            let claim = claims.get(name).await.ok()?;
+            let (_, r, _) = ready_of(&claim)?;
+            (r == reason).then_some(claim)
+        },
+    )
+    .await
+}
+
+/// The address each claim holds, read from the `IPAddress` objects.
+async fn addresses_by_claim(client: &Client, ns: &str) -> BTreeMap<String, String> {
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), ns);
+    addresses
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|a| a.metadata.deletion_timestamp.is_none())
+        .map(|a| (a.spec.claim_ref.name.clone(), a.spec.address.clone()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_claim_is_realised_with_an_address_that_follows_the_contract() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    let created_pool = create(
+        &pools,
+        &pool("pool", &["10.0.0.0/24"], 24, Some("10.0.0.1")),
+    )
+    .await;
+    let mut c = claim("machine-0", "pool");
+    c.metadata.labels = Some([("cluster.x-k8s.io/cluster-name".into(), "c1".into())].into());
+    // The cluster label names a Cluster that must exist.
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "c1"}, "spec": {"paused": false}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let created = create(&claims, &c).await;
+
+    let claim = wait_reason(&claims, "machine-0", "AddressAllocated").await;
+    let ready = claim
+        .conditions()
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "True");
+    assert_eq!(ready.observed_generation, claim.metadata.generation);
+    assert_eq!(
+        claim
+            .status
+            .as_ref()
+            .unwrap()
+            .address_ref
+            .as_ref()
+            .unwrap()
+            .name,
+        "machine-0"
+    );
+    let legacy = claim.status.as_ref().unwrap().legacy_conditions().unwrap();
+    let mirrored = legacy.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(mirrored.status, "True", "legacy mirror matches Ready");
+    assert!(
+        claim
+            .finalizers()
+            .contains(&"ipam.cluster.x-k8s.io/ReleaseAddress".to_string())
+    );
+
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), &ns);
+    let address = addresses.get("machine-0").await.unwrap();
+    assert_eq!(
+        address.spec.address, "10.0.0.2",
+        "lowest free: network and gateway skipped"
+    );
+    assert_eq!(address.spec.prefix, 24);
+    assert_eq!(address.spec.gateway.as_deref(), Some("10.0.0.1"));
+    assert_eq!(address.spec.pool_ref, created.spec.pool_ref);
+    assert_eq!(address.spec.claim_ref.name, "machine-0");
+    assert_eq!(
+        address
+            .labels()
+            .get("cluster.x-k8s.io/cluster-name")
+            .map(String::as_str),
+        Some("c1")
+    );
+    assert!(
+        address
+            .finalizers()
+            .contains(&"ipam.cluster.x-k8s.io/ProtectAddress".to_string())
+    );
+    let owners = address.owner_references();
+    let claim_owner = owners.iter().find(|o| o.kind == "IPAddressClaim").unwrap();
+    assert_eq!(claim_owner.uid, created.uid().unwrap());
+    assert_eq!(claim_owner.controller, Some(true));
+    assert_eq!(claim_owner.block_owner_deletion, Some(true));
+    let pool_owner = owners.iter().find(|o| o.kind == "InClusterIPPool").unwrap();
+    assert_eq!(pool_owner.uid, created_pool.uid().unwrap());
+    assert_eq!(pool_owner.controller, Some(false));
+    assert_eq!(pool_owner.block_owner_deletion, Some(true));
+
+    // Deleting the claim releases the address and its reservation.
+    claims
+        .delete("machine-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the claim to go", Duration::from_secs(30), || async {
+        claims
+            .get_opt("machine-0")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(addresses.get_opt("machine-0").await.unwrap().is_none());
+    let reservations: Api<IPAddressReservation> = Api::all(client.clone());
+    assert!(
+        reservations
+            .get_opt(&format!("10-0-0-2.ns.{ns}"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn exhaustion_then_release_serves_the_oldest_waiting_claim() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("small", &["10.1.0.10"], 24, None)).await;
+    create(&claims, &claim("holder", "small")).await;
+    wait_reason(&claims, "holder", "AddressAllocated").await;
+
+    create(&claims, &claim("first-waiter", "small")).await;
+    let waiting = wait_reason(&claims, "first-waiter", "PoolExhausted").await;
+    let (status, _, address_ref) = ready_of(&waiting).unwrap();
+    assert_eq!(status, "False");
+    assert_eq!(address_ref, None, "no addressRef while no address is held");
+    // Creation timestamps have one-second resolution: make the order unambiguous.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    create(&claims, &claim("a-second-waiter", "small")).await;
+    wait_reason(&claims, "a-second-waiter", "PoolExhausted").await;
+
+    claims
+        .delete("holder", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_reason(&claims, "first-waiter", "AddressAllocated").await;
+    let second = claims.get("a-second-waiter").await.unwrap();
+    assert_eq!(ready_of(&second).unwrap().1, "PoolExhausted");
+    assert_eq!(
+        addresses_by_claim(&client, &ns)
+            .await
+            .get("first-waiter")
+            .map(String::as_str),
+        Some("10.1.0.10")
+    );
+}
+
+#[tokio::test]
+async fn growing_the_pool_realises_every_waiting_claim() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("grow", &["10.2.0.10"], 24, None)).await;
+    for i in 0..4 {
+        create(&claims, &claim(&format!("c{i}"), "grow")).await;
+    }
+    wait_for(
+        "one realised, three exhausted",
+        Duration::from_secs(60),
+        || async {
+            let list = claims.list(&ListParams::default()).await.ok()?;
+            let reasons: Vec<String> = list
+                .items
+                .iter()
+                .filter_map(|c| Some(ready_of(c)?.1))
+                .collect();
+            let allocated = reasons.iter().filter(|r| *r == "AddressAllocated").count();
+            let exhausted = reasons.iter().filter(|r| *r == "PoolExhausted").count();
+            (allocated == 1 && exhausted == 3).then_some(())
+        },
+    )
+    .await;
+
+    let patch = json!({ "spec": { "addresses": ["10.2.0.10-10.2.0.13"] } });
+    pools
+        .patch("grow", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    for i in 0..4 {
+        wait_reason(&claims, &format!("c{i}"), "AddressAllocated").await;
+    }
+    let held: BTreeSet<String> = addresses_by_claim(&client, &ns)
+        .await
+        .into_values()
+        .collect();
+    assert_eq!(held.len(), 4);
+}
+
+#[tokio::test]
+async fn a_missing_pool_is_not_ready_until_it_is_created() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    create(&claims, &claim("early", "later")).await;
+    let waiting = wait_reason(&claims, "early", "PoolNotReady").await;
+    let message = &waiting.conditions()[0].message;
+    assert!(message.contains("does not exist"), "{message}");
+    assert!(
+        message.contains("later"),
+        "the message names the pool: {message}"
+    );
+
+    create(&pools, &pool("later", &["10.3.0.0/30"], 30, None)).await;
+    wait_reason(&claims, "early", "AddressAllocated").await;
+}
+
+#[tokio::test]
+async fn claims_of_other_providers_are_never_touched() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    let mut foreign = claim("foreign", "x");
+    foreign.spec.pool_ref = IPPoolReference::new("ipam.metal3.io", "IPPool", "x");
+    create(&claims, &foreign).await;
+    // A claim of ours created afterwards is served, so the controller has seen both.
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("p", &["10.4.0.0/30"], 30, None)).await;
+    create(&claims, &claim("ours", "p")).await;
+    wait_reason(&claims, "ours", "AddressAllocated").await;
+    let foreign = claims.get("foreign").await.unwrap();
+    assert!(foreign.status.is_none());
+    assert!(foreign.finalizers().is_empty());
+}
+
+#[tokio::test]
+async fn an_ipaddress_created_by_hand_is_adopted() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("p", &["10.5.0.0/24"], 24, None)).await;
+    let address: IPAddress = serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+        "metadata": { "name": "migrated" },
+        "spec": {
+            "address": "10.5.0.77", "prefix": 24,
+            "claimRef": { "name": "migrated" },
+            "poolRef": { "apiGroup": GROUP, "kind": "InClusterIPPool", "name": "p" }
+        }
+    }))
+    .unwrap();
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), &ns);
+    create(&addresses, &address).await;
+    create(&claims, &claim("migrated", "p")).await;
+    wait_reason(&claims, "migrated", "AddressAllocated").await;
+    assert_eq!(
+        addresses_by_claim(&client, &ns).await,
+        BTreeMap::from([("migrated".to_string(), "10.5.0.77".to_string())]),
+        "adopted, not allocated again"
+    );
+    // The adopted address is held: a new claim gets another one.
+    create(&claims, &claim("next", "p")).await;
+    wait_reason(&claims, "next", "AddressAllocated").await;
+    assert_eq!(
+        addresses_by_claim(&client, &ns)
+            .await
+            .get("next")
+            .map(String::as_str),
+        Some("10.5.0.1")
+    );
+}
+
+async fn create_cluster(client: &Client, ns: &str, name: &str, paused: bool) {
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), ns);
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": { "name": name }, "spec": { "paused": paused }
+    }))
+    .unwrap();
+    create(&clusters, &cluster).await;
+}
+
+fn claim_of_cluster(name: &str, pool: &str, cluster: &str) -> IPAddressClaim {
+    let mut c = claim(name, pool);
+    c.spec.cluster_name = Some(cluster.to_string());
+    c
+}
+
+#[tokio::test]
+async fn a_paused_cluster_freezes_its_claims_until_unpaused() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("p", &["10.6.0.0/24"], 24, None)).await;
+    create_cluster(&client, &ns, "frozen", true).await;
+    create(&claims, &claim_of_cluster("c", "p", "frozen")).await;
+    // A claim in the same namespace that is not paused proves the controller is running.
+    create(&claims, &claim("witness", "p")).await;
+    wait_reason(&claims, "witness", "AddressAllocated").await;
+    let frozen = claims.get("c").await.unwrap();
+    assert!(frozen.status.is_none(), "no change at all while paused");
+    assert!(frozen.finalizers().is_empty());
+
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .patch(
+            "frozen",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"paused": false}})),
+        )
+        .await
+        .unwrap();
+    wait_reason(&claims, "c", "AddressAllocated").await;
+}
+
+#[tokio::test]
+async fn claims_finish_deleting_after_their_cluster_is_gone() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("p", &["10.7.0.0/24"], 24, None)).await;
+    create_cluster(&client, &ns, "doomed", false).await;
+    create(&claims, &claim_of_cluster("c", "p", "doomed")).await;
+    wait_reason(&claims, "c", "AddressAllocated").await;
+
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+    claims.delete("c", &DeleteParams::default()).await.unwrap();
+    wait_for(
+        "the claim to finish deleting",
+        Duration::from_secs(30),
+        || async { claims.get_opt("c").await.unwrap().is_none().then_some(()) },
+    )
+    .await;
+    assert!(
+        addresses_by_claim(&client, &ns).await.is_empty(),
+        "address released"
+    );
+}
+
+#[tokio::test]
+async fn a_claim_deleted_for_move_keeps_its_address() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("p", &["10.8.0.0/24"], 24, None)).await;
+    create(&claims, &claim("moving", "p")).await;
+    wait_reason(&claims, "moving", "AddressAllocated").await;
+    let annotate =
+        json!({"metadata": {"annotations": {"clusterctl.cluster.x-k8s.io/delete-for-move": ""}}});
+    claims
+        .patch("moving", &PatchParams::default(), &Patch::Merge(&annotate))
+        .await
+        .unwrap();
+    claims
+        .delete("moving", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the claim to go", Duration::from_secs(30), || async {
+        claims
+            .get_opt("moving")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        addresses.get_opt("moving").await.unwrap().is_some(),
+        "nothing is released for a move"
+    );
+}
+
+#[tokio::test]
+async fn an_infrastructure_machine_gets_three_addresses_and_gc_releases_them() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    for (name, cidr) in [
+        ("mgmt", "10.9.0.0/24"),
+        ("storage", "10.9.1.0/24"),
+        ("v6", "fd00:9::/64"),
+    ] {
+        let prefix = if name == "v6" { 64 } else { 24 };
+        create(&pools, &pool(name, &[cidr], prefix, None)).await;
+    }
+    let machines: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let machine = create(
+        &machines,
+        &ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("vm-0".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .await;
+    for pool_name in ["mgmt", "storage", "v6"] {
+        let mut c = claim(&format!("vm-0-{pool_name}"), pool_name);
+        c.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "vm-0".into(),
+            uid: machine.uid().unwrap(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]);
+        create(&claims, &c).await;
+    }
+    for pool_name in ["mgmt", "storage", "v6"] {
+        wait_reason(&claims, &format!("vm-0-{pool_name}"), "AddressAllocated").await;
+    }
+    let held = addresses_by_claim(&client, &ns).await;
+    assert_eq!(held.get("vm-0-mgmt").map(String::as_str), Some("10.9.0.1"));
+    assert_eq!(
+        held.get("vm-0-storage").map(String::as_str),
+        Some("10.9.1.1")
+    );
+    assert_eq!(held.get("vm-0-v6").map(String::as_str), Some("fd00:9::1"));
+
+    machines
+        .delete("vm-0", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    wait_for(
+        "every address released",
+        Duration::from_secs(60),
+        || async {
+            let gone = claims
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                && addresses_by_claim(&client, &ns).await.is_empty();
+            gone.then_some(())
+        },
+    )
+    .await;
+}
+
+/// Creates `n` claims quickly; names sort in creation order.
+async fn create_claims(claims: &Api<IPAddressClaim>, pool: &str, n: usize) {
+    let mut tasks = Vec::new();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(n.div_ceil(8)) {
+        let claims = claims.clone();
+        let names: Vec<String> = chunk.iter().map(|i| format!("c-{i:04}")).collect();
+        let pool = pool.to_string();
+        tasks.push(tokio::spawn(async move {
+            for name in names {
+                create(&claims, &claim(&name, &pool)).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+async fn reasons(claims: &Api<IPAddressClaim>) -> BTreeMap<String, String> {
+    claims
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|c| Some((c.name_any(), ready_of(c)?.1)))
+        .collect()
+}
+
+async fn wait_counts(claims: &Api<IPAddressClaim>, allocated: usize, exhausted: usize) {
+    wait_for(
+        &format!("{allocated} allocated and {exhausted} exhausted"),
+        Duration::from_secs(240),
+        || async {
+            let r = reasons(claims).await;
+            let a = r.values().filter(|v| *v == "AddressAllocated").count();
+            let e = r.values().filter(|v| *v == "PoolExhausted").count();
+            (a == allocated && e == exhausted).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn two_controllers_at_once_never_hand_out_an_address_twice() {
+    let (client, ns) = support::env().namespace().await;
+    let _a = start_controller(&client, &ns);
+    let _b = start_controller(&support::env().client().await, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    // 10.20.0.1 - 10.20.1.44: 300 addresses.
+    create(&pools, &pool("p", &["10.20.0.1-10.20.1.44"], 16, None)).await;
+    create_claims(&claims, "p", 500).await;
+    wait_counts(&claims, 300, 200).await;
+
+    let held = addresses_by_claim(&client, &ns).await;
+    assert_eq!(held.len(), 300);
+    let distinct: BTreeSet<&String> = held.values().collect();
+    assert_eq!(distinct.len(), 300, "no address appears twice");
+    let r = reasons(&claims).await;
+    for (claim, reason) in &r {
+        assert_eq!(
+            held.contains_key(claim),
+            reason == "AddressAllocated",
+            "claim {claim}: Ready matches whether it holds an address"
+        );
+    }
+}
+
+#[tokio::test]
+async fn released_addresses_go_to_the_oldest_waiting_claims() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("p", &["10.21.0.1-10.21.1.44"], 16, None)).await;
+    create_claims(&claims, "p", 500).await;
+    wait_counts(&claims, 300, 200).await;
+
+    let list = claims.list(&ListParams::default()).await.unwrap().items;
+    let order = |c: &IPAddressClaim| (c.creation_timestamp().map(|t| t.0), c.name_any());
+    let mut waiting: Vec<&IPAddressClaim> = list
+        .iter()
+        .filter(|c| ready_of(c).is_some_and(|r| r.1 == "PoolExhausted"))
+        .collect();
+    waiting.sort_by_key(|c| order(c));
+    let expected: BTreeSet<String> = waiting.iter().take(100).map(|c| c.name_any()).collect();
+    let held: Vec<String> = list
+        .iter()
+        .filter(|c| ready_of(c).is_some_and(|r| r.1 == "AddressAllocated"))
+        .map(|c| c.name_any())
+        .take(100)
+        .collect();
+    for name in &held {
+        claims.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    wait_counts(&claims, 300, 100).await;
+    let r = reasons(&claims).await;
+    let newly: BTreeSet<String> = expected
+        .iter()
+        .filter(|name| r.get(*name).map(String::as_str) == Some("AddressAllocated"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        newly, expected,
+        "exactly the 100 oldest waiting claims were realised"
+    );
+}
