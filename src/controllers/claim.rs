@@ -292,16 +292,7 @@ async fn create_address(
                 .expect("registry lock")
                 .finish(pool, ip, false);
             ctx.wake(woken);
-            set_ready(
-                claim,
-                ctx,
-                ConditionStatus::False,
-                REASON_POOL_NOT_READY,
-                reason,
-                None,
-            )
-            .await?;
-            return Ok(Action::await_change());
+            return fail(claim, ctx, REASON_POOL_NOT_READY, reason).await;
         }
     };
     let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
@@ -372,32 +363,14 @@ async fn adopt(
     };
     let ip = match (conflict, existing.spec.address.parse::<IpAddr>()) {
         (Some(message), _) => {
-            set_ready(
-                claim,
-                ctx,
-                ConditionStatus::False,
-                REASON_ALLOCATION_FAILED,
-                message,
-                None,
-            )
-            .await?;
-            return Ok(Action::await_change());
+            return fail(claim, ctx, REASON_ALLOCATION_FAILED, message).await;
         }
         (None, Err(_)) => {
             let message = format!(
                 "IPAddress {key} has spec.address `{}`, which is not an IP address",
                 existing.spec.address
             );
-            set_ready(
-                claim,
-                ctx,
-                ConditionStatus::False,
-                REASON_ALLOCATION_FAILED,
-                message,
-                None,
-            )
-            .await?;
-            return Ok(Action::await_change());
+            return fail(claim, ctx, REASON_ALLOCATION_FAILED, message).await;
         }
         (None, Ok(ip)) => ip,
     };
@@ -419,18 +392,20 @@ async fn adopt(
         let message = format!(
             "IPAddress {key} holds {ip}, but that address is reserved for claim {holder}; one of the two must go"
         );
-        set_ready(
-            claim,
-            ctx,
-            ConditionStatus::False,
-            REASON_ALLOCATION_FAILED,
-            message,
-            None,
-        )
-        .await?;
-        return Ok(Action::await_change());
+        return fail(claim, ctx, REASON_ALLOCATION_FAILED, message).await;
     }
     ready(claim, ctx, ip).await
+}
+
+/// Sets `Ready=False` with `reason` and waits for a change (no retry: an event will come).
+async fn fail(
+    claim: &IPAddressClaim,
+    ctx: &Context,
+    reason: &str,
+    message: String,
+) -> Result<Action, Error> {
+    set_ready(claim, ctx, ConditionStatus::False, reason, message, None).await?;
+    Ok(Action::await_change())
 }
 
 async fn ready(claim: &IPAddressClaim, ctx: &Context, ip: IpAddr) -> Result<Action, Error> {
