@@ -1,126 +1,22 @@
 //! The claim controller on the real control plane: the IPAM contract, the `Ready` condition,
 //! fair and event-driven waiting, release, adoption, pause, and uniqueness with two processes.
 
+#[path = "common/ipam.rs"]
+mod ipam;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use inpool::api::{
-    Cluster, IPAddress, IPAddressClaim, IPAddressClaimSpec, IPPoolReference, InClusterIPPool,
-    InClusterIPPoolSpec,
-};
-use inpool::cli::Settings;
+use inpool::api::{Cluster, IPAddress, IPAddressClaim, IPPoolReference, InClusterIPPool};
 use inpool::controllers::reservation::IPAddressReservation;
-use inpool::telemetry::{HealthState, Metrics};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-const GROUP: &str = "ipam.cluster.x-k8s.io";
-
-/// Runs an inpool controller for one namespace until the test ends.
-fn start_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
-    let settings = Settings {
-        namespace: Some(ns.to_string()),
-        watch_filter: None,
-        concurrency: 16,
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let client = client.clone();
-    tokio::spawn(async move {
-        let result =
-            inpool::controllers::run(client, settings, Metrics::default(), HealthState::default())
-                .await;
-        panic!("controller stopped: {result:?}");
-    })
-}
-
-fn pool(name: &str, addresses: &[&str], prefix: i32, gateway: Option<&str>) -> InClusterIPPool {
-    let mut spec = InClusterIPPoolSpec::new(addresses.iter().copied(), prefix);
-    spec.gateway = gateway.map(str::to_string);
-    InClusterIPPool::new(name, spec)
-}
-
-fn claim(name: &str, pool: &str) -> IPAddressClaim {
-    IPAddressClaim::new(
-        name,
-        IPAddressClaimSpec {
-            cluster_name: None,
-            pool_ref: IPPoolReference::new(GROUP, "InClusterIPPool", pool),
-        },
-    )
-}
-
-async fn create<K>(api: &Api<K>, object: &K) -> K
-where
-    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.create(&PostParams::default(), object)
-        .await
-        .unwrap_or_else(|e| panic!("create {}: {e}", object.name_any()))
-}
-
-/// (status, reason, addressRef) of a claim's Ready condition.
-fn ready_of(claim: &IPAddressClaim) -> Option<(String, String, Option<String>)> {
-    let ready = claim.conditions().iter().find(|c| c.type_ == "Ready")?;
-    let address_ref = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.address_ref.as_ref())
-        .map(|r| r.name.clone());
-    Some((ready.status.clone(), ready.reason.clone(), address_ref))
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn wait_reason(claims: &Api<IPAddressClaim>, name: &str, reason: &str) -> IPAddressClaim {
-    wait_for(
-        &format!("claim {name} to be {reason}"),
-        Duration::from_secs(60),
-        || async {
-            let claim = claims.get(name).await.ok()?;
-            let (_, r, _) = ready_of(&claim)?;
-            (r == reason).then_some(claim)
-        },
-    )
-    .await
-}
-
-/// The address each claim holds, read from the `IPAddress` objects.
-async fn addresses_by_claim(client: &Client, ns: &str) -> BTreeMap<String, String> {
-    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), ns);
-    addresses
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|a| a.metadata.deletion_timestamp.is_none())
-        .map(|a| (a.spec.claim_ref.name.clone(), a.spec.address.clone()))
-        .collect()
-}
+use ipam::*;
 
 #[tokio::test]
 async fn a_claim_is_realised_with_an_address_that_follows_the_contract() {
@@ -561,49 +457,6 @@ async fn an_infrastructure_machine_gets_three_addresses_and_gc_releases_them() {
                 .is_empty()
                 && addresses_by_claim(&client, &ns).await.is_empty();
             gone.then_some(())
-        },
-    )
-    .await;
-}
-
-/// Creates `n` claims quickly; names sort in creation order.
-async fn create_claims(claims: &Api<IPAddressClaim>, pool: &str, n: usize) {
-    let mut tasks = Vec::new();
-    for chunk in (0..n).collect::<Vec<_>>().chunks(n.div_ceil(8)) {
-        let claims = claims.clone();
-        let names: Vec<String> = chunk.iter().map(|i| format!("c-{i:04}")).collect();
-        let pool = pool.to_string();
-        tasks.push(tokio::spawn(async move {
-            for name in names {
-                create(&claims, &claim(&name, &pool)).await;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-}
-
-async fn reasons(claims: &Api<IPAddressClaim>) -> BTreeMap<String, String> {
-    claims
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter_map(|c| Some((c.name_any(), ready_of(c)?.1)))
-        .collect()
-}
-
-async fn wait_counts(claims: &Api<IPAddressClaim>, allocated: usize, exhausted: usize) {
-    wait_for(
-        &format!("{allocated} allocated and {exhausted} exhausted"),
-        Duration::from_secs(240),
-        || async {
-            let r = reasons(claims).await;
-            let a = r.values().filter(|v| *v == "AddressAllocated").count();
-            let e = r.values().filter(|v| *v == "PoolExhausted").count();
-            (a == allocated && e == exhausted).then_some(())
         },
     )
     .await;

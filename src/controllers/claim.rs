@@ -18,7 +18,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::registry::{Decision, ObjectKey, PoolKey, QueuedClaim, Unready};
-use super::reservation::{IPAddressReservation, new_reservation, reservation_name};
+use super::reservation::{IPAddressReservation, new_reservation};
 use super::{Context, MANAGER};
 use crate::allocator::canonical;
 use crate::api::{
@@ -142,12 +142,7 @@ async fn realise(
     }
     ensure_finalizer(claim, ctx).await?;
 
-    let known = ctx
-        .registry
-        .lock()
-        .expect("registry lock")
-        .address_of(key)
-        .cloned();
+    let known = ctx.registry().address_of(key).cloned();
     if let Some(hold) = known.filter(|h| &h.pool == pool) {
         return ready(claim, ctx, hold.ip).await;
     }
@@ -156,30 +151,26 @@ async fn realise(
         return adopt(claim, key, pool, ctx, &existing).await;
     }
     let recovered = ctx
-        .registry
-        .lock()
-        .expect("registry lock")
+        .registry()
         .reservations_of(key)
         .into_iter()
         .find(|(_, hold)| &hold.pool == pool);
-    let ip = match recovered {
-        Some((_, hold)) => {
-            ctx.registry
-                .lock()
-                .expect("registry lock")
-                .hold_in_flight(pool, key, hold.ip);
-            hold.ip
+    let (ip, reservation) = match recovered {
+        Some((name, hold)) => {
+            ctx.registry().hold_in_flight(pool, key, hold.ip);
+            (hold.ip, name)
         }
         None => match reserve(claim, key, pool, ctx).await? {
-            Reserved::Address(ip) => ip,
+            Reserved::Address(ip, name) => (ip, name),
             Reserved::Nothing(action) => return Ok(action),
         },
     };
-    create_address(claim, key, pool, ctx, ip).await
+    create_address(claim, key, pool, ctx, ip, &reservation).await
 }
 
 enum Reserved {
-    Address(IpAddr),
+    /// The address and the name of its reservation.
+    Address(IpAddr, String),
     Nothing(Action),
 }
 
@@ -200,7 +191,7 @@ async fn reserve(
     let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
     for _ in 0..MAX_TAKEN_RETRIES {
         let decision = {
-            let mut registry = ctx.registry.lock().expect("registry lock");
+            let mut registry = ctx.registry();
             let decision = registry.try_allocate(pool, queued.clone());
             if let Decision::Exhausted { .. } = decision {
                 // Claims that vanished without a final reconcile must not hold the queue.
@@ -246,23 +237,18 @@ async fn reserve(
                 return Ok(Reserved::Nothing(Action::await_change()));
             }
         };
+        let scope = ctx.registry().reservation_scope(pool, ip);
+        let reservation = new_reservation(&scope, pool, key, ip);
         match reservations
-            .create(&PostParams::default(), &new_reservation(pool, key, ip))
+            .create(&PostParams::default(), &reservation)
             .await
         {
-            Ok(_) => return Ok(Reserved::Address(ip)),
+            Ok(_) => return Ok(Reserved::Address(ip, reservation.name_any())),
             Err(kube::Error::Api(status)) if status.code == 409 => {
-                ctx.registry
-                    .lock()
-                    .expect("registry lock")
-                    .taken_elsewhere(pool, ip);
+                ctx.registry().taken_elsewhere(pool, ip);
             }
             Err(e) => {
-                let woken = ctx
-                    .registry
-                    .lock()
-                    .expect("registry lock")
-                    .finish(pool, ip, false);
+                let woken = ctx.registry().finish(pool, ip, false);
                 ctx.wake(woken);
                 return Err(e.into());
             }
@@ -281,16 +267,13 @@ async fn create_address(
     pool: &PoolKey,
     ctx: &Context,
     ip: IpAddr,
+    reservation: &str,
 ) -> Result<Action, Error> {
     let address = match build_address(claim, pool, ctx, ip) {
         Ok(address) => address,
         Err(reason) => {
-            release_reservation(ctx, pool, ip).await?;
-            let woken = ctx
-                .registry
-                .lock()
-                .expect("registry lock")
-                .finish(pool, ip, false);
+            release_reservation(ctx, reservation).await?;
+            let woken = ctx.registry().finish(pool, ip, false);
             ctx.wake(woken);
             return fail(claim, ctx, REASON_POOL_NOT_READY, reason).await;
         }
@@ -298,31 +281,20 @@ async fn create_address(
     let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
     match addresses.create(&PostParams::default(), &address).await {
         Ok(_) => {
-            ctx.registry
-                .lock()
-                .expect("registry lock")
-                .finish(pool, ip, true);
+            ctx.registry().finish(pool, ip, true);
             ctx.metrics.allocation(&metrics_key(pool));
             ready(claim, ctx, ip).await
         }
         Err(kube::Error::Api(status)) if status.code == 409 => {
             // Someone created this claim's IPAddress meanwhile (another process, or by hand):
             // give our reservation back and adopt theirs on the next pass.
-            release_reservation(ctx, pool, ip).await?;
-            let woken = ctx
-                .registry
-                .lock()
-                .expect("registry lock")
-                .finish(pool, ip, false);
+            release_reservation(ctx, reservation).await?;
+            let woken = ctx.registry().finish(pool, ip, false);
             ctx.wake(woken);
             Ok(Action::requeue(Duration::from_millis(100)))
         }
         Err(e) => {
-            let woken = ctx
-                .registry
-                .lock()
-                .expect("registry lock")
-                .finish(pool, ip, true);
+            let woken = ctx.registry().finish(pool, ip, true);
             ctx.wake(woken);
             let message = format!("creating IPAddress {key} for {ip} failed: {e}");
             set_ready(
@@ -374,10 +346,12 @@ async fn adopt(
         }
         (None, Ok(ip)) => ip,
     };
-    let name = reservation_name(&pool.scope(), ip);
+    let scope = ctx.registry().reservation_scope(pool, ip);
+    let reservation = new_reservation(&scope, pool, key, ip);
+    let name = reservation.name_any();
     let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
     let holder = match reservations
-        .create(&PostParams::default(), &new_reservation(pool, key, ip))
+        .create(&PostParams::default(), &reservation)
         .await
     {
         Ok(_) => None,
@@ -449,11 +423,7 @@ async fn release(
             if let Some(address) = address.filter(|a| a.spec.claim_ref.name == key.name) {
                 delete_address(&addresses, &address).await?;
             }
-            let held = ctx
-                .registry
-                .lock()
-                .expect("registry lock")
-                .reservations_of(key);
+            let held = ctx.registry().reservations_of(key);
             let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
             for (name, _) in held {
                 delete_ignoring_missing(&reservations, &name).await?;
@@ -506,9 +476,9 @@ where
     }
 }
 
-async fn release_reservation(ctx: &Context, pool: &PoolKey, ip: IpAddr) -> Result<(), Error> {
+async fn release_reservation(ctx: &Context, name: &str) -> Result<(), Error> {
     let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
-    delete_ignoring_missing(&reservations, &reservation_name(&pool.scope(), ip)).await
+    delete_ignoring_missing(&reservations, name).await
 }
 
 fn build_address(
@@ -517,7 +487,7 @@ fn build_address(
     ctx: &Context,
     ip: IpAddr,
 ) -> Result<IPAddress, String> {
-    let Some((prefix, gateway)) = ctx.registry.lock().expect("registry lock").network(pool) else {
+    let Some((prefix, gateway)) = ctx.registry().network(pool) else {
         return Err(format!(
             "{pool} changed while the address was being allocated"
         ));
@@ -605,10 +575,7 @@ fn not_ready_message(pool: &PoolKey, unready: &Unready) -> String {
 }
 
 fn forget(ctx: &Context, pool: &PoolKey, key: &ObjectKey) {
-    ctx.registry
-        .lock()
-        .expect("registry lock")
-        .forget_claim(pool, key);
+    ctx.registry().forget_claim(pool, key);
 }
 
 async fn ensure_finalizer(claim: &IPAddressClaim, ctx: &Context) -> Result<(), Error> {

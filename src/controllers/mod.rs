@@ -6,6 +6,7 @@
 //! - [`claim`]: the `IPAddressClaim` reconciler (the IPAM contract and its `Ready` condition);
 //! - [`reservation`]: the object whose name makes the API server enforce address uniqueness.
 pub mod claim;
+pub mod pool;
 pub mod registry;
 pub mod reservation;
 pub mod watch;
@@ -21,7 +22,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 
-use crate::api::IPAddressClaim;
+use crate::api::{GlobalInClusterIPPool, IPAddressClaim, InClusterIPPool};
 use crate::cli::Settings;
 use crate::telemetry::{HealthState, Metrics};
 use registry::Registry;
@@ -33,14 +34,70 @@ pub const MANAGER: &str = "inpool";
 pub struct Context {
     pub client: Client,
     pub settings: Settings,
-    pub registry: Mutex<Registry>,
+    registry: Mutex<Registry>,
     pub stores: watch::Stores,
     pub recorder: Recorder,
     pub metrics: Metrics,
     wake: mpsc::UnboundedSender<ObjectRef<IPAddressClaim>>,
+    pool_wake: mpsc::UnboundedSender<ObjectRef<InClusterIPPool>>,
+    global_pool_wake: mpsc::UnboundedSender<ObjectRef<GlobalInClusterIPPool>>,
+    /// When each pool's status was last written (see `pool::MIN_STATUS_INTERVAL`).
+    pub pool_writes: Mutex<std::collections::HashMap<registry::PoolKey, std::time::Instant>>,
+}
+
+/// Exclusive access to the registry; on release, the pools whose status may have changed are
+/// queued for the pool controllers.
+pub struct RegistryGuard<'a> {
+    registry: std::sync::MutexGuard<'a, Registry>,
+    ctx: &'a Context,
+}
+
+impl std::ops::Deref for RegistryGuard<'_> {
+    type Target = Registry;
+    fn deref(&self) -> &Registry {
+        &self.registry
+    }
+}
+
+impl std::ops::DerefMut for RegistryGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+}
+
+impl Drop for RegistryGuard<'_> {
+    fn drop(&mut self) {
+        for pool in self.registry.take_dirty() {
+            self.ctx.wake_pool(&pool);
+        }
+    }
 }
 
 impl Context {
+    /// Locks the registry (never held across an await).
+    pub fn registry(&self) -> RegistryGuard<'_> {
+        RegistryGuard {
+            registry: self.registry.lock().expect("registry lock"),
+            ctx: self,
+        }
+    }
+
+    /// Asks for a pool's status to be brought up to date.
+    pub fn wake_pool(&self, pool: &registry::PoolKey) {
+        match &pool.namespace {
+            Some(ns) => {
+                let _ = self
+                    .pool_wake
+                    .unbounded_send(ObjectRef::new(&pool.name).within(ns));
+            }
+            None => {
+                let _ = self
+                    .global_pool_wake
+                    .unbounded_send(ObjectRef::new(&pool.name));
+            }
+        }
+    }
+
     /// Asks for claims to be reconciled (capacity appeared, a Cluster changed, ...).
     pub fn wake(&self, claims: impl IntoIterator<Item = registry::ObjectKey>) {
         for claim in claims {
@@ -87,6 +144,8 @@ pub async fn run(
     health: HealthState,
 ) -> anyhow::Result<()> {
     let (wake_tx, wake_rx) = mpsc::unbounded();
+    let (pool_wake, pool_wake_rx) = mpsc::unbounded();
+    let (global_pool_wake, global_pool_wake_rx) = mpsc::unbounded();
     let controller = Controller::new(
         scoped::<IPAddressClaim>(&client, &settings),
         filtered(&settings),
@@ -102,6 +161,9 @@ pub async fn run(
         stores,
         metrics,
         wake: wake_tx,
+        pool_wake,
+        global_pool_wake,
+        pool_writes: Mutex::default(),
     });
     // The feed is part of this future, not a detached task: when the future is dropped (lease
     // lost), the watches and the registry go with it.
@@ -110,10 +172,24 @@ pub async fn run(
         // Allocating before every held address is known could pick one that is taken.
         ctx.stores.wait_until_ready().await?;
         health.set_caches_synced(true);
-        controller
+        let claims = controller
             .run(claim::reconcile, claim::error_policy, ctx.clone())
-            .for_each(|_| futures::future::ready(()))
-            .await;
+            .for_each(|_| futures::future::ready(()));
+        let pools = Controller::new(
+            scoped::<InClusterIPPool>(&client, &settings),
+            watcher::Config::default().any_semantic(),
+        )
+        .reconcile_on(pool_wake_rx)
+        .run(pool::reconcile, pool::error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+        let global_pools = Controller::new(
+            Api::<GlobalInClusterIPPool>::all(client.clone()),
+            watcher::Config::default().any_semantic(),
+        )
+        .reconcile_on(global_pool_wake_rx)
+        .run(pool::reconcile, pool::error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+        futures::join!(claims, pools, global_pools);
         anyhow::Ok(())
     };
     tokio::select! {

@@ -6,8 +6,14 @@
 //! object per address); this registry only decides what to *try*, keeps waiting claims in
 //! order, and says which claims to wake when capacity appears.
 //!
-//! Holds are counted per pool and per address: an address is used while a reservation or an
-//! `IPAddress` holds it, or while this process is in the middle of creating them (in flight).
+//! Holds are counted per pool and per address: an address is used in a pool while a reservation
+//! or an `IPAddress` holds it, or while this process is in the middle of creating them (in
+//! flight). A hold counts in its own pool and in every other pool whose range contains the
+//! address and that claims of one namespace can reach together with it (namespaced pools of one
+//! namespace, and global pools): overlapping pools never hand out the same address twice.
+//!
+//! Every change marks the pools whose status may change as dirty; [`Registry::take_dirty`] hands
+//! them to the pool status controller.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -150,6 +156,20 @@ impl PoolEntry {
         }
     }
 
+    fn range(&self) -> Option<&crate::allocator::AddressSet> {
+        match &self.state {
+            Some(Ok(allocator)) => Some(allocator.pool()),
+            _ => None,
+        }
+    }
+
+    /// Whether `record` uses an address of this pool (see the module docs).
+    fn is_held_by(&self, key: &PoolKey, record: &HoldRecord) -> bool {
+        record.pool == *key
+            || (scopes_meet(&key.scope(), &record.scope)
+                && self.range().is_some_and(|r| r.contains(record.ip)))
+    }
+
     fn hold(&mut self, ip: IpAddr) {
         *self.holds.entry(ip).or_default() += 1;
         if let Some(allocator) = self.allocator() {
@@ -173,14 +193,19 @@ impl PoolEntry {
         self.allocator().is_some_and(|a| a.release(ip))
     }
 
-    fn rebuild(&mut self, parsed: ParsedPool) {
-        let network = (parsed.prefix(), parsed.gateway());
-        let mut allocator = Allocator::new(parsed.into_allocatable());
-        for ip in self.holds.keys().chain(self.in_flight.iter()) {
-            allocator.mark_used(*ip);
+    /// Re-marks every hold and in-flight address in a fresh allocator.
+    fn remark(&mut self) {
+        let used: Vec<IpAddr> = self
+            .holds
+            .keys()
+            .chain(self.in_flight.iter())
+            .copied()
+            .collect();
+        if let Some(allocator) = self.allocator() {
+            for ip in used {
+                allocator.mark_used(ip);
+            }
         }
-        self.network = Some(network);
-        self.state = Some(Ok(allocator));
     }
 
     /// The first claims of the queue that the free addresses can serve, or the whole queue when
@@ -205,6 +230,13 @@ pub struct HoldRecord {
     pub pool: PoolKey,
     pub ip: IpAddr,
     pub claim: ObjectKey,
+    /// Where the hold is unique: the reservation's scope, or the pool's for an `IPAddress`.
+    pub scope: Scope,
+}
+
+/// Whether claims of one namespace can reach pools of both scopes.
+fn scopes_meet(a: &Scope, b: &Scope) -> bool {
+    a == b || *a == Scope::Cluster || *b == Scope::Cluster
 }
 
 #[derive(Default)]
@@ -214,10 +246,13 @@ pub struct Registry {
     reservations: HashMap<String, HoldRecord>,
     /// `IPAddress` objects by namespace/name (the name is the claim's).
     addresses: HashMap<ObjectKey, HoldRecord>,
+    /// Pools whose status may have changed since the last [`Registry::take_dirty`].
+    dirty: HashSet<PoolKey>,
 }
 
 impl Registry {
-    /// Records a pool's spec (parsed, or why not) and returns the claims to wake.
+    /// Records a pool's spec (parsed, or why not) and returns the claims to wake. Every pool is
+    /// marked dirty: overlaps with this one may have changed.
     pub fn set_pool(
         &mut self,
         key: &PoolKey,
@@ -225,20 +260,39 @@ impl Registry {
     ) -> Vec<ObjectKey> {
         let entry = self.pools.entry(key.clone()).or_default();
         match parsed {
-            Ok(parsed) => match &mut entry.state {
-                Some(Ok(allocator))
-                    if entry.network == Some((parsed.prefix(), parsed.gateway())) =>
-                {
-                    allocator.resize(parsed.into_allocatable());
-                }
-                _ => entry.rebuild(parsed),
-            },
+            Ok(parsed) => {
+                entry.network = Some((parsed.prefix(), parsed.gateway()));
+                entry.state = Some(Ok(Allocator::new(parsed.into_allocatable())));
+            }
             Err(unready) => {
                 entry.state = Some(Err(unready));
                 entry.network = None;
             }
         }
-        entry.wakeups()
+        self.recompute_holds(key);
+        self.dirty.extend(self.pools.keys().cloned());
+        self.pools[key].wakeups()
+    }
+
+    /// Counts again, from every record, the holds in one pool (its range changed).
+    fn recompute_holds(&mut self, key: &PoolKey) {
+        let Some(entry) = self.pools.get(key) else {
+            return;
+        };
+        let mut holds: HashMap<IpAddr, u32> = HashMap::new();
+        for record in self.reservations.values().chain(self.addresses.values()) {
+            if entry.is_held_by(key, record) {
+                *holds.entry(record.ip).or_default() += 1;
+            }
+        }
+        let entry = self.pools.get_mut(key).expect("checked above");
+        entry.holds = holds;
+        entry.remark();
+    }
+
+    /// Pools whose status may have changed since the last call.
+    pub fn take_dirty(&mut self) -> Vec<PoolKey> {
+        self.dirty.drain().collect()
     }
 
     /// The pool object is gone.
@@ -271,15 +325,15 @@ impl Registry {
             if old == record {
                 return;
             }
-            self.pool_entry(&old.pool).unhold(old.ip);
+            self.release_record(&old);
         }
-        self.pool_entry(&record.pool).hold(record.ip);
+        self.hold_record(&record);
     }
 
     /// Returns the claims to wake when the address became free.
     pub fn reservation_removed(&mut self, name: &str) -> Vec<ObjectKey> {
         match self.reservations.remove(name) {
-            Some(old) => self.unhold_and_wake(&old),
+            Some(old) => self.release_record(&old),
             None => Vec::new(),
         }
     }
@@ -289,18 +343,43 @@ impl Registry {
             if old == record {
                 return;
             }
-            self.pool_entry(&old.pool).unhold(old.ip);
+            self.release_record(&old);
         }
+        self.hold_record(&record);
         let entry = self.pool_entry(&record.pool);
-        entry.hold(record.ip);
         entry.waiting.retain(|q| q.claim != record.claim);
     }
 
     pub fn address_removed(&mut self, key: &ObjectKey) -> Vec<ObjectKey> {
         match self.addresses.remove(key) {
-            Some(old) => self.unhold_and_wake(&old),
+            Some(old) => self.release_record(&old),
             None => Vec::new(),
         }
+    }
+
+    fn hold_record(&mut self, record: &HoldRecord) {
+        self.pool_entry(&record.pool);
+        for (key, entry) in &mut self.pools {
+            if entry.is_held_by(key, record) {
+                entry.hold(record.ip);
+                self.dirty.insert(key.clone());
+            }
+        }
+    }
+
+    /// Takes a record's holds back; returns the claims to wake in pools where it freed the
+    /// address.
+    fn release_record(&mut self, record: &HoldRecord) -> Vec<ObjectKey> {
+        let mut woken = Vec::new();
+        for (key, entry) in &mut self.pools {
+            if entry.is_held_by(key, record) {
+                self.dirty.insert(key.clone());
+                if entry.unhold(record.ip) {
+                    woken.extend(entry.wakeups());
+                }
+            }
+        }
+        woken
     }
 
     /// The `IPAddress` this process has seen for a claim (same name, same namespace).
@@ -322,6 +401,7 @@ impl Registry {
     /// claim of the same pool: it is served only if the free addresses suffice for every claim
     /// queued before it. On `Allocate` the address is held in flight until [`Registry::finish`].
     pub fn try_allocate(&mut self, pool: &PoolKey, claim: QueuedClaim) -> Decision {
+        self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
         entry.waiting.insert(claim.clone());
         let Some(Ok(allocator)) = &mut entry.state else {
@@ -363,6 +443,7 @@ impl Registry {
 
     /// Holds a specific address in flight for a claim (adoption, crash recovery).
     pub fn hold_in_flight(&mut self, pool: &PoolKey, claim: &ObjectKey, ip: IpAddr) {
+        self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
         entry.waiting.retain(|q| &q.claim != claim);
         if let Some(allocator) = entry.allocator() {
@@ -375,6 +456,7 @@ impl Registry {
     /// object, ours or someone else's); otherwise it is released unless something holds it.
     /// Returns the claims to wake when it became free.
     pub fn finish(&mut self, pool: &PoolKey, ip: IpAddr, keep: bool) -> Vec<ObjectKey> {
+        self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
         entry.in_flight.remove(&ip);
         if keep {
@@ -402,8 +484,73 @@ impl Registry {
     /// The claim no longer waits in this pool (deleted, paused, adopted elsewhere).
     pub fn forget_claim(&mut self, pool: &PoolKey, claim: &ObjectKey) {
         if let Some(entry) = self.pools.get_mut(pool) {
+            let before = entry.waiting.len();
             entry.waiting.retain(|q| &q.claim != claim);
+            if entry.waiting.len() != before {
+                self.dirty.insert(pool.clone());
+            }
         }
+    }
+
+    /// The scope a new reservation for `ip` from `pool` is named in: the cluster scope when the
+    /// address of a namespaced pool also lies in a global pool, so that the API server keeps it
+    /// unique across both; otherwise the pool's own scope.
+    pub fn reservation_scope(&self, pool: &PoolKey, ip: IpAddr) -> Scope {
+        let in_global_pool = self.pools.iter().any(|(key, entry)| {
+            key.kind == PoolKind::Global && entry.range().is_some_and(|r| r.contains(ip))
+        });
+        if in_global_pool {
+            Scope::Cluster
+        } else {
+            pool.scope()
+        }
+    }
+
+    /// Addresses held for this pool that lie outside its range (after a shrink), with their
+    /// claims, lowest first.
+    pub fn out_of_range(&self, pool: &PoolKey) -> Vec<(IpAddr, ObjectKey)> {
+        let Some(range) = self.pools.get(pool).and_then(PoolEntry::range) else {
+            return Vec::new();
+        };
+        let mut held: Vec<(IpAddr, ObjectKey)> = self
+            .reservations
+            .values()
+            .chain(self.addresses.values())
+            .filter(|r| &r.pool == pool && !range.contains(r.ip))
+            .map(|r| (r.ip, r.claim.clone()))
+            .collect();
+        held.sort();
+        held.dedup();
+        held
+    }
+
+    /// Other pools that share addresses with this one and that claims of one namespace can
+    /// reach together with it, with the first shared range.
+    pub fn overlaps(&self, pool: &PoolKey) -> Vec<(PoolKey, crate::allocator::AddrRange)> {
+        let Some(range) = self.pools.get(pool).and_then(PoolEntry::range) else {
+            return Vec::new();
+        };
+        let mut found: Vec<_> = self
+            .pools
+            .iter()
+            .filter(|(key, _)| *key != pool && scopes_meet(&key.scope(), &pool.scope()))
+            .filter_map(|(key, entry)| Some((key.clone(), range.first_overlap(entry.range()?)?)))
+            .collect();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        found
+    }
+
+    /// Whether anything still holds an address *for* this pool (its own reservations and
+    /// addresses, or an allocation in flight): a pool is not let go while it does.
+    pub fn has_own_holds(&self, pool: &PoolKey) -> bool {
+        self.pools
+            .get(pool)
+            .is_some_and(|e| !e.in_flight.is_empty())
+            || self
+                .reservations
+                .values()
+                .chain(self.addresses.values())
+                .any(|r| &r.pool == pool)
     }
 
     /// Pools whose spec is known, for status reporting.
@@ -413,15 +560,6 @@ impl Registry {
 
     fn pool_entry(&mut self, key: &PoolKey) -> &mut PoolEntry {
         self.pools.entry(key.clone()).or_default()
-    }
-
-    fn unhold_and_wake(&mut self, old: &HoldRecord) -> Vec<ObjectKey> {
-        let entry = self.pool_entry(&old.pool);
-        if entry.unhold(old.ip) {
-            entry.wakeups()
-        } else {
-            Vec::new()
-        }
     }
 }
 
@@ -460,6 +598,7 @@ mod tests {
             pool: pool(),
             ip: ip(address),
             claim: ObjectKey::new("ns", name),
+            scope: pool().scope(),
         }
     }
 

@@ -28,9 +28,14 @@ pub fn reservation_name(scope: &Scope, ip: IpAddr) -> String {
     }
 }
 
-pub fn new_reservation(pool: &PoolKey, claim: &ObjectKey, ip: IpAddr) -> IPAddressReservation {
+pub fn new_reservation(
+    scope: &Scope,
+    pool: &PoolKey,
+    claim: &ObjectKey,
+    ip: IpAddr,
+) -> IPAddressReservation {
     let mut reservation = IPAddressReservation::new(
-        &reservation_name(&pool.scope(), ip),
+        &reservation_name(scope, ip),
         IPAddressReservationSpec {
             address: crate::allocator::canonical(ip),
             pool_kind: pool_kind_name(pool.kind).to_string(),
@@ -67,10 +72,16 @@ pub fn hold_of(reservation: &IPAddressReservation) -> Option<HoldRecord> {
         k if k == crate::api::GLOBAL_IN_CLUSTER_IP_POOL_KIND => PoolKey::global(&spec.pool_name),
         _ => return None,
     };
+    let name = reservation.metadata.name.as_deref()?;
+    let scope = match name.rsplit_once(".ns.") {
+        Some((_, namespace)) => Scope::Namespace(namespace.to_string()),
+        None => Scope::Cluster,
+    };
     Some(HoldRecord {
         pool,
         ip: spec.address.parse().ok()?,
         claim: ObjectKey::new(&spec.claim_namespace, &spec.claim_name),
+        scope,
     })
 }
 
@@ -96,7 +107,16 @@ mod tests {
         let pool = PoolKey::in_cluster("ns", "pool");
         let claim = ObjectKey::new("ns", "claim");
         let ip: IpAddr = "10.1.2.3".parse().unwrap();
-        let hold = hold_of(&new_reservation(&pool, &claim, ip)).unwrap();
-        assert_eq!(hold, HoldRecord { pool, ip, claim });
+        let scope = pool.scope();
+        let hold = hold_of(&new_reservation(&scope, &pool, &claim, ip)).unwrap();
+        assert_eq!(
+            hold,
+            HoldRecord {
+                pool,
+                ip,
+                claim,
+                scope
+            }
+        );
     }
 }

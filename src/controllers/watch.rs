@@ -205,7 +205,7 @@ pub async fn feed(ctx: Arc<Context>, Feeds(mut feeds): Feeds) -> anyhow::Result<
 
 fn apply(ctx: &Context, change: Change) {
     let woken = {
-        let mut registry = ctx.registry.lock().expect("registry lock");
+        let mut registry = ctx.registry();
         match change {
             Change::Pool(key, parsed) => registry.set_pool(&key, parsed),
             Change::PoolGone(key) => registry.remove_pool(&key),
@@ -282,6 +282,7 @@ pub fn address_hold(address: &IPAddress) -> Option<HoldRecord> {
     let namespace = address.namespace().unwrap_or_default();
     let pool = super::claim::pool_key(&address.spec.pool_ref, &namespace)?;
     Some(HoldRecord {
+        scope: pool.scope(),
         pool,
         ip: address.spec.address.parse().ok()?,
         claim: ObjectKey::new(&namespace, &address.spec.claim_ref.name),

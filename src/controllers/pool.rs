@@ -1,0 +1,372 @@
+//! The pool status controller: counts and conditions from the registry (no re-listing of
+//! addresses), deletion protection, and the metrics gauges of each pool.
+//!
+//! It is woken for a pool whenever the registry marks it dirty (a hold, an allocation, a queue
+//! change, a spec change of any pool that may overlap). Status is written only when it changes,
+//! and at most once per [`MIN_STATUS_INTERVAL`] per pool: a burst of allocations costs one write,
+//! never one per address.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use serde_json::json;
+
+use super::registry::{ObjectKey, PoolKey, Unready};
+use super::{Context, MANAGER};
+use crate::allocator::canonical;
+use crate::api::conditions::{now, set_condition_at};
+use crate::api::{
+    ConditionStatus, DesiredCondition, GlobalInClusterIPPool, IPAddressesStatus, IPPool,
+    InClusterIPPool, InClusterIPPoolStatus, PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION,
+    REASON_POOL_EXHAUSTED, pool_status_patch,
+};
+use crate::telemetry::PoolKey as MetricsPoolKey;
+
+/// The shortest time between two status writes of one pool.
+pub const MIN_STATUS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// `True` while the pool has a free address; `False`/`PoolExhausted` when it has none.
+pub const ADDRESSES_AVAILABLE_CONDITION: &str = "AddressesAvailable";
+/// `True` when the pool shares addresses with another pool that claims of one namespace can
+/// reach; the message names the pools and the first shared range.
+pub const OVERLAP_CONDITION: &str = "Overlap";
+/// `False` when allocated addresses lie outside `spec.addresses` (after a shrink); the message
+/// names them and their claims.
+pub const ADDRESSES_IN_RANGE_CONDITION: &str = "AddressesInRange";
+
+/// How many out-of-range addresses or overlapping pools a message lists.
+const LISTED: usize = 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// What the controller needs to know of each pool kind.
+pub trait PoolObject:
+    IPPool + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug
+{
+    fn key(&self) -> PoolKey;
+    fn api(client: kube::Client, key: &PoolKey) -> Api<Self>;
+    fn metrics_key(key: &PoolKey) -> MetricsPoolKey;
+}
+
+impl PoolObject for InClusterIPPool {
+    fn key(&self) -> PoolKey {
+        PoolKey::in_cluster(&self.namespace().unwrap_or_default(), &self.name_any())
+    }
+    fn api(client: kube::Client, key: &PoolKey) -> Api<Self> {
+        Api::namespaced(client, key.namespace.as_deref().unwrap_or_default())
+    }
+    fn metrics_key(key: &PoolKey) -> MetricsPoolKey {
+        MetricsPoolKey::in_cluster(key.namespace.as_deref().unwrap_or_default(), &key.name)
+    }
+}
+
+impl PoolObject for GlobalInClusterIPPool {
+    fn key(&self) -> PoolKey {
+        PoolKey::global(&self.name_any())
+    }
+    fn api(client: kube::Client, _key: &PoolKey) -> Api<Self> {
+        Api::all(client)
+    }
+    fn metrics_key(key: &PoolKey) -> MetricsPoolKey {
+        MetricsPoolKey::global(&key.name)
+    }
+}
+
+pub async fn reconcile<P: PoolObject>(pool: Arc<P>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.metrics.reconcile("pool");
+    let key = pool.key();
+    if pool.annotations().contains_key(PAUSED_ANNOTATION) {
+        return Ok(Action::await_change());
+    }
+    let api = P::api(ctx.client.clone(), &key);
+    let deleting = pool.meta().deletion_timestamp.is_some();
+    if deleting && !ctx.registry().has_own_holds(&key) {
+        ctx.metrics.forget_pool(&P::metrics_key(&key));
+        set_finalizer(&api, &*pool, false).await?;
+        return Ok(Action::await_change());
+    }
+    if !deleting {
+        set_finalizer(&api, &*pool, true).await?;
+    }
+    if let Some(wait) = too_soon(&ctx, &key) {
+        return Ok(Action::requeue(wait));
+    }
+    let status = desired_status(&*pool, &key, &ctx);
+    publish_metrics::<P>(&ctx, &key, status.ip_addresses.as_ref());
+    if !changed(pool.pool_status(), &status) {
+        return Ok(Action::await_change());
+    }
+    api.patch_status(
+        &pool.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&pool_status_patch::<P>(&status)),
+    )
+    .await?;
+    ctx.pool_writes
+        .lock()
+        .expect("pool writes lock")
+        .insert(key, Instant::now());
+    Ok(Action::await_change())
+}
+
+pub fn error_policy<P: PoolObject>(pool: Arc<P>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_error("pool", "api");
+    tracing::warn!(pool = %pool.name_any(), %error, "pool reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// How long to wait before this pool's status may be written again, if at all.
+fn too_soon(ctx: &Context, key: &PoolKey) -> Option<Duration> {
+    let writes = ctx.pool_writes.lock().expect("pool writes lock");
+    let since = writes.get(key)?.elapsed();
+    (since < MIN_STATUS_INTERVAL).then(|| MIN_STATUS_INTERVAL - since)
+}
+
+/// Adds or removes `ProtectPool`, guarded by the resourceVersion it was computed from.
+async fn set_finalizer<P: PoolObject>(api: &Api<P>, pool: &P, present: bool) -> Result<(), Error> {
+    let has = pool.finalizers().iter().any(|f| f == POOL_FINALIZER);
+    if has == present {
+        return Ok(());
+    }
+    let mut finalizers: Vec<String> = pool
+        .finalizers()
+        .iter()
+        .filter(|f| *f != POOL_FINALIZER)
+        .cloned()
+        .collect();
+    if present {
+        finalizers.push(POOL_FINALIZER.to_string());
+    }
+    let patch = json!({ "metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": pool.resource_version(),
+    }});
+    match api
+        .patch(
+            &pool.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 && !present => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The status the pool should have now.
+pub fn desired_status<P: IPPool>(pool: &P, key: &PoolKey, ctx: &Context) -> InClusterIPPoolStatus {
+    let registry = ctx.registry();
+    let counts = registry.counts(key);
+    let waiting = registry.waiting(key);
+    let overlaps = registry.overlaps(key);
+    let out_of_range = registry.out_of_range(key);
+    drop(registry);
+
+    let generation = pool.meta().generation;
+    let mut desired = vec![ready_condition(pool, key, out_of_range.len())];
+    if let Some(counts) = &counts {
+        desired.push(if counts.free > 0 {
+            condition(
+                ADDRESSES_AVAILABLE_CONDITION,
+                ConditionStatus::True,
+                "AddressesAvailable",
+                format!("{} of {} addresses are free", counts.free, counts.total),
+            )
+        } else {
+            condition(
+                ADDRESSES_AVAILABLE_CONDITION,
+                ConditionStatus::False,
+                REASON_POOL_EXHAUSTED,
+                format!(
+                    "all {} addresses are in use; {waiting} claims are waiting for one",
+                    counts.total
+                ),
+            )
+        });
+        desired.push(overlap_condition(&overlaps));
+        desired.push(in_range_condition(&out_of_range));
+    }
+    let current = pool
+        .pool_status()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    InClusterIPPoolStatus {
+        ip_addresses: counts.map(|c| {
+            let s = c.to_status();
+            IPAddressesStatus {
+                total: s.total,
+                used: s.used,
+                free: s.free,
+                out_of_range: s.out_of_range,
+            }
+        }),
+        conditions: Some(upsert_all(current, desired, generation)),
+    }
+}
+
+fn condition(
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: String,
+) -> DesiredCondition {
+    DesiredCondition::new(type_, status, reason, message)
+}
+
+fn ready_condition<P: IPPool>(pool: &P, key: &PoolKey, out_of_range: usize) -> DesiredCondition {
+    match super::watch::pool_state(pool) {
+        Ok(_) => condition(
+            READY_CONDITION,
+            ConditionStatus::True,
+            "Ready",
+            "the spec is valid; addresses are handed out".to_string(),
+        ),
+        Err(Unready::Invalid(errors)) => condition(
+            READY_CONDITION,
+            ConditionStatus::False,
+            "InvalidSpec",
+            format!("{key} has an invalid spec: {errors}"),
+        ),
+        Err(Unready::Deleting) => condition(
+            READY_CONDITION,
+            ConditionStatus::False,
+            "Deleting",
+            format!(
+                "being deleted: no new addresses are handed out; deletion completes once no claim holds an address of the pool{}",
+                if out_of_range > 0 {
+                    " (including out-of-range ones)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        Err(Unready::Paused | Unready::Missing) => condition(
+            READY_CONDITION,
+            ConditionStatus::False,
+            "NotReady",
+            format!("{key} hands out no addresses now"),
+        ),
+    }
+}
+
+fn overlap_condition(overlaps: &[(PoolKey, crate::allocator::AddrRange)]) -> DesiredCondition {
+    if overlaps.is_empty() {
+        return condition(
+            OVERLAP_CONDITION,
+            ConditionStatus::False,
+            "NoOverlap",
+            "no other pool reachable from the same claims shares an address".to_string(),
+        );
+    }
+    let listed: Vec<String> = overlaps
+        .iter()
+        .take(LISTED)
+        .map(|(other, range)| format!("{other} ({range})"))
+        .collect();
+    condition(
+        OVERLAP_CONDITION,
+        ConditionStatus::True,
+        "OverlapsOtherPools",
+        format!(
+            "shares addresses with {}; a shared address is still handed out only once",
+            listed.join(", ")
+        ),
+    )
+}
+
+fn in_range_condition(out_of_range: &[(std::net::IpAddr, ObjectKey)]) -> DesiredCondition {
+    if out_of_range.is_empty() {
+        return condition(
+            ADDRESSES_IN_RANGE_CONDITION,
+            ConditionStatus::True,
+            "AllAddressesInRange",
+            String::new(),
+        );
+    }
+    let listed: Vec<String> = out_of_range
+        .iter()
+        .take(LISTED)
+        .map(|(ip, claim)| format!("{} (claim {claim})", canonical(*ip)))
+        .collect();
+    condition(
+        ADDRESSES_IN_RANGE_CONDITION,
+        ConditionStatus::False,
+        "AddressesOutOfRange",
+        format!(
+            "{} allocated addresses are outside spec.addresses: {}{}; they stay with their claims until released and are never handed out again",
+            out_of_range.len(),
+            listed.join(", "),
+            if out_of_range.len() > LISTED {
+                ", ..."
+            } else {
+                ""
+            }
+        ),
+    )
+}
+
+/// Upserts inpool's conditions into the current list (keeping `lastTransitionTime` unless the
+/// status flips) and returns only inpool's, for the apply.
+fn upsert_all(
+    mut current: Vec<Condition>,
+    desired: Vec<DesiredCondition>,
+    generation: Option<i64>,
+) -> Vec<Condition> {
+    let types: Vec<String> = desired.iter().map(|d| d.type_.clone()).collect();
+    let at = now();
+    for d in desired {
+        set_condition_at(&mut current, d.observed_generation(generation), at.clone());
+    }
+    current.retain(|c| types.contains(&c.type_));
+    current
+}
+
+/// Whether writing `desired` would change anything (lastTransitionTime aside).
+fn changed(current: Option<&InClusterIPPoolStatus>, desired: &InClusterIPPoolStatus) -> bool {
+    let Some(current) = current else {
+        return true;
+    };
+    if current.ip_addresses != desired.ip_addresses {
+        return true;
+    }
+    let have = current.conditions.as_deref().unwrap_or_default();
+    desired.conditions.iter().flatten().any(|want| {
+        !have.iter().any(|c| {
+            c.type_ == want.type_
+                && c.status == want.status
+                && c.reason == want.reason
+                && c.message == want.message
+                && c.observed_generation == want.observed_generation
+        })
+    })
+}
+
+fn publish_metrics<P: PoolObject>(
+    ctx: &Context,
+    key: &PoolKey,
+    counts: Option<&IPAddressesStatus>,
+) {
+    let metrics_key = P::metrics_key(key);
+    let clamp = |v: i64| u64::try_from(v).unwrap_or(0);
+    if let Some(c) = counts {
+        ctx.metrics.pool_capacity(
+            &metrics_key,
+            clamp(c.total),
+            clamp(c.used),
+            clamp(c.free),
+            clamp(c.out_of_range),
+        );
+    }
+    let waiting = ctx.registry().waiting(key);
+    ctx.metrics
+        .pool_waiting_claims(&metrics_key, u64::try_from(waiting).unwrap_or(u64::MAX));
+}

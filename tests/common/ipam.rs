@@ -1,0 +1,200 @@
+//! Helpers shared by the controller tests (`#[path]`-included): a namespace-scoped controller,
+//! object builders, and waits on claim conditions.
+#![allow(dead_code)] // each test file uses a different part
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use inpool::api::{
+    IPAddress, IPAddressClaim, IPAddressClaimSpec, IPPoolReference, InClusterIPPool,
+    InClusterIPPoolSpec,
+};
+use inpool::cli::Settings;
+use inpool::telemetry::{HealthState, Metrics};
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+
+pub const GROUP: &str = "ipam.cluster.x-k8s.io";
+
+/// Runs an inpool controller for one namespace until the test ends.
+pub fn start_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
+    let settings = Settings {
+        namespace: Some(ns.to_string()),
+        watch_filter: None,
+        concurrency: 16,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let client = client.clone();
+    tokio::spawn(async move {
+        let result =
+            inpool::controllers::run(client, settings, Metrics::default(), HealthState::default())
+                .await;
+        panic!("controller stopped: {result:?}");
+    })
+}
+
+pub fn pool(name: &str, addresses: &[&str], prefix: i32, gateway: Option<&str>) -> InClusterIPPool {
+    let mut spec = InClusterIPPoolSpec::new(addresses.iter().copied(), prefix);
+    spec.gateway = gateway.map(str::to_string);
+    InClusterIPPool::new(name, spec)
+}
+
+pub fn claim(name: &str, pool: &str) -> IPAddressClaim {
+    IPAddressClaim::new(
+        name,
+        IPAddressClaimSpec {
+            cluster_name: None,
+            pool_ref: IPPoolReference::new(GROUP, "InClusterIPPool", pool),
+        },
+    )
+}
+
+pub async fn create<K>(api: &Api<K>, object: &K) -> K
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.create(&PostParams::default(), object)
+        .await
+        .unwrap_or_else(|e| panic!("create {}: {e}", object.name_any()))
+}
+
+/// (status, reason, addressRef) of a claim's Ready condition.
+pub fn ready_of(claim: &IPAddressClaim) -> Option<(String, String, Option<String>)> {
+    let ready = claim.conditions().iter().find(|c| c.type_ == "Ready")?;
+    let address_ref = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.address_ref.as_ref())
+        .map(|r| r.name.clone());
+    Some((ready.status.clone(), ready.reason.clone(), address_ref))
+}
+
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub async fn wait_reason(claims: &Api<IPAddressClaim>, name: &str, reason: &str) -> IPAddressClaim {
+    wait_for(
+        &format!("claim {name} to be {reason}"),
+        Duration::from_secs(60),
+        || async {
+            let claim = claims.get(name).await.ok()?;
+            let (_, r, _) = ready_of(&claim)?;
+            (r == reason).then_some(claim)
+        },
+    )
+    .await
+}
+
+/// The address each claim holds, read from the `IPAddress` objects.
+/// The addresses held from one pool.
+pub async fn addresses_of_pool(client: &Client, ns: &str, pool: &str) -> Vec<String> {
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), ns);
+    addresses
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|a| a.metadata.deletion_timestamp.is_none() && a.spec.pool_ref.name == pool)
+        .map(|a| a.spec.address)
+        .collect()
+}
+
+pub async fn addresses_by_claim(client: &Client, ns: &str) -> BTreeMap<String, String> {
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), ns);
+    addresses
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|a| a.metadata.deletion_timestamp.is_none())
+        .map(|a| (a.spec.claim_ref.name.clone(), a.spec.address.clone()))
+        .collect()
+}
+
+/// Creates `n` claims quickly; names sort in creation order.
+pub async fn create_claims(claims: &Api<IPAddressClaim>, pool: &str, n: usize) {
+    let mut tasks = Vec::new();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(n.div_ceil(8)) {
+        let claims = claims.clone();
+        let names: Vec<String> = chunk.iter().map(|i| format!("c-{i:04}")).collect();
+        let pool = pool.to_string();
+        tasks.push(tokio::spawn(async move {
+            for name in names {
+                create(&claims, &claim(&name, &pool)).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+pub async fn reasons(claims: &Api<IPAddressClaim>) -> BTreeMap<String, String> {
+    claims
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|c| Some((c.name_any(), ready_of(c)?.1)))
+        .collect()
+}
+
+pub async fn wait_counts(claims: &Api<IPAddressClaim>, allocated: usize, exhausted: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let r = reasons(claims).await;
+        let a = r.values().filter(|v| *v == "AddressAllocated").count();
+        let e = r.values().filter(|v| *v == "PoolExhausted").count();
+        if a == allocated && e == exhausted {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let mut histogram: BTreeMap<&String, usize> = BTreeMap::new();
+            for v in r.values() {
+                *histogram.entry(v).or_default() += 1;
+            }
+            let list = claims.list(&ListParams::default()).await.unwrap().items;
+            let stuck: Vec<String> = list
+                .iter()
+                .filter_map(|c| {
+                    let ready = c.conditions().iter().find(|x| x.type_ == "Ready")?;
+                    (ready.reason != "AddressAllocated").then(|| {
+                        format!(
+                            "{} ({}): {}",
+                            c.name_any(),
+                            c.spec.pool_ref.name,
+                            ready.message
+                        )
+                    })
+                })
+                .take(5)
+                .collect();
+            panic!(
+                "wanted {allocated} allocated and {exhausted} exhausted; reasons: {histogram:?} of {} claims; e.g. {stuck:?}",
+                r.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
