@@ -244,6 +244,8 @@ pub struct Registry {
     pools: HashMap<PoolKey, PoolEntry>,
     /// Reservation objects by name.
     reservations: HashMap<String, HoldRecord>,
+    /// Names of the reservations that record each claim.
+    reservations_by_claim: HashMap<ObjectKey, BTreeSet<String>>,
     /// `IPAddress` objects by namespace/name (the name is the claim's).
     addresses: HashMap<ObjectKey, HoldRecord>,
     /// Pools whose status may have changed since the last [`Registry::take_dirty`].
@@ -325,16 +327,33 @@ impl Registry {
             if old == record {
                 return;
             }
+            self.unindex_reservation(name, &old.claim);
             self.release_record(&old);
         }
+        self.reservations_by_claim
+            .entry(record.claim.clone())
+            .or_default()
+            .insert(name.to_string());
         self.hold_record(&record);
     }
 
     /// Returns the claims to wake when the address became free.
     pub fn reservation_removed(&mut self, name: &str) -> Vec<ObjectKey> {
         match self.reservations.remove(name) {
-            Some(old) => self.release_record(&old),
+            Some(old) => {
+                self.unindex_reservation(name, &old.claim);
+                self.release_record(&old)
+            }
             None => Vec::new(),
+        }
+    }
+
+    fn unindex_reservation(&mut self, name: &str, claim: &ObjectKey) {
+        if let Some(names) = self.reservations_by_claim.get_mut(claim) {
+            names.remove(name);
+            if names.is_empty() {
+                self.reservations_by_claim.remove(claim);
+            }
         }
     }
 
@@ -390,10 +409,11 @@ impl Registry {
     /// Reservations that name this claim (normally at most one; more after a race between two
     /// processes, until the loser cleans up).
     pub fn reservations_of(&self, claim: &ObjectKey) -> Vec<(String, HoldRecord)> {
-        self.reservations
-            .iter()
-            .filter(|(_, r)| &r.claim == claim)
-            .map(|(name, r)| (name.clone(), r.clone()))
+        self.reservations_by_claim
+            .get(claim)
+            .into_iter()
+            .flatten()
+            .filter_map(|name| Some((name.clone(), self.reservations.get(name)?.clone())))
             .collect()
     }
 
@@ -665,6 +685,18 @@ mod tests {
         assert_eq!(r.free(&pool()), 0);
         r.address_removed(&ObjectKey::new("ns", "a"));
         assert_eq!(r.free(&pool()), 1);
+    }
+
+    #[test]
+    fn reservations_are_found_by_claim() {
+        let mut r = Registry::default();
+        r.reservation_added("one", hold("a", "10.0.0.10"));
+        r.reservation_added("two", hold("b", "10.0.0.11"));
+        let of_a = r.reservations_of(&ObjectKey::new("ns", "a"));
+        assert_eq!(of_a, vec![("one".to_string(), hold("a", "10.0.0.10"))]);
+        r.reservation_removed("one");
+        assert!(r.reservations_of(&ObjectKey::new("ns", "a")).is_empty());
+        assert_eq!(r.reservations_of(&ObjectKey::new("ns", "b")).len(), 1);
     }
 
     #[test]
