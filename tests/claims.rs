@@ -272,6 +272,13 @@ async fn an_ipaddress_created_by_hand_is_adopted() {
         BTreeMap::from([("migrated".to_string(), "10.5.0.77".to_string())]),
         "adopted, not allocated again"
     );
+    // The API server now protects the adopted address too.
+    let reservations: Api<IPAddressReservation> = Api::all(client.clone());
+    let reservation = reservations
+        .get(&format!("10-5-0-77.ns.{ns}"))
+        .await
+        .expect("a reservation for the adopted address");
+    assert_eq!(reservation.spec.claim_name, "migrated");
     // The adopted address is held: a new claim gets another one.
     create(&claims, &claim("next", "p")).await;
     wait_reason(&claims, "next", "AddressAllocated").await;

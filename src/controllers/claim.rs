@@ -142,9 +142,22 @@ async fn realise(
     }
     ensure_finalizer(claim, ctx).await?;
 
-    let known = ctx.registry().address_of(key).cloned();
-    if let Some(hold) = known.filter(|h| &h.pool == pool) {
-        return ready(claim, ctx, hold.ip).await;
+    // Already realised: its IPAddress and its reservation are both known.
+    let realised = {
+        let registry = ctx.registry();
+        registry
+            .address_of(key)
+            .filter(|h| &h.pool == pool)
+            .map(|h| h.ip)
+            .filter(|ip| {
+                registry
+                    .reservations_of(key)
+                    .iter()
+                    .any(|(_, r)| r.ip == *ip)
+            })
+    };
+    if let Some(ip) = realised {
+        return ready(claim, ctx, ip).await;
     }
     let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
     if let Some(existing) = addresses.get_opt(&key.name).await? {
