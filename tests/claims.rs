@@ -485,6 +485,26 @@ async fn two_controllers_at_once_never_hand_out_an_address_twice() {
     assert_eq!(held.len(), 300);
     let distinct: BTreeSet<&String> = held.values().collect();
     assert_eq!(distinct.len(), 300, "no address appears twice");
+    // Every held address is protected by a reservation for its own claim.
+    let reservations: Api<IPAddressReservation> = Api::all(client.clone());
+    let reserved: BTreeMap<String, String> = wait_for(
+        "a reservation for every held address",
+        Duration::from_secs(30),
+        || async {
+            let reserved: BTreeMap<String, String> = reservations
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|r| r.spec.claim_namespace == ns)
+                .map(|r| (r.spec.claim_name.clone(), r.spec.address.clone()))
+                .collect();
+            (reserved == held).then_some(reserved)
+        },
+    )
+    .await;
+    assert_eq!(reserved.len(), 300);
     let r = reasons(&claims).await;
     for (claim, reason) in &r {
         assert_eq!(

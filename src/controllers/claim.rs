@@ -221,6 +221,12 @@ async fn reserve(
         };
         let ip = match decision {
             Decision::Allocate(ip) => ip,
+            Decision::AlreadyHeld => {
+                // Another process realised this claim since the live check: adopt its address.
+                return Ok(Reserved::Nothing(Action::requeue(Duration::from_millis(
+                    100,
+                ))));
+            }
             Decision::Exhausted { total, .. } => {
                 let message = format!(
                     "{pool} has no free address: all {total} of its addresses are in use. The claim \
@@ -299,10 +305,16 @@ async fn create_address(
             ready(claim, ctx, ip).await
         }
         Err(kube::Error::Api(status)) if status.code == 409 => {
-            // Someone created this claim's IPAddress meanwhile (another process, or by hand):
-            // give our reservation back and adopt theirs on the next pass.
-            release_reservation(ctx, reservation).await?;
-            let woken = ctx.registry().finish(pool, ip, false);
+            // Someone created this claim's IPAddress meanwhile (another process, or by hand).
+            // When it holds the reserved address, the reservation is its own: keep it.
+            // Otherwise give ours back. Either way, adopt theirs on the next pass.
+            let existing = addresses.get_opt(&key.name).await?;
+            let same_address =
+                existing.is_some_and(|a| a.spec.address.parse::<IpAddr>().ok() == Some(ip));
+            if !same_address {
+                release_reservation(ctx, reservation).await?;
+            }
+            let woken = ctx.registry().finish(pool, ip, same_address);
             ctx.wake(woken);
             Ok(Action::requeue(Duration::from_millis(100)))
         }

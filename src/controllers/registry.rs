@@ -123,6 +123,9 @@ pub enum Decision {
     /// Create the reservation and the `IPAddress` for this address; it is held in flight until
     /// [`Registry::finish`] is called.
     Allocate(IpAddr),
+    /// An `IPAddress` for this claim is already known (another process realised it): adopt it
+    /// instead; the claim is not queued.
+    AlreadyHeld,
     /// No address for this claim now; `total` is the pool's size, `ahead` the claims before it.
     Exhausted {
         total: u128,
@@ -421,6 +424,9 @@ impl Registry {
     /// claim of the same pool: it is served only if the free addresses suffice for every claim
     /// queued before it. On `Allocate` the address is held in flight until [`Registry::finish`].
     pub fn try_allocate(&mut self, pool: &PoolKey, claim: QueuedClaim) -> Decision {
+        if self.addresses.contains_key(&claim.claim) {
+            return Decision::AlreadyHeld;
+        }
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
         entry.waiting.insert(claim.clone());
@@ -685,6 +691,18 @@ mod tests {
         assert_eq!(r.free(&pool()), 0);
         r.address_removed(&ObjectKey::new("ns", "a"));
         assert_eq!(r.free(&pool()), 1);
+    }
+
+    #[test]
+    fn a_claim_realised_elsewhere_is_not_queued() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+        r.address_added(ObjectKey::new("ns", "a"), hold("a", "10.0.0.10"));
+        assert_eq!(
+            r.try_allocate(&pool(), queued("t1", "a")),
+            Decision::AlreadyHeld
+        );
+        assert_eq!(r.waiting(&pool()), 0);
     }
 
     #[test]
