@@ -2,7 +2,8 @@
 //!
 //! Layout:
 //! - [`api`]: Kubernetes types (CAPI IPAM kinds we read and write, our pool CRDs, conditions);
-//! - [`allocator`]: pure address arithmetic and allocation, no Kubernetes dependency.
+//! - [`allocator`]: pure address arithmetic and allocation, no Kubernetes dependency;
+//! - [`testenv`]: the local control plane built from `testenv/`, for the tests and the demo.
 #![forbid(unsafe_code)]
 
 pub mod allocator;
@@ -11,3 +12,4 @@ pub mod cli;
 pub mod controllers;
 pub mod leader;
 pub mod telemetry;
+pub mod testenv;

@@ -2,10 +2,11 @@
 //! `ipam-components.yaml`) is current, follows the clusterctl contract and applies with
 //! server-side apply; the ServiceAccount's effective permissions are exactly the listed ones;
 //! the `inpool` binary, running as that ServiceAccount, serves `/healthz`, `/readyz` and
-//! OpenMetrics `/metrics` and exits 0 on SIGTERM; with leader election, exactly one of two
-//! instances leads and the other takes over within the lease duration; and the work run under
-//! [`inpool::leader::run_as_leader`] never runs in two instances at once and stops when the
-//! lease is lost.
+//! OpenMetrics `/metrics` and exits 0 on SIGTERM; it realises and releases real claims without a
+//! single forbidden request, and its per-pool gauges equal the pools' `status.ipAddresses`; with
+//! leader election, exactly one of two instances leads and the other takes over within the
+//! lease duration; and the work run under [`inpool::leader::run_as_leader`] never runs in two
+//! instances at once and stops when the lease is lost.
 
 mod support;
 
@@ -689,6 +690,16 @@ fn service_account_kubeconfig() -> PathBuf {
     .clone()
 }
 
+/// Tests that run `inpool` processes take turns. Every such process runs the controllers
+/// cluster-wide (as deployed), so processes of concurrent tests would all act on one test's
+/// pools and claims: one test's observations (logs, gauges, which process wrote what) would
+/// depend on the others. Two controllers at once on the same claims are tested in
+/// `tests/claims.rs`.
+async fn one_inpool_test_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
 /// A running `inpool` process with its JSON log lines collected.
 struct Inpool {
     child: Child,
@@ -840,6 +851,7 @@ fn unique(prefix: &str) -> String {
 #[tokio::test]
 async fn the_binary_serves_health_and_metrics_and_exits_0_on_sigterm() {
     ensure_applied().await;
+    let _turn = one_inpool_test_at_a_time().await;
     let lease = unique("serve");
     let mut inpool = Inpool::start(
         &service_account_kubeconfig(),
@@ -914,6 +926,7 @@ async fn the_binary_serves_health_and_metrics_and_exits_0_on_sigterm() {
 #[tokio::test]
 async fn without_leader_election_it_leads_at_once_and_exits_0_on_sigint() {
     ensure_applied().await;
+    let _turn = one_inpool_test_at_a_time().await;
     let mut inpool = Inpool::start(&service_account_kubeconfig(), &[]);
     eventually("inpool_leader 1", Duration::from_secs(10), || async {
         inpool.leader().await.filter(|l| *l)
@@ -961,6 +974,7 @@ fn an_unusable_kubeconfig_is_a_clear_error_and_exit_1() {
 #[tokio::test]
 async fn of_two_instances_one_leads_and_the_other_takes_over_within_the_lease_duration() {
     ensure_applied().await;
+    let _turn = one_inpool_test_at_a_time().await;
     const LEASE_SECONDS: u64 = 6;
     let lease = unique("failover");
     let duration = format!("--leader-election-lease-duration={LEASE_SECONDS}s");
@@ -1060,6 +1074,7 @@ async fn of_two_instances_one_leads_and_the_other_takes_over_within_the_lease_du
 #[tokio::test]
 async fn a_killed_leader_is_replaced_once_its_lease_expires() {
     ensure_applied().await;
+    let _turn = one_inpool_test_at_a_time().await;
     const LEASE_SECONDS: u64 = 6;
     let lease = unique("killed");
     let args = |identity: &str| {
@@ -1319,4 +1334,463 @@ async fn run_as_leader_never_runs_the_work_twice_and_stops_it_when_the_lease_is_
     let intervals = journal.intervals.lock().unwrap();
     assert!(intervals.len() >= 2, "{} work intervals", intervals.len());
     assert!(intervals.iter().all(|(_, _, end)| end.is_some()));
+}
+
+// ------------------------------------------------------------------------------------------
+// The binary as its ServiceAccount, on real pools and claims
+// ------------------------------------------------------------------------------------------
+
+use std::collections::BTreeMap;
+
+use inpool::api::reservation::IPAddressReservation;
+use inpool::api::{GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams};
+
+const IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
+
+fn typed<K: serde::de::DeserializeOwned>(value: Value) -> K {
+    serde_json::from_value(value).expect("a valid object")
+}
+
+/// An `IPAddressClaim` of Cluster `cluster` for the pool `(kind, name)`.
+fn claim_object(name: &str, cluster: &str, kind_: &str, pool: &str) -> IPAddressClaim {
+    typed(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+        "metadata": { "name": name },
+        "spec": {
+            "clusterName": cluster,
+            "poolRef": { "apiGroup": IPAM_GROUP, "kind": kind_, "name": pool }
+        }
+    }))
+}
+
+/// (status, reason) of a claim's Ready condition.
+fn ready_reason(claim: &IPAddressClaim) -> Option<(String, String)> {
+    let ready = claim.conditions().iter().find(|c| c.type_ == "Ready")?;
+    Some((ready.status.clone(), ready.reason.clone()))
+}
+
+/// Claim name → (Ready status, reason) for every claim of the namespace.
+async fn claim_states(claims: &Api<IPAddressClaim>) -> BTreeMap<String, (String, String)> {
+    claims
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|c| Some((c.name_any(), ready_reason(c)?)))
+        .collect()
+}
+
+/// Claim name → address, from the live `IPAddress`es of a namespace.
+async fn held_addresses(addresses: &Api<IPAddress>) -> BTreeMap<String, String> {
+    addresses
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|a| a.metadata.deletion_timestamp.is_none())
+        .map(|a| (a.spec.claim_ref.name.clone(), a.spec.address.clone()))
+        .collect()
+}
+
+/// Address → claim name of the reservations held for claims of `namespace`.
+async fn reservations_of(client: &Client, namespace: &str) -> BTreeMap<String, String> {
+    Api::<IPAddressReservation>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|r| r.spec.claim_namespace == namespace)
+        .map(|r| (r.spec.address.clone(), r.spec.claim_name.clone()))
+        .collect()
+}
+
+async fn create_cluster(client: &Client, namespace: &str, name: &str) {
+    let clusters: Api<inpool::api::Cluster> = Api::namespaced(client.clone(), namespace);
+    clusters
+        .create(
+            &PostParams::default(),
+            &typed(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": { "name": name }, "spec": { "paused": false }
+            })),
+        )
+        .await
+        .unwrap();
+}
+
+fn assert_nothing_forbidden(inpool: &Inpool) {
+    let logs = inpool.logs();
+    assert!(
+        !logs.to_lowercase().contains("forbidden"),
+        "an API request was forbidden to the ServiceAccount:\n{logs}"
+    );
+}
+
+/// Runs the `inpool` binary as its ServiceAccount (exactly the permissions of `config/rbac`,
+/// cluster-wide as deployed) against real pools and claims: claims are realised, a deleted claim
+/// releases its address and reservation to the oldest waiting claim, Events are recorded, a
+/// pool is protected while in use and let go after, and nothing is ever forbidden. A missing
+/// rule in `config/rbac/role.yaml` makes one of these steps fail.
+#[tokio::test]
+async fn as_its_service_account_inpool_realises_and_releases_claims() {
+    ensure_applied().await;
+    let _turn = one_inpool_test_at_a_time().await;
+    let (client, ns) = support::env().namespace().await;
+    let mut inpool = Inpool::start(&service_account_kubeconfig(), &[]);
+    eventually("/readyz to answer 200", Duration::from_secs(30), || async {
+        inpool.get("/readyz").await.filter(|r| r.status == 200)
+    })
+    .await;
+
+    create_cluster(&client, &ns, "workload").await;
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    pools
+        .create(
+            &PostParams::default(),
+            &typed(json!({
+                "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+                "metadata": { "name": "pool" },
+                "spec": { "addresses": ["10.77.0.10-10.77.0.11"], "prefix": 24, "gateway": "10.77.0.1" }
+            })),
+        )
+        .await
+        .unwrap();
+    let global_name = unique("sa-v6");
+    let global_pools: Api<GlobalInClusterIPPool> = Api::all(client.clone());
+    global_pools
+        .create(
+            &PostParams::default(),
+            &typed(json!({
+                "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "GlobalInClusterIPPool",
+                "metadata": { "name": global_name },
+                "spec": { "addresses": ["2001:db8:77::10-2001:db8:77::1f"], "prefix": 64 }
+            })),
+        )
+        .await
+        .unwrap();
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    for name in ["first", "second"] {
+        claims
+            .create(
+                &PostParams::default(),
+                &claim_object(name, "workload", "InClusterIPPool", "pool"),
+            )
+            .await
+            .unwrap();
+    }
+    claims
+        .create(
+            &PostParams::default(),
+            &claim_object("v6", "workload", "GlobalInClusterIPPool", &global_name),
+        )
+        .await
+        .unwrap();
+    // Creation timestamps have one-second resolution: the waiting claim is unambiguously last.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    claims
+        .create(
+            &PostParams::default(),
+            &claim_object("waiting", "workload", "InClusterIPPool", "pool"),
+        )
+        .await
+        .unwrap();
+
+    let allocated = || ("True".to_string(), "AddressAllocated".to_string());
+    let exhausted = || ("False".to_string(), "PoolExhausted".to_string());
+    let expected = BTreeMap::from([
+        ("first".to_string(), allocated()),
+        ("second".to_string(), allocated()),
+        ("v6".to_string(), allocated()),
+        ("waiting".to_string(), exhausted()),
+    ]);
+    eventually(
+        "three claims realised, one PoolExhausted",
+        Duration::from_secs(60),
+        || async { (claim_states(&claims).await == expected).then_some(()) },
+    )
+    .await;
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), &ns);
+    let held = held_addresses(&addresses).await;
+    assert_eq!(held.len(), 3, "{held:?}");
+    assert_eq!(held["v6"], "2001:db8:77::10");
+    let reserved = reservations_of(&client, &ns).await;
+    for (claim, address) in &held {
+        assert_eq!(reserved.get(address), Some(claim), "{reserved:?}");
+    }
+    // Events were recorded (events.k8s.io create/patch).
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    eventually(
+        "AddressAllocated and PoolExhausted events",
+        Duration::from_secs(30),
+        || async {
+            let reasons: BTreeSet<String> = events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter_map(|e| e.reason)
+                .collect();
+            (reasons.contains("AddressAllocated") && reasons.contains("PoolExhausted"))
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Deleting a realised claim releases its address (IPAddress and reservation) to the waiting
+    // claim.
+    let released = held["first"].clone();
+    claims
+        .delete("first", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the claim to be gone", Duration::from_secs(30), || async {
+        claims
+            .get_opt("first")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eventually(
+        "the waiting claim to get the released address",
+        Duration::from_secs(30),
+        || async {
+            let states = claim_states(&claims).await;
+            (states.get("waiting") == Some(&allocated())).then_some(())
+        },
+    )
+    .await;
+    let held = held_addresses(&addresses).await;
+    assert_eq!(held.get("first"), None);
+    assert_eq!(held.get("waiting"), Some(&released));
+    let reserved = reservations_of(&client, &ns).await;
+    assert_eq!(reserved.get(&released).map(String::as_str), Some("waiting"));
+    assert!(!reserved.values().any(|c| c == "first"), "{reserved:?}");
+
+    // A pool in use is protected (ProtectPool) and let go once its claims are gone.
+    let pool = pools.get("pool").await.unwrap();
+    assert!(
+        pool.finalizers()
+            .contains(&"ipam.cluster.x-k8s.io/ProtectPool".to_string()),
+        "{:?}",
+        pool.finalizers()
+    );
+    pools
+        .delete("pool", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        pools.get_opt("pool").await.unwrap().is_some(),
+        "a pool in use is not deleted"
+    );
+    for name in ["second", "waiting", "v6"] {
+        claims.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    eventually(
+        "the pool to be deleted once unused",
+        Duration::from_secs(30),
+        || async { pools.get_opt("pool").await.unwrap().is_none().then_some(()) },
+    )
+    .await;
+    eventually(
+        "every address and reservation released",
+        Duration::from_secs(30),
+        || async {
+            (held_addresses(&addresses).await.is_empty()
+                && reservations_of(&client, &ns).await.is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+    global_pools
+        .delete(&global_name, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    assert_nothing_forbidden(&inpool);
+    assert_eq!(inpool.terminate(), Some(0), "logs:\n{}", inpool.logs());
+    assert_nothing_forbidden(&inpool);
+}
+
+/// The `inpool_pool_*` gauges of one pool, by metric name, from an OpenMetrics text.
+fn pool_gauges(text: &str, kind_: &str, namespace: &str, name_: &str) -> BTreeMap<String, i64> {
+    let line = regex::Regex::new(r"^(inpool_pool_[a-z_]+)\{([^}]*)\} (\S+)$").unwrap();
+    let label = regex::Regex::new(r#"(\w+)="([^"]*)""#).unwrap();
+    let mut gauges = BTreeMap::new();
+    for l in text.lines() {
+        let Some(c) = line.captures(l) else { continue };
+        let labels: BTreeMap<&str, &str> = label
+            .captures_iter(c.get(2).unwrap().as_str())
+            .map(|l| (l.get(1).unwrap().as_str(), l.get(2).unwrap().as_str()))
+            .collect();
+        if labels.get("pool_kind") == Some(&kind_)
+            && labels.get("pool_namespace") == Some(&namespace)
+            && labels.get("pool_name") == Some(&name_)
+            && let Ok(value) = c[3].parse()
+        {
+            gauges.insert(c[1].to_string(), value);
+        }
+    }
+    gauges
+}
+
+/// The gauges a pool's `status.ipAddresses` implies, plus the waiting claims.
+fn gauges_of(status: &inpool::api::IPAddressesStatus, waiting: i64) -> BTreeMap<String, i64> {
+    BTreeMap::from([
+        ("inpool_pool_size".to_string(), status.total),
+        ("inpool_pool_used".to_string(), status.used),
+        ("inpool_pool_free".to_string(), status.free),
+        ("inpool_pool_out_of_range".to_string(), status.out_of_range),
+        ("inpool_pool_waiting_claims".to_string(), waiting),
+    ])
+}
+
+/// `/metrics` of a running `inpool` (as its ServiceAccount): the per-pool gauges equal the pool's
+/// `status.ipAddresses` (and the waiting claims), follow a growth of the pool, and go when the
+/// pool goes.
+#[tokio::test]
+async fn per_pool_gauges_match_the_pool_status() {
+    ensure_applied().await;
+    let _turn = one_inpool_test_at_a_time().await;
+    let (client, ns) = support::env().namespace().await;
+    let inpool = Inpool::start(&service_account_kubeconfig(), &[]);
+    create_cluster(&client, &ns, "workload").await;
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    pools
+        .create(
+            &PostParams::default(),
+            &typed(json!({
+                "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+                "metadata": { "name": "gauged" },
+                "spec": { "addresses": ["10.78.0.10-10.78.0.13"], "prefix": 24 }
+            })),
+        )
+        .await
+        .unwrap();
+    let global_name = unique("gauged-v6");
+    let global_pools: Api<GlobalInClusterIPPool> = Api::all(client.clone());
+    global_pools
+        .create(
+            &PostParams::default(),
+            &typed(json!({
+                "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "GlobalInClusterIPPool",
+                "metadata": { "name": global_name },
+                "spec": { "addresses": ["2001:db8:78::/120"], "prefix": 64 }
+            })),
+        )
+        .await
+        .unwrap();
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    for i in 0..5 {
+        claims
+            .create(
+                &PostParams::default(),
+                &claim_object(&format!("m-{i}"), "workload", "InClusterIPPool", "gauged"),
+            )
+            .await
+            .unwrap();
+    }
+    claims
+        .create(
+            &PostParams::default(),
+            &claim_object("v6", "workload", "GlobalInClusterIPPool", &global_name),
+        )
+        .await
+        .unwrap();
+
+    // Polls until the pool's status has the expected counts and the gauges equal them.
+    let observe = || async {
+        let pool = pools.get("gauged").await.ok();
+        let status = pool.and_then(|p| p.status?.ip_addresses);
+        let global = global_pools.get(&global_name).await.ok();
+        let global_status = global.and_then(|p| p.status?.ip_addresses);
+        let metrics = inpool
+            .get("/metrics")
+            .await
+            .map(|r| r.body)
+            .unwrap_or_default();
+        let ours = pool_gauges(&metrics, "InClusterIPPool", &ns, "gauged");
+        let theirs = pool_gauges(&metrics, "GlobalInClusterIPPool", "", &global_name);
+        (status, global_status, ours, theirs)
+    };
+    let wait_for_match = |what: &'static str, expected: (i64, i64, i64, i64), waiting: i64| {
+        let observe = &observe;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let observed = observe().await;
+                let (status, global_status, ours, theirs) = &observed;
+                if let (Some(status), Some(global_status)) = (status, global_status)
+                    && (status.total, status.used, status.free, status.out_of_range) == expected
+                    && *ours == gauges_of(status, waiting)
+                    && *theirs == gauges_of(global_status, 0)
+                    && (global_status.total, global_status.used) == (255, 1)
+                {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "timed out waiting for {what}: pool status, global pool status, pool gauges, \
+                     global pool gauges: {observed:#?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    // 4 addresses, 5 claims: 4 used, none free, one waiting. The IPv6 /120 without its
+    // subnet-router anycast address: 255, one used.
+    wait_for_match(
+        "gauges equal to the status (4 used, 1 waiting)",
+        (4, 4, 0, 0),
+        1,
+    )
+    .await;
+
+    // Grown to 6 addresses: the waiting claim is realised, one address stays free.
+    pools
+        .patch(
+            "gauged",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "addresses": ["10.78.0.10-10.78.0.15"] } })),
+        )
+        .await
+        .unwrap();
+    wait_for_match(
+        "gauges equal to the status after growth (5 used, 1 free)",
+        (6, 5, 1, 0),
+        0,
+    )
+    .await;
+
+    // The pool goes (after its claims): so do its gauges.
+    for i in 0..5 {
+        claims
+            .delete(&format!("m-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    pools
+        .delete("gauged", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the deleted pool's gauges to go",
+        Duration::from_secs(60),
+        || async {
+            let metrics = inpool.get("/metrics").await?.body;
+            pool_gauges(&metrics, "InClusterIPPool", &ns, "gauged")
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    assert_nothing_forbidden(&inpool);
 }

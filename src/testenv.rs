@@ -1,0 +1,310 @@
+//! The local control plane (etcd + kube-apiserver + the garbage-collector and namespace
+//! controllers) built from `testenv/`, for the tests and the demo. Not used by the `inpool`
+//! binary.
+//!
+//! - [`testenv_binary`] builds `target/testenv/inpool-testenv` with the Go toolchain, once per
+//!   process; a file lock makes concurrent processes wait for one build, and Go's build cache
+//!   makes a rebuild of unchanged sources a no-op.
+//! - [`ControlPlane`] runs one instance and stops it when dropped. Its standard input is a pipe:
+//!   when this process exits, however it exits, the pipe closes and the control plane shuts down
+//!   (and, when ephemeral, deletes its data directory).
+//!
+//! Paths are relative to the source tree this crate was built from (`CARGO_MANIFEST_DIR`): the
+//! demo and the tests run from a checkout.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// How long a cold control plane may take to announce itself ready.
+pub const START_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// The source tree this crate was built from.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn testenv_dir() -> PathBuf {
+    repo_root().join("target").join("testenv")
+}
+
+/// Checks that a Go toolchain is on `path` (a `PATH` value) and says what to install if not.
+pub fn check_go_toolchain(path: &str) -> Result<String, String> {
+    let missing = || {
+        "the Go toolchain (`go`, version 1.26 or newer) is not on PATH: inpool's tests and demo \
+         build their Kubernetes control plane from source in testenv/. Install Go 1.26+ \
+         (https://go.dev/doc/install) and run them again."
+            .to_string()
+    };
+    let output = Command::new("go")
+        .arg("version")
+        .env("PATH", path)
+        .output()
+        .map_err(|_| missing())?;
+    if !output.status.success() {
+        return Err(missing());
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// Builds the control plane binary once per process; concurrent processes wait on a file lock,
+/// and Go's build cache makes a rebuild of unchanged sources a no-op.
+pub fn testenv_binary() -> Result<PathBuf, String> {
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BINARY.get_or_init(build_testenv).clone()
+}
+
+fn build_testenv() -> Result<PathBuf, String> {
+    check_go_toolchain(&std::env::var("PATH").unwrap_or_default())?;
+    let dir = testenv_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let lock = std::fs::File::create(dir.join("build.lock")).map_err(|e| e.to_string())?;
+    lock.lock()
+        .map_err(|e| format!("locking the testenv build: {e}"))?;
+    let binary = dir.join("inpool-testenv");
+    if !binary.exists() {
+        eprintln!(
+            "building the local control plane (testenv/, once) — the first build downloads the \
+             Kubernetes modules and compiles kube-apiserver: about 20 minutes on 2 cores"
+        );
+    }
+    let status = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&binary)
+        .arg(".")
+        .current_dir(repo_root().join("testenv"))
+        .status()
+        .map_err(|e| format!("running go build: {e}"))?;
+    if !status.success() {
+        return Err(format!("go build of testenv/ failed ({status})"));
+    }
+    Ok(binary)
+}
+
+/// How to start a [`ControlPlane`].
+#[derive(Clone, Debug, Default)]
+pub struct StartOptions {
+    /// Delete the data directory when the control plane stops.
+    pub ephemeral: bool,
+    /// CRD files installed before the controllers start (so that the garbage collector watches
+    /// them from the beginning).
+    pub crds: Vec<PathBuf>,
+    /// Run the control plane in a process group of its own, so that a Ctrl-C in the terminal
+    /// reaches only this process, which then stops the control plane in order.
+    pub own_process_group: bool,
+}
+
+/// One running control plane process.
+pub struct ControlPlane {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    pub data_dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    /// The API server's URL (`https://127.0.0.1:PORT`).
+    pub server: String,
+    pub startup_seconds: f64,
+}
+
+impl ControlPlane {
+    /// Starts a control plane on `data_dir` (created if needed, kept after it stops unless
+    /// `ephemeral`).
+    pub fn start(data_dir: &Path, ephemeral: bool) -> Result<ControlPlane, String> {
+        Self::start_with_crds(data_dir, ephemeral, &[])
+    }
+
+    /// Starts a control plane that installs `crds` before its controllers start, so that the
+    /// garbage collector watches them from the beginning.
+    pub fn start_with_crds(
+        data_dir: &Path,
+        ephemeral: bool,
+        crds: &[PathBuf],
+    ) -> Result<ControlPlane, String> {
+        Self::start_with(
+            data_dir,
+            &StartOptions {
+                ephemeral,
+                crds: crds.to_vec(),
+                own_process_group: false,
+            },
+        )
+    }
+
+    /// Starts a control plane on `data_dir` as `options` say, and waits until it is ready.
+    pub fn start_with(data_dir: &Path, options: &StartOptions) -> Result<ControlPlane, String> {
+        let binary = testenv_binary()?;
+        let kubeconfig = data_dir.join("kubeconfig");
+        let mut command = Command::new(binary);
+        command
+            .arg("run")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--exit-on-stdin-eof")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if options.ephemeral {
+            command.arg("--remove-data-dir-on-exit");
+        }
+        for crd in &options.crds {
+            command.arg("--crd").arg(crd);
+        }
+        #[cfg(unix)]
+        if options.own_process_group {
+            use std::os::unix::process::CommandExt as _;
+            command.process_group(0);
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("starting inpool-testenv: {e}"))?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let ready = match wait_ready_line(stdout) {
+            Ok(ready) => ready,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        };
+        Ok(ControlPlane {
+            child,
+            stdin,
+            data_dir: data_dir.to_path_buf(),
+            kubeconfig,
+            server: ready.server,
+            startup_seconds: ready.startup_seconds,
+        })
+    }
+
+    /// An admin client (member of `system:masters`).
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        client_from_kubeconfig(&self.kubeconfig, None).await
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// True while the control plane process runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; returns the exit status code.
+    pub fn terminate(mut self) -> Option<i32> {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        self.wait_exit()
+    }
+
+    /// Waits up to a minute for the process to end, then kills it.
+    fn wait_exit(&mut self) -> Option<i32> {
+        for _ in 0..600 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        self.child.wait().ok().and_then(|s| s.code())
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // Closing stdin asks for a clean shutdown.
+        self.stdin.take();
+        if let Ok(None) = self.child.try_wait() {
+            self.wait_exit();
+        }
+    }
+}
+
+struct Ready {
+    server: String,
+    startup_seconds: f64,
+}
+
+/// Reads the supervisor's stdout until it says it is ready (then keeps draining it in the
+/// background, so that a later line never meets a closed pipe).
+fn wait_ready_line(stdout: std::process::ChildStdout) -> Result<Ready, String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut announced = false;
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if !announced && line.starts_with("inpool-testenv ready:") {
+                announced = true;
+                let _ = tx.send(Ok(line));
+            }
+        }
+        if !announced {
+            let _ = tx.send(Err(
+                "inpool-testenv exited before it was ready (see its messages above)".to_string(),
+            ));
+        }
+    });
+    let line = rx
+        .recv_timeout(START_TIMEOUT)
+        .map_err(|_| format!("inpool-testenv was not ready within {START_TIMEOUT:?}"))??;
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .map(str::to_string)
+    };
+    let startup_seconds = field("startup=")
+        .and_then(|s| s.trim_end_matches('s').parse().ok())
+        .unwrap_or(0.0);
+    Ok(Ready {
+        server: field("server=").unwrap_or_default(),
+        startup_seconds,
+    })
+}
+
+/// A client for the given kubeconfig, optionally impersonating `(user, groups)`.
+pub async fn client_from_kubeconfig(
+    path: &Path,
+    impersonate: Option<(&str, &[&str])>,
+) -> anyhow::Result<Client> {
+    use anyhow::Context as _;
+    let kubeconfig = Kubeconfig::read_from(path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+    if let Some((user, groups)) = impersonate {
+        config.auth_info.impersonate = Some(user.to_string());
+        config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+    }
+    Client::try_from(config).context("building the Kubernetes client")
+}
+
+/// The `*.yaml` / `*.yml` files of `dir`, sorted by name (none if `dir` does not exist).
+pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// inpool's own CRDs (`crds/`) and the local-use-only CAPI CRDs (`config/local-capi/`): what a
+/// control plane without Cluster API needs to run inpool (the demo).
+pub fn local_crd_files() -> Vec<PathBuf> {
+    let mut files = yaml_files(&repo_root().join("config").join("local-capi"));
+    files.extend(yaml_files(&repo_root().join("crds")));
+    files
+}

@@ -1,0 +1,231 @@
+//! The demo (`cargo run --bin demo`), run as a user would: with `--once` it shows claims
+//! realised and `PoolExhausted`, grows the pool, shows every claim realised and exits 0; without
+//! it, Ctrl-C (SIGINT) stops it with exit 0. Either way the control plane it started is gone
+//! afterwards: its process ended, its API server port is closed and its data directory removed.
+//!
+//! The demo does not need `../shared`: it installs `crds/` and `config/local-capi/` only.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use regex::Regex;
+
+/// What the demo says about the control plane it started.
+struct Started {
+    pid: u32,
+    port: u16,
+    data_dir: PathBuf,
+}
+
+fn started(output: &str) -> Started {
+    let ready =
+        Regex::new(r"control plane ready in \S+: pid (\d+), server https://127\.0\.0\.1:(\d+)")
+            .unwrap();
+    let captures = ready
+        .captures(output)
+        .unwrap_or_else(|| panic!("no 'control plane ready' line:\n{output}"));
+    let data_dir = Regex::new(r"step 1/4: .* in (\S+)\n")
+        .unwrap()
+        .captures(output)
+        .unwrap_or_else(|| panic!("no data dir in step 1:\n{output}"))[1]
+        .to_string();
+    Started {
+        pid: captures[1].parse().unwrap(),
+        port: captures[2].parse().unwrap(),
+        data_dir: PathBuf::from(data_dir),
+    }
+}
+
+fn process_alive(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn assert_control_plane_gone(started: &Started, output: &str) {
+    assert!(
+        !process_alive(started.pid),
+        "the control plane (pid {}) still runs:\n{output}",
+        started.pid
+    );
+    assert!(
+        std::net::TcpStream::connect_timeout(
+            &([127, 0, 0, 1], started.port).into(),
+            Duration::from_secs(2)
+        )
+        .is_err(),
+        "the API server still listens on port {}",
+        started.port
+    );
+    assert!(
+        !started.data_dir.exists(),
+        "the data dir {} was not removed",
+        started.data_dir.display()
+    );
+    assert!(
+        output.contains("stopped the control plane") && output.contains("removed"),
+        "{output}"
+    );
+}
+
+/// Claim rows of one picture: (name, ready, reason, address).
+fn claim_rows(picture: &str) -> Vec<(String, String, String, String)> {
+    let row =
+        Regex::new(r"(?m)^default\s+(machine-\S+)\s+\S+\s+(True|False|-)\s+(\S+)\s+(\S+)\s*$")
+            .unwrap();
+    row.captures_iter(picture)
+        .map(|c| (c[1].into(), c[2].into(), c[3].into(), c[4].into()))
+        .collect()
+}
+
+/// The pictures (`=== inpool demo ...` blocks) of the output, each with what follows it.
+fn pictures(output: &str) -> Vec<&str> {
+    output.split("=== inpool demo").skip(1).collect()
+}
+
+#[test]
+fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
+    let started_at = Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_demo"))
+        .arg("--once")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the demo");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    eprintln!(
+        "demo --once took {:?}:\n{stdout}\n{stderr}",
+        started_at.elapsed()
+    );
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+
+    // Before the pool grows: five IPv4 claims realised, three waiting, both IPv6 claims realised.
+    let (before, after) = stdout
+        .split_once("step 4/4: growing")
+        .unwrap_or_else(|| panic!("the demo never grew the pool:\n{stdout}"));
+    let first = pictures(before)
+        .last()
+        .copied()
+        .unwrap_or_else(|| panic!("no picture before the growth:\n{stdout}"));
+    let rows = claim_rows(first);
+    assert_eq!(rows.len(), 10, "{first}");
+    let exhausted: Vec<_> = rows
+        .iter()
+        .filter(|(_, ready, reason, address)| {
+            ready == "False" && reason == "PoolExhausted" && address == "-"
+        })
+        .collect();
+    assert_eq!(exhausted.len(), 3, "three claims wait:\n{first}");
+    let realised: Vec<_> = rows
+        .iter()
+        .filter(|(_, ready, reason, _)| ready == "True" && reason == "AddressAllocated")
+        .collect();
+    assert_eq!(realised.len(), 7, "{first}");
+    assert!(first.contains("the first picture is stable"), "{first}");
+
+    // After: every claim realised, each with its own address; the IPv4 pool has 8 addresses.
+    let last = pictures(after)
+        .last()
+        .copied()
+        .unwrap_or_else(|| panic!("no picture after the growth:\n{stdout}"));
+    assert!(last.contains("(final)"), "{last}");
+    let rows = claim_rows(last);
+    assert_eq!(rows.len(), 10, "{last}");
+    for (name, ready, reason, address) in &rows {
+        assert_eq!(
+            (ready.as_str(), reason.as_str()),
+            ("True", "AddressAllocated"),
+            "{name}:\n{last}"
+        );
+        assert_ne!(address, "-", "{name}:\n{last}");
+    }
+    let mut addresses: Vec<&String> = rows.iter().map(|(_, _, _, a)| a).collect();
+    addresses.sort();
+    addresses.dedup();
+    assert_eq!(addresses.len(), 10, "addresses are unique:\n{last}");
+    let v4 = addresses
+        .iter()
+        .filter(|a| a.starts_with("10.10.0."))
+        .count();
+    assert_eq!(v4, 8, "{last}");
+    assert!(
+        Regex::new(r"InClusterIPPool\s+default\s+demo-pool\s+IPv4\s+8\s+")
+            .unwrap()
+            .is_match(last),
+        "the grown pool shows 8 addresses:\n{last}"
+    );
+    assert!(stdout.contains("all 10 claims are Ready"), "{stdout}");
+    assert!(stdout.contains("kubeconfig: "), "{stdout}");
+
+    assert_control_plane_gone(&started(&stdout), &stdout);
+}
+
+/// Collects a child's stdout lines in the background.
+fn collect(child: &mut Child) -> Arc<Mutex<String>> {
+    let out = Arc::new(Mutex::new(String::new()));
+    let stdout = child.stdout.take().unwrap();
+    let sink = out.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let mut text = sink.lock().unwrap();
+            text.push_str(&line);
+            text.push('\n');
+        }
+    });
+    out
+}
+
+#[test]
+fn ctrl_c_stops_the_demo_and_everything_it_started() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_demo"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the demo");
+    let output = collect(&mut child);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !output.lock().unwrap().contains("showing the live picture") {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "the demo exited ({status}) before showing the live picture:\n{}",
+                output.lock().unwrap()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the demo did not reach the live picture:\n{}",
+            output.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // It keeps showing the picture; then Ctrl-C.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        matches!(child.try_wait(), Ok(None)),
+        "the demo ended by itself"
+    );
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the demo ignored Ctrl-C");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Let the reader thread take the last lines.
+    std::thread::sleep(Duration::from_millis(300));
+    let output = output.lock().unwrap().clone();
+    assert_eq!(status.code(), Some(0), "{output}");
+    assert!(output.contains("Ctrl-C: stopping"), "{output}");
+    assert_control_plane_gone(&started(&output), &output);
+}

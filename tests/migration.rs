@@ -1,0 +1,1022 @@
+//! Migration from the reference in-cluster IPAM provider, and upgrade, on a control plane shaped
+//! like a management cluster that ran the reference provider:
+//!
+//! - its pool CRDs (`../shared/fixtures/in-cluster/`: v1alpha1 and v1alpha2, storage v1alpha2)
+//!   with the conversion webhook its kustomize patches add, and its mutating and validating
+//!   webhook configurations for pools (whose service is gone once it is scaled down);
+//! - pools, claims and addresses as it leaves them: pools with its `ProtectPool` finalizer and
+//!   its counts but no conditions; claims with `ReleaseAddress` and `status.addressRef`;
+//!   `IPAddress`es with `ProtectAddress`, owner references and the cluster-name label; no
+//!   reservations.
+//!
+//! The README's steps are then followed: the webhook configurations are removed (while they
+//! exist every pool write fails); inpool's rendered components are applied with server-side
+//! apply and `--force-conflicts`, taking over the pool CRDs (refused while `v1alpha1` is among
+//! the CRD's stored versions, accepted once it is not); the reference's conversion webhook,
+//! which the takeover leaves on the CRDs, is removed; and the `inpool` binary runs as its
+//! ServiceAccount. Every claim keeps its address (the same `IPAddress` object, untouched), every
+//! adopted address gets a reservation, and a new claim gets a free address. Then an upgrade:
+//! inpool stops, the components are applied again and inpool starts again (a newer build is the
+//! same binary here): nothing changes.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use inpool::api::reservation::IPAddressReservation;
+use inpool::api::{GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
+use kube::discovery::{Scope, pinned_kind};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const GROUP: &str = "ipam.cluster.x-k8s.io";
+const NS: &str = "workloads";
+const REFERENCE_NAMESPACE: &str = "capi-ipam-in-cluster-system";
+const VALIDATING_WEBHOOKS: &str = "capi-ipam-in-cluster-validating-webhook-configuration";
+const MUTATING_WEBHOOKS: &str = "capi-ipam-in-cluster-mutating-webhook-configuration";
+/// cert-manager's CA-injection annotation, on CRDs whose conversion webhook it serves.
+const CA_INJECTION: &str = "cert-manager.io/inject-ca-from";
+const CA_INJECTION_FROM: &str = "capi-ipam-in-cluster-system/capi-ipam-in-cluster-serving-cert";
+/// The label clusterctl puts on every object of the reference provider.
+const REFERENCE_LABEL: &str = "cluster.x-k8s.io/provider=ipam-in-cluster";
+const POOL_CRDS: [&str; 2] = [
+    "inclusterippools.ipam.cluster.x-k8s.io",
+    "globalinclusterippools.ipam.cluster.x-k8s.io",
+];
+/// The addresses the reference provider handed out: not what inpool would pick first (it
+/// picks the lowest free address, 10.20.0.10), so a re-allocation could not go unnoticed.
+const ADOPTED: [(&str, &str); 4] = [
+    ("m-0", "10.20.0.13"),
+    ("m-1", "10.20.0.11"),
+    ("m-2", "10.20.0.17"),
+    ("m-v6", "2001:db8:20::15"),
+];
+
+fn typed<K: serde::de::DeserializeOwned>(value: Value) -> K {
+    serde_json::from_value(value).expect("a valid object")
+}
+
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// What the reference provider leaves behind
+// ------------------------------------------------------------------------------------------
+
+/// The CAPI CRDs and the reference provider's pool CRDs, both from `../shared/fixtures`.
+fn reference_crd_files() -> Vec<PathBuf> {
+    let fixtures = support::shared_dir().join("fixtures");
+    let mut files = inpool::testenv::yaml_files(&fixtures.join("capi"));
+    files.extend(inpool::testenv::yaml_files(&fixtures.join("in-cluster")));
+    assert_eq!(files.len(), 5, "CAPI and reference fixtures: {files:?}");
+    files
+}
+
+/// What the reference's kustomize configuration adds to its pool CRDs and installs beside them:
+/// a conversion webhook, and mutating and validating webhooks for pools, all served by
+/// `capi-ipam-in-cluster-webhook-service` (written as `kubectl apply` or clusterctl would, not by
+/// server-side apply).
+async fn install_reference_webhooks(client: &Client) {
+    let service = |path: &str| {
+        json!({ "service": {
+            "namespace": REFERENCE_NAMESPACE,
+            "name": "capi-ipam-in-cluster-webhook-service",
+            "path": path,
+        }})
+    };
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in POOL_CRDS {
+        crds.patch(
+            crd,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": { "annotations": { CA_INJECTION: CA_INJECTION_FROM } },
+                "spec": { "conversion": {
+                "strategy": "Webhook",
+                "webhook": {
+                    "clientConfig": service("/convert"),
+                    "conversionReviewVersions": ["v1"],
+                },
+            }}})),
+        )
+        .await
+        .expect("the reference's conversion webhook on its CRD");
+    }
+    let webhook = |name: &str, path: &str, resource: &str, operations: &[&str]| {
+        json!({
+            "name": name,
+            "admissionReviewVersions": ["v1", "v1beta1"],
+            "clientConfig": service(path),
+            "failurePolicy": "Fail",
+            "matchPolicy": "Equivalent",
+            "sideEffects": "None",
+            "rules": [{
+                "apiGroups": [GROUP], "apiVersions": ["v1alpha2"],
+                "operations": operations, "resources": [resource],
+            }],
+        })
+    };
+    let mutating: MutatingWebhookConfiguration = typed(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": { "name": MUTATING_WEBHOOKS,
+                      "labels": { "cluster.x-k8s.io/provider": "ipam-in-cluster" } },
+        "webhooks": [
+            webhook("default.inclusterippool.ipam.cluster.x-k8s.io",
+                    "/mutate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool",
+                    "inclusterippools", &["CREATE", "UPDATE"]),
+            webhook("default.globalinclusterippool.ipam.cluster.x-k8s.io",
+                    "/mutate-ipam-cluster-x-k8s-io-v1alpha2-globalinclusterippool",
+                    "globalinclusterippools", &["CREATE", "UPDATE"]),
+        ],
+    }));
+    let validating: ValidatingWebhookConfiguration = typed(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": { "name": VALIDATING_WEBHOOKS,
+                      "labels": { "cluster.x-k8s.io/provider": "ipam-in-cluster" } },
+        "webhooks": [
+            webhook("validation.inclusterippool.ipam.cluster.x-k8s.io",
+                    "/validate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool",
+                    "inclusterippools", &["CREATE", "UPDATE", "DELETE"]),
+            webhook("validation.globalinclusterippool.ipam.cluster.x-k8s.io",
+                    "/validate-ipam-cluster-x-k8s-io-v1alpha2-globalinclusterippool",
+                    "globalinclusterippools", &["CREATE", "UPDATE", "DELETE"]),
+        ],
+    }));
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &mutating)
+        .await
+        .unwrap();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &validating)
+        .await
+        .unwrap();
+}
+
+/// Pools, claims and addresses exactly as the reference provider leaves them.
+async fn create_reference_objects(client: &Client) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in [NS, REFERENCE_NAMESPACE] {
+        namespaces
+            .create(
+                &PostParams::default(),
+                &typed(
+                    json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": ns } }),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    let clusters: Api<inpool::api::Cluster> = Api::namespaced(client.clone(), NS);
+    clusters
+        .create(
+            &PostParams::default(),
+            &typed(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": { "name": "prod" }, "spec": { "paused": false }
+            })),
+        )
+        .await
+        .unwrap();
+
+    // Pools: the reference's ProtectPool finalizer and its counts, no conditions.
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), NS);
+    let pool = pools
+        .create(
+            &PostParams::default(),
+            &typed(json!({
+                "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+                "metadata": { "name": "ref-pool", "finalizers": ["ipam.cluster.x-k8s.io/ProtectPool"] },
+                "spec": { "addresses": ["10.20.0.10-10.20.0.19"], "prefix": 24, "gateway": "10.20.0.1" }
+            })),
+        )
+        .await
+        .unwrap();
+    pools
+        .patch_status(
+            "ref-pool",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "ipAddresses":
+                { "total": 10, "used": 3, "free": 7, "outOfRange": 0 } } })),
+        )
+        .await
+        .unwrap();
+    let global_pools: Api<GlobalInClusterIPPool> = Api::all(client.clone());
+    let global = global_pools
+        .create(
+            &PostParams::default(),
+            &typed(json!({
+                "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "GlobalInClusterIPPool",
+                "metadata": { "name": "ref-v6", "finalizers": ["ipam.cluster.x-k8s.io/ProtectPool"] },
+                "spec": { "addresses": ["2001:db8:20::10-2001:db8:20::1f"], "prefix": 64, "gateway": "2001:db8:20::1" }
+            })),
+        )
+        .await
+        .unwrap();
+    global_pools
+        .patch_status(
+            "ref-v6",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "ipAddresses":
+                { "total": 16, "used": 1, "free": 15, "outOfRange": 0 } } })),
+        )
+        .await
+        .unwrap();
+
+    // Claims and their addresses.
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), NS);
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), NS);
+    for (name, address) in ADOPTED {
+        let (kind, pool_name, pool_uid, prefix, gateway) = if address.contains(':') {
+            (
+                "GlobalInClusterIPPool",
+                "ref-v6",
+                global.uid().unwrap(),
+                64,
+                "2001:db8:20::1",
+            )
+        } else {
+            (
+                "InClusterIPPool",
+                "ref-pool",
+                pool.uid().unwrap(),
+                24,
+                "10.20.0.1",
+            )
+        };
+        let claim = claims
+            .create(
+                &PostParams::default(),
+                &typed(json!({
+                    "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+                    "metadata": {
+                        "name": name,
+                        "finalizers": ["ipam.cluster.x-k8s.io/ReleaseAddress"],
+                        "labels": { "cluster.x-k8s.io/cluster-name": "prod" },
+                    },
+                    "spec": {
+                        "clusterName": "prod",
+                        "poolRef": { "apiGroup": GROUP, "kind": kind, "name": pool_name }
+                    }
+                })),
+            )
+            .await
+            .unwrap();
+        claims
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": { "addressRef": { "name": name } } })),
+            )
+            .await
+            .unwrap();
+        addresses
+            .create(
+                &PostParams::default(),
+                &typed(json!({
+                    "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+                    "metadata": {
+                        "name": name,
+                        "finalizers": ["ipam.cluster.x-k8s.io/ProtectAddress"],
+                        "labels": { "cluster.x-k8s.io/cluster-name": "prod" },
+                        "ownerReferences": [
+                            { "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+                              "name": name, "uid": claim.uid().unwrap(),
+                              "controller": true, "blockOwnerDeletion": true },
+                            { "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": kind,
+                              "name": pool_name, "uid": pool_uid,
+                              "controller": false, "blockOwnerDeletion": true },
+                        ],
+                    },
+                    "spec": {
+                        "address": address, "prefix": prefix, "gateway": gateway,
+                        "claimRef": { "name": name },
+                        "poolRef": { "apiGroup": GROUP, "kind": kind, "name": pool_name }
+                    }
+                })),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// inpool's side
+// ------------------------------------------------------------------------------------------
+
+fn parse_documents(text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text)
+        .expect("valid YAML")
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// `kubectl apply --server-side --force-conflicts -f config/clusterctl/ipam-components.yaml`:
+/// server-side apply of every object with kubectl's field manager, taking over fields that
+/// other managers own. Stops at the first object the API server refuses.
+async fn apply_components(client: &Client) -> Result<(), String> {
+    let path = support::repo_root().join("config/clusterctl/ipam-components.yaml");
+    let objects = parse_documents(&std::fs::read_to_string(path).unwrap());
+    for object in &objects {
+        let api_version = object["apiVersion"].as_str().unwrap();
+        let kind = object["kind"].as_str().unwrap();
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let (resource, capabilities) =
+            pinned_kind(client, &GroupVersionKind::gvk(group, version, kind))
+                .await
+                .unwrap_or_else(|e| panic!("discovering {kind}: {e}"));
+        let api: Api<DynamicObject> = match capabilities.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                client.clone(),
+                object["metadata"]["namespace"].as_str().unwrap(),
+                &resource,
+            ),
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(
+            name,
+            &PatchParams::apply("kubectl").force(),
+            &Patch::Apply(object),
+        )
+        .await
+        .map_err(|e| format!("server-side apply of {kind} {name}: {e}"))?;
+    }
+    Ok(())
+}
+
+async fn wait_established(client: &Client, name: &str) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    eventually(
+        &format!("CRD {name} established"),
+        Duration::from_secs(30),
+        || async {
+            let crd = crds.get(name).await.ok()?;
+            crd.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// A kubeconfig for `admin` that impersonates inpool's ServiceAccount (the RBAC of
+/// `config/rbac`).
+fn service_account_kubeconfig(admin: &Path) -> PathBuf {
+    let mut config: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(admin).unwrap()).unwrap();
+    for user in config["users"].as_array_mut().unwrap() {
+        user["user"]["as"] = json!("system:serviceaccount:inpool-system:inpool-controller-manager");
+        user["user"]["as-groups"] = json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:inpool-system",
+            "system:authenticated"
+        ]);
+    }
+    let path = admin.with_file_name("inpool-sa.kubeconfig");
+    std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    path
+}
+
+/// A running `inpool` binary with its JSON log lines.
+struct Inpool {
+    child: Child,
+    logs: Arc<Mutex<Vec<String>>>,
+    addr: SocketAddr,
+}
+
+impl Inpool {
+    fn start(kubeconfig: &Path) -> Inpool {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_inpool"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args([
+                "--metrics-bind-address=127.0.0.1:0",
+                "--health-bind-address=127.0.0.1:0",
+                "--log-format=json",
+            ])
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start inpool");
+        let stderr = child.stderr.take().unwrap();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let logs = logs.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    if let Ok(entry) = serde_json::from_str::<Value>(&line)
+                        && entry["message"]
+                            .as_str()
+                            .is_some_and(|m| m.starts_with("HTTP server listening"))
+                        && let Some(addr) = entry["addr"].as_str().and_then(|a| a.parse().ok())
+                    {
+                        let _ = tx.send(addr);
+                    }
+                    logs.lock().unwrap().push(line);
+                }
+            });
+        }
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("inpool's HTTP server");
+        Inpool { child, logs, addr }
+    }
+
+    fn logs(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    /// The body of a GET, if it answered 200.
+    async fn get(&self, path: &str) -> Option<String> {
+        let exchange = async {
+            let mut stream = tokio::net::TcpStream::connect(self.addr).await.ok()?;
+            let request = format!(
+                "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                self.addr
+            );
+            stream.write_all(request.as_bytes()).await.ok()?;
+            let mut raw = Vec::new();
+            stream.read_to_end(&mut raw).await.ok()?;
+            let text = String::from_utf8(raw).ok()?;
+            let (head, body) = text.split_once("\r\n\r\n")?;
+            head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+        };
+        tokio::time::timeout(Duration::from_secs(5), exchange)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// `inpool_reconciles_total{controller="claim"}`.
+    async fn claim_reconciles(&self) -> Option<u64> {
+        let metrics = self.get("/metrics").await?;
+        metrics.lines().find_map(|l| {
+            l.strip_prefix("inpool_reconciles_total{controller=\"claim\"} ")
+                .and_then(|v| v.trim().parse().ok())
+        })
+    }
+
+    /// SIGTERM; the exit code.
+    fn terminate(&mut self) -> Option<i32> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    fn assert_nothing_forbidden(&self) {
+        let logs = self.logs();
+        assert!(
+            !logs.to_lowercase().contains("forbidden"),
+            "a request was forbidden to the ServiceAccount:\n{logs}"
+        );
+    }
+}
+
+impl Drop for Inpool {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The README's migration and upgrade commands. Each runs as the literal `kubectl` command when
+/// kubectl is installed, and as the same API requests otherwise (kubectl is not a prerequisite
+/// of the tests).
+struct Steps {
+    client: Client,
+    kubeconfig: PathBuf,
+    kubectl: bool,
+}
+
+impl Steps {
+    fn new(client: &Client, kubeconfig: &Path) -> Steps {
+        let kubectl = Command::new("kubectl")
+            .args(["version", "--client"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        eprintln!(
+            "migration steps run {}",
+            if kubectl {
+                "as kubectl commands"
+            } else {
+                "as API requests (kubectl is not installed)"
+            }
+        );
+        Steps {
+            client: client.clone(),
+            kubeconfig: kubeconfig.to_path_buf(),
+            kubectl,
+        }
+    }
+
+    /// `kubectl ARGS` against the control plane: its output, or its output as an error.
+    fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        let output = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .expect("run kubectl");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        eprintln!("$ kubectl {}\n{text}", args.join(" "));
+        if output.status.success() {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    }
+
+    /// `kubectl delete validatingwebhookconfigurations,mutatingwebhookconfigurations
+    /// -l cluster.x-k8s.io/provider=ipam-in-cluster`
+    async fn remove_reference_webhooks(&self) {
+        if self.kubectl {
+            self.kubectl(&[
+                "delete",
+                "validatingwebhookconfigurations,mutatingwebhookconfigurations",
+                "-l",
+                REFERENCE_LABEL,
+            ])
+            .unwrap();
+            return;
+        }
+        let reference = ListParams::default().labels(REFERENCE_LABEL);
+        Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+            .delete_collection(&DeleteParams::default(), &reference)
+            .await
+            .unwrap();
+        Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .delete_collection(&DeleteParams::default(), &reference)
+            .await
+            .unwrap();
+    }
+
+    /// `kubectl apply --server-side --force-conflicts -f config/clusterctl/ipam-components.yaml`
+    async fn apply_components(&self) -> Result<(), String> {
+        if self.kubectl {
+            let path = support::repo_root().join("config/clusterctl/ipam-components.yaml");
+            return self
+                .kubectl(&[
+                    "apply",
+                    "--server-side",
+                    "--force-conflicts",
+                    "-f",
+                    path.to_str().unwrap(),
+                ])
+                .map(|_| ());
+        }
+        apply_components(&self.client).await
+    }
+
+    /// `kubectl patch crd NAME --subresource=status --type=merge
+    /// -p '{"status":{"storedVersions":["v1alpha2"]}}'`
+    async fn trim_stored_versions(&self, crd: &str) {
+        let patch = r#"{"status":{"storedVersions":["v1alpha2"]}}"#;
+        if self.kubectl {
+            self.kubectl(&[
+                "patch",
+                "crd",
+                crd,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                patch,
+            ])
+            .unwrap();
+            return;
+        }
+        Api::<CustomResourceDefinition>::all(self.client.clone())
+            .patch_status(
+                crd,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::from_str::<Value>(patch).unwrap()),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// `kubectl patch crd NAME --type=merge -p '{"metadata":{"annotations":
+    /// {"cert-manager.io/inject-ca-from":null}},"spec":{"conversion":{"strategy":"None",
+    /// "webhook":null}}}'`
+    async fn remove_reference_conversion(&self, crd: &str) {
+        let patch = REMOVE_CONVERSION;
+        if self.kubectl {
+            self.kubectl(&["patch", "crd", crd, "--type=merge", "-p", patch])
+                .unwrap();
+            return;
+        }
+        Api::<CustomResourceDefinition>::all(self.client.clone())
+            .patch(
+                crd,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::from_str::<Value>(patch).unwrap()),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// The README's patch that removes the reference's conversion webhook from a pool CRD.
+const REMOVE_CONVERSION: &str = r#"{"metadata":{"annotations":{"cert-manager.io/inject-ca-from":null}},"spec":{"conversion":{"strategy":"None","webhook":null}}}"#;
+
+// ------------------------------------------------------------------------------------------
+// Observations
+// ------------------------------------------------------------------------------------------
+
+/// (Ready status, reason, addressRef) of a claim.
+fn ready_of(claim: &IPAddressClaim) -> Option<(String, String, Option<String>)> {
+    let ready = claim.conditions().iter().find(|c| c.type_ == "Ready")?;
+    let address_ref = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.address_ref.as_ref())
+        .map(|r| r.name.clone());
+    Some((ready.status.clone(), ready.reason.clone(), address_ref))
+}
+
+/// name → (uid, resourceVersion, address) of every `IPAddress` in the namespace.
+async fn addresses(client: &Client) -> BTreeMap<String, (String, String, String)> {
+    Api::<IPAddress>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|a| {
+            (
+                a.name_any(),
+                (
+                    a.uid().unwrap_or_default(),
+                    a.resource_version().unwrap_or_default(),
+                    a.spec.address.clone(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// address → (claim, reservation uid) of the reservations held for claims of the namespace.
+async fn reservations(client: &Client) -> BTreeMap<String, (String, String)> {
+    Api::<IPAddressReservation>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|r| r.spec.claim_namespace == NS)
+        .map(|r| {
+            (
+                r.spec.address.clone(),
+                (r.spec.claim_name.clone(), r.uid().unwrap_or_default()),
+            )
+        })
+        .collect()
+}
+
+/// name → resourceVersion of every object of a list.
+fn versions<K: Resource>(items: &[K]) -> BTreeMap<String, String> {
+    items
+        .iter()
+        .map(|o| {
+            (
+                o.meta().name.clone().unwrap_or_default(),
+                o.meta().resource_version.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Everything inpool could have written: claims, addresses, reservations, pools.
+async fn state(client: &Client) -> Vec<BTreeMap<String, String>> {
+    let lp = ListParams::default();
+    let claims = Api::<IPAddressClaim>::namespaced(client.clone(), NS)
+        .list(&lp)
+        .await
+        .unwrap();
+    let addresses = Api::<IPAddress>::namespaced(client.clone(), NS)
+        .list(&lp)
+        .await
+        .unwrap();
+    let reservations = Api::<IPAddressReservation>::all(client.clone())
+        .list(&lp)
+        .await
+        .unwrap();
+    let pools = Api::<InClusterIPPool>::namespaced(client.clone(), NS)
+        .list(&lp)
+        .await
+        .unwrap();
+    let global_pools = Api::<GlobalInClusterIPPool>::all(client.clone())
+        .list(&lp)
+        .await
+        .unwrap();
+    vec![
+        versions(&claims.items),
+        versions(&addresses.items),
+        versions(&reservations.items),
+        versions(&pools.items),
+        versions(&global_pools.items),
+    ]
+}
+
+// ------------------------------------------------------------------------------------------
+// The walkthrough
+// ------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_without_reallocation() {
+    let data_dir = std::env::temp_dir().join(format!("inpool-migration-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let plane = support::ControlPlane::start_with_crds(&data_dir, true, &reference_crd_files())
+        .expect("control plane with the reference provider's CRDs");
+    let client = plane.client().await;
+
+    // The reference provider's installation and what it leaves behind.
+    create_reference_objects(&client).await;
+    install_reference_webhooks(&client).await;
+    let before = addresses(&client).await;
+    assert_eq!(before.len(), ADOPTED.len());
+
+    // Its webhooks block every pool write once its Deployment is scaled down: the reason the
+    // README removes them.
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), NS);
+    let blocked = pools
+        .patch(
+            "ref-pool",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": { "touched": "yes" } } })),
+        )
+        .await
+        .expect_err("a pool write while the reference's webhooks are installed");
+    assert!(
+        blocked.to_string().contains("webhook"),
+        "refused by the webhook: {blocked}"
+    );
+
+    // Migration, as the README says: remove the webhook configurations, then apply inpool's
+    // components with server-side apply, taking over the pool CRDs.
+    let steps = Steps::new(&client, &plane.kubeconfig);
+    steps.remove_reference_webhooks().await;
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    assert!(
+        validating
+            .get_opt(VALIDATING_WEBHOOKS)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(mutating.get_opt(MUTATING_WEBHOOKS).await.unwrap().is_none());
+
+    // A cluster whose pools were once stored as v1alpha1 (an early reference release) cannot
+    // take inpool's CRDs, which serve v1alpha2 only: the API server refuses to drop a version
+    // that may still be stored. Once every pool is stored as v1alpha2 (here they always were),
+    // `status.storedVersions` is trimmed and the apply goes through.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch_status(
+        POOL_CRDS[0],
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": { "storedVersions": ["v1alpha1", "v1alpha2"] } })),
+    )
+    .await
+    .unwrap();
+    let refused = steps
+        .apply_components()
+        .await
+        .expect_err("inpool's CRD while v1alpha1 is a stored version");
+    assert!(
+        refused.contains("storedVersions") && refused.contains("v1alpha1"),
+        "{refused}"
+    );
+    steps.trim_stored_versions(POOL_CRDS[0]).await;
+    steps.apply_components().await.unwrap();
+
+    // The takeover: inpool's schema and labels, v1alpha2 only; the reference's conversion
+    // webhook is left behind (no applied field covers it) and is removed by hand, so that no
+    // request can ever be sent to the deleted webhook service.
+    for name in POOL_CRDS {
+        let crd = crds.get(name).await.unwrap();
+        let versions: Vec<(String, bool, bool)> = crd
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.clone(), v.served, v.storage))
+            .collect();
+        assert_eq!(versions, [("v1alpha2".to_string(), true, true)], "{name}");
+        assert_eq!(
+            crd.labels()
+                .get("cluster.x-k8s.io/provider")
+                .map(String::as_str),
+            Some("ipam-inpool"),
+            "{name}"
+        );
+        assert_eq!(
+            crd.spec.conversion.as_ref().map(|c| c.strategy.as_str()),
+            Some("Webhook"),
+            "{name}: the reference's conversion webhook outlives the takeover"
+        );
+        assert!(crd.annotations().contains_key(CA_INJECTION), "{name}");
+        steps.remove_reference_conversion(name).await;
+        let crd = crds.get(name).await.unwrap();
+        let conversion = crd.spec.conversion.clone().unwrap();
+        assert_eq!(conversion.strategy, "None", "{name}");
+        assert!(conversion.webhook.is_none(), "{name}");
+        assert!(!crd.annotations().contains_key(CA_INJECTION), "{name}");
+    }
+    wait_established(&client, "ipaddressreservations.ipam.inpool.dev").await;
+    for name in POOL_CRDS {
+        wait_established(&client, name).await;
+    }
+
+    // inpool as its ServiceAccount.
+    let kubeconfig = service_account_kubeconfig(&plane.kubeconfig);
+    let mut inpool = Inpool::start(&kubeconfig);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), NS);
+    for (name, _) in ADOPTED {
+        eventually(
+            &format!("claim {name} Ready"),
+            Duration::from_secs(60),
+            || async {
+                let claim = claims.get(name).await.ok()?;
+                let (status, reason, address_ref) = ready_of(&claim)?;
+                (status == "True" && reason == "AddressAllocated").then_some(address_ref)
+            },
+        )
+        .await
+        .filter(|r| r == name)
+        .unwrap_or_else(|| panic!("claim {name} lost its addressRef"));
+    }
+    // The same IPAddress objects, untouched: no re-allocation.
+    assert_eq!(addresses(&client).await, before, "the addresses changed");
+    for (name, address) in ADOPTED {
+        assert_eq!(before[name].2, address);
+    }
+    // Each adopted address is now reserved for its claim (the API server enforces uniqueness
+    // from now on).
+    let reserved = eventually(
+        "a reservation for every adopted address",
+        Duration::from_secs(30),
+        || async {
+            let reserved = reservations(&client).await;
+            ADOPTED
+                .iter()
+                .all(|(claim, address)| reserved.get(*address).is_some_and(|(c, _)| c == claim))
+                .then_some(reserved)
+        },
+    )
+    .await;
+    assert_eq!(reserved.len(), ADOPTED.len(), "{reserved:?}");
+    // The pools: inpool's counts and conditions, the ProtectPool finalizer kept.
+    let pool = eventually("inpool's pool status", Duration::from_secs(30), || async {
+        let pool = pools.get("ref-pool").await.ok()?;
+        let status = pool.status.as_ref()?;
+        let ready = status
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let counts = status.ip_addresses?;
+        (ready && (counts.total, counts.used, counts.free) == (10, 3, 7)).then_some(pool)
+    })
+    .await;
+    assert!(
+        pool.finalizers()
+            .contains(&"ipam.cluster.x-k8s.io/ProtectPool".to_string())
+    );
+
+    // A new claim gets a free address, not one of the adopted ones: the lowest free.
+    claims
+        .create(
+            &PostParams::default(),
+            &typed(json!({
+                "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+                "metadata": { "name": "m-new" },
+                "spec": { "clusterName": "prod",
+                          "poolRef": { "apiGroup": GROUP, "kind": "InClusterIPPool", "name": "ref-pool" } }
+            })),
+        )
+        .await
+        .unwrap();
+    eventually("the new claim Ready", Duration::from_secs(30), || async {
+        let claim = claims.get("m-new").await.ok()?;
+        let (status, _, _) = ready_of(&claim)?;
+        (status == "True").then_some(())
+    })
+    .await;
+    let now = addresses(&client).await;
+    assert_eq!(now["m-new"].2, "10.20.0.10", "{now:?}");
+    for (name, _) in ADOPTED {
+        assert_eq!(now[name], before[name], "{name} changed");
+    }
+    eventually(
+        "the pool counting the new claim",
+        Duration::from_secs(30),
+        || async {
+            let counts = pools.get("ref-pool").await.ok()?.status?.ip_addresses?;
+            ((counts.total, counts.used, counts.free) == (10, 4, 6)).then_some(())
+        },
+    )
+    .await;
+    inpool.assert_nothing_forbidden();
+
+    // Upgrade: stop inpool, apply the (new) components, start the (new) binary. Nothing inpool
+    // owns is written again: every claim, address, reservation and pool keeps its
+    // resourceVersion.
+    let settled = eventually(
+        "every claim reconciled",
+        Duration::from_secs(10),
+        || async { inpool.claim_reconciles().await.filter(|n| *n >= 5) },
+    )
+    .await;
+    assert!(settled >= 5);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before_upgrade = state(&client).await;
+    assert_eq!(inpool.terminate(), Some(0), "logs:\n{}", inpool.logs());
+    inpool.assert_nothing_forbidden();
+    steps.apply_components().await.unwrap();
+    let mut upgraded = Inpool::start(&kubeconfig);
+    eventually(
+        "the upgraded inpool to reconcile every claim",
+        Duration::from_secs(60),
+        || async { upgraded.claim_reconciles().await.filter(|n| *n >= 5) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after_upgrade = state(&client).await;
+    let kinds = [
+        "claims",
+        "IPAddresses",
+        "reservations",
+        "pools",
+        "global pools",
+    ];
+    for (i, kind) in kinds.iter().enumerate() {
+        assert_eq!(
+            after_upgrade[i], before_upgrade[i],
+            "{kind} were written again after the upgrade"
+        );
+    }
+    for (name, _) in ADOPTED {
+        let claim = claims.get(name).await.unwrap();
+        assert_eq!(
+            ready_of(&claim),
+            Some((
+                "True".to_string(),
+                "AddressAllocated".to_string(),
+                Some(name.to_string())
+            ))
+        );
+    }
+    upgraded.assert_nothing_forbidden();
+    assert_eq!(upgraded.terminate(), Some(0), "logs:\n{}", upgraded.logs());
+    drop(plane);
+}
