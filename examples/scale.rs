@@ -1,0 +1,357 @@
+//! Scale harness (issue 8): how fast a provider realises thousands of claims on a local
+//! control plane, side by side with the floor that control plane allows.
+//!
+//! ```text
+//! cargo run --release --example scale -- [--claims 10000] [--pools 10 --claims-per-pool 100]
+//!     [--skip-floor] [--provider-command "CMD"] [--provider-name NAME] [--json PATH]
+//! ```
+//!
+//! It starts its own control plane (`inpool-testenv`, the one the tests use; built by Go on first
+//! use), with the CAPI CRDs from `../shared/fixtures/capi/` when present, else inpool's local
+//! copies from `config/local-capi/`, and inpool's own CRDs from `crds/`. Then, in order:
+//!
+//! 1. the floor: the same claims, realised by an ideal provider inside the harness that only
+//!    writes (see `harness::FLOOR_DEFINITION`);
+//! 2. the provider (inpool's release binary unless `--provider-command`) on N claims in one pool;
+//! 3. a fresh provider process on M pools × K claims.
+//!
+//! Each provider run waits for a canary claim (the provider is up, caches synced), creates the
+//! claims 16 at a time, waits until a watch sees every claim `Ready=True`, checks the result
+//! (all Ready, distinct addresses inside their pools, one reservation per claim for inpool, no
+//! orphan `IPAddress`), deletes every claim at once and checks nothing is left. It prints one
+//! Markdown table and writes the same figures as JSON. Linux only (`/proc`).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+#[path = "scale/apimetrics.rs"]
+mod apimetrics;
+#[path = "scale/harness.rs"]
+mod harness;
+#[path = "scale/process.rs"]
+mod process;
+#[path = "scale/report.rs"]
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+
+use harness::{Run, Scenario};
+use process::ProviderSpec;
+
+#[derive(Debug, Parser)]
+#[command(name = "scale", about = "inpool's scale harness (issue 8)")]
+struct Args {
+    /// Claims in the single-pool scenario (0 skips it). The floor uses the same number.
+    #[arg(long, default_value_t = 10_000)]
+    claims: usize,
+    /// Pools in the multi-pool scenario (0 skips it).
+    #[arg(long, default_value_t = 10)]
+    pools: usize,
+    /// Claims per pool in the multi-pool scenario.
+    #[arg(long, default_value_t = 100)]
+    claims_per_pool: usize,
+    /// Client concurrency: claims created at once by the harness, claims realised at once by the
+    /// floor's ideal provider, and `{concurrency}` in the provider command (inpool's default).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Do not measure the floor (no ratio in the report).
+    #[arg(long)]
+    skip_floor: bool,
+    /// Command that starts the provider under test, run as `sh -c 'exec COMMAND'`. Placeholders
+    /// (substituted shell-quoted): {kubeconfig} (the control plane's admin kubeconfig),
+    /// {namespace} (the scenario's namespace), {concurrency}, {metrics_addr}, {health_addr}
+    /// (free 127.0.0.1 ports). Default: inpool's release binary with all five.
+    #[arg(long)]
+    provider_command: Option<String>,
+    /// Name of the provider in the report. `inpool` also checks reservations and reads
+    /// inpool's metrics on {metrics_addr}.
+    #[arg(long)]
+    provider_name: Option<String>,
+    /// inpool binary to run (default: `cargo build --release --bin inpool`, then
+    /// target/release/inpool).
+    #[arg(long)]
+    inpool_binary: Option<PathBuf>,
+    /// Where to write the JSON report.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Longest wait for every claim of a scenario to be Ready (seconds).
+    #[arg(long, default_value_t = 1800)]
+    timeout: u64,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn repo_root() -> PathBuf {
+    support::repo_root()
+}
+
+/// CAPI CRDs from `../shared` when present, else the local-use copies; then inpool's own.
+fn crd_files() -> Vec<PathBuf> {
+    if support::shared_dir().join("fixtures").join("capi").is_dir() {
+        return support::crd_files();
+    }
+    let mut files = Vec::new();
+    for dir in [
+        repo_root().join("config").join("local-capi"),
+        repo_root().join("crds"),
+    ] {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        files.extend(found);
+    }
+    files
+}
+
+/// `cargo build --release --bin inpool`, with the cargo that runs this example.
+fn build_inpool() -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("building inpool (cargo build --release --bin inpool)");
+    let status = std::process::Command::new(cargo)
+        .args(["build", "--release", "--bin", "inpool"])
+        .current_dir(repo_root())
+        .status()
+        .context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build --release --bin inpool failed ({status})");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    Ok(target.join("release").join("inpool"))
+}
+
+async fn run(args: Args) -> anyhow::Result<bool> {
+    if !cfg!(target_os = "linux") {
+        bail!("the scale harness reads /proc: Linux only");
+    }
+    let started_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+    let machine = report::Machine::probe();
+    let source = source_revision();
+    let out_dir = harness::scale_dir(&repo_root());
+    let json_path = args
+        .json
+        .clone()
+        .unwrap_or_else(|| out_dir.join("result.json"));
+
+    let provider = match &args.provider_command {
+        Some(command) => {
+            let name = args
+                .provider_name
+                .clone()
+                .unwrap_or_else(|| "provider".into());
+            ProviderSpec {
+                is_inpool: name == "inpool",
+                name,
+                command: command.clone(),
+            }
+        }
+        None => {
+            let binary = match &args.inpool_binary {
+                Some(path) => path.clone(),
+                None => tokio::task::spawn_blocking(build_inpool).await??,
+            };
+            if !binary.exists() {
+                bail!("no inpool binary at {}", binary.display());
+            }
+            let mut spec = ProviderSpec::inpool(&binary);
+            if let Some(name) = &args.provider_name {
+                spec.name = name.clone();
+            }
+            spec
+        }
+    };
+
+    let data_dir = std::env::temp_dir().join(format!("inpool-scale-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let crds = crd_files();
+    eprintln!(
+        "starting a dedicated control plane in {} with {} CRD files",
+        data_dir.display(),
+        crds.len()
+    );
+    let plane = {
+        let data_dir = data_dir.clone();
+        tokio::task::spawn_blocking(move || {
+            support::ControlPlane::start_with_crds(&data_dir, true, &crds)
+        })
+        .await?
+        .map_err(anyhow::Error::msg)?
+    };
+    eprintln!(
+        "control plane ready in {:.1} s (kubeconfig {})",
+        plane.startup_seconds,
+        plane.kubeconfig.display()
+    );
+    let client = plane.client().await;
+    let plane_pid = Some(plane.pid());
+    let timeout = Duration::from_secs(args.timeout);
+
+    let mut runs: Vec<Run> = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
+    let floor_claims = if args.claims > 0 {
+        args.claims
+    } else {
+        args.pools * args.claims_per_pool
+    };
+    if !args.skip_floor && floor_claims > 0 {
+        match harness::run_floor(&client, plane_pid, floor_claims, args.concurrency, timeout).await
+        {
+            Ok(run) => runs.push(run),
+            Err(e) => {
+                eprintln!("floor failed: {e:#}");
+                errors.push(format!("floor: {e:#}"));
+            }
+        }
+    }
+    let mut scenarios = Vec::new();
+    if args.claims > 0 {
+        scenarios.push(Scenario {
+            name: "single".into(),
+            namespace: "scale-single".into(),
+            pools: 1,
+            claims_per_pool: args.claims,
+            concurrency: args.concurrency,
+            timeout,
+            settle: true,
+        });
+    }
+    if args.pools > 0 && args.claims_per_pool > 0 {
+        scenarios.push(Scenario {
+            name: "multi".into(),
+            namespace: "scale-multi".into(),
+            pools: args.pools,
+            claims_per_pool: args.claims_per_pool,
+            concurrency: args.concurrency,
+            timeout,
+            settle: true,
+        });
+    }
+    for scenario in &scenarios {
+        match harness::run_scenario(
+            &client,
+            &plane.kubeconfig,
+            plane_pid,
+            &provider,
+            scenario,
+            &out_dir,
+        )
+        .await
+        {
+            Ok(run) => runs.push(run),
+            Err(e) => {
+                eprintln!("{} / {} failed: {e:#}", provider.name, scenario.name);
+                errors.push(format!("{} / {}: {e:#}", provider.name, scenario.name));
+            }
+        }
+    }
+
+    let floor_rate = runs
+        .iter()
+        .find(|r| r.provider == "floor")
+        .map(|r| r.claims_per_second);
+    for run in &mut runs {
+        run.ratio_to_floor = floor_rate.map(|f| f / run.claims_per_second.max(1e-9));
+    }
+    let targets = report::targets(&runs);
+    let correct = runs
+        .iter()
+        .filter_map(|r| r.correctness.as_ref())
+        .all(|c| c.ok);
+
+    println!();
+    println!("{}", report::table(&runs));
+    for run in &runs {
+        if let Some(c) = run.correctness.as_ref().filter(|c| !c.ok) {
+            println!("{}: {} problems:", run.label, c.problems.len());
+            for p in &c.problems {
+                println!("  - {p}");
+            }
+        }
+    }
+    for target in &targets {
+        println!(
+            "target {}: {} (limit {}, measured {})",
+            if target.met { "met" } else { "NOT met" },
+            target.what,
+            target.limit,
+            target.value.map_or("–".into(), |v| format!("{v:.2}"))
+        );
+    }
+    for e in &errors {
+        println!("error: {e}");
+    }
+
+    let report = report::Report {
+        started_unix,
+        command_line,
+        source,
+        machine,
+        concurrency: args.concurrency,
+        floor_definition: harness::FLOOR_DEFINITION.to_string(),
+        runs,
+        targets,
+        errors: errors.clone(),
+    };
+    report::write_json(&json_path, &report)?;
+    println!("source: {}", report.source);
+    println!("JSON: {}", display(&json_path));
+    drop(plane);
+    Ok(correct && errors.is_empty())
+}
+
+/// `git rev-parse --short HEAD`, and whether `src/` has uncommitted changes.
+fn source_revision() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(repo_root())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match git(&["rev-parse", "--short", "HEAD"]) {
+        None => "unknown (not a git checkout)".into(),
+        Some(head) => match git(&["status", "--porcelain", "--", "src", "Cargo.toml"]) {
+            Some(changes) if !changes.is_empty() => {
+                format!("{head} + uncommitted changes in src/")
+            }
+            _ => head,
+        },
+    }
+}
+
+fn display(path: &Path) -> String {
+    path.strip_prefix(repo_root())
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| path.display().to_string())
+}

@@ -1,0 +1,256 @@
+//! The report: one Markdown table on stdout (runs as columns, figures as rows) and the same
+//! figures as JSON.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::harness::Run;
+
+/// Everything the JSON file holds.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// Seconds since the Unix epoch when the run started.
+    pub started_unix: u64,
+    pub command_line: String,
+    /// Git revision of the source tree the provider was built from.
+    pub source: String,
+    pub machine: Machine,
+    pub concurrency: usize,
+    pub floor_definition: String,
+    pub runs: Vec<Run>,
+    pub targets: Vec<Target>,
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Machine {
+    pub cpus: usize,
+    pub memory_gib: f64,
+    pub kernel: String,
+    pub load_average_at_start: Option<f64>,
+}
+
+impl Machine {
+    pub fn probe() -> Machine {
+        let memory_kib: f64 = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix("MemTotal:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            })
+            .unwrap_or(0.0);
+        Machine {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            memory_gib: memory_kib / 1024.0 / 1024.0,
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+            load_average_at_start: crate::harness::load_average(),
+        }
+    }
+}
+
+/// One of issue 8's targets, evaluated on a run.
+#[derive(Debug, Serialize)]
+pub struct Target {
+    pub what: String,
+    pub limit: f64,
+    pub value: Option<f64>,
+    pub met: bool,
+}
+
+/// Issue 8's targets for the single-pool run of the provider: within 2× the floor, under
+/// 200 MiB peak memory, correct.
+pub fn targets(runs: &[Run]) -> Vec<Target> {
+    let mut out = Vec::new();
+    for run in runs
+        .iter()
+        .filter(|r| r.scenario == "single" && r.provider != "floor")
+    {
+        let ratio = run.ratio_to_floor;
+        out.push(Target {
+            what: format!("{}: time to all Ready within 2× the floor", run.label),
+            limit: 2.0,
+            value: ratio,
+            met: ratio.is_some_and(|r| r <= 2.0),
+        });
+        let rss = run.provider_peak_rss_mib;
+        out.push(Target {
+            what: format!("{}: peak memory (VmHWM) under 200 MiB", run.label),
+            limit: 200.0,
+            value: rss,
+            met: rss.is_some_and(|r| r < 200.0),
+        });
+    }
+    out
+}
+
+fn f(value: f64, decimals: usize) -> String {
+    format!("{value:.decimals$}")
+}
+
+fn opt(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "–".to_string(), |v| f(v, decimals))
+}
+
+/// The runs as one Markdown table, columns aligned.
+pub fn table(runs: &[Run]) -> String {
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut row = |name: &str, cells: Vec<String>| rows.push((name.to_string(), cells));
+    let each = |g: &dyn Fn(&Run) -> String| runs.iter().map(g).collect::<Vec<_>>();
+
+    row("claims", each(&|r| r.claims.to_string()));
+    row(
+        "pools × claims per pool",
+        each(&|r| format!("{} × {}", r.pools, r.claims / r.pools.max(1))),
+    );
+    row(
+        "time to all Ready (s)",
+        each(&|r| f(r.seconds_to_all_ready, 1)),
+    );
+    row("claims/s", each(&|r| f(r.claims_per_second, 0)));
+    row(
+        "× floor (time per claim)",
+        each(&|r| opt(r.ratio_to_floor, 2)),
+    );
+    row("claim → Ready p50 (ms)", each(&|r| f(r.latency.p50_ms, 0)));
+    row("claim → Ready p99 (ms)", each(&|r| f(r.latency.p99_ms, 0)));
+    row(
+        "harness creates done at (s)",
+        each(&|r| f(r.seconds_to_create, 1)),
+    );
+    row(
+        "API writes/claim (besides the claim's create)",
+        each(&|r| f(r.writes_per_claim, 2)),
+    );
+    let mut buckets: Vec<String> = runs
+        .iter()
+        .flat_map(|r| r.writes_per_claim_by_resource.keys().cloned())
+        .collect();
+    buckets.sort();
+    buckets.dedup();
+    for bucket in &buckets {
+        row(
+            &format!("  └ {bucket}"),
+            each(&|r| opt(r.writes_per_claim_by_resource.get(bucket).copied(), 2)),
+        );
+    }
+    row(
+        "  of which refused (4xx)",
+        each(&|r| f(r.refused_writes_per_claim, 2)),
+    );
+    row("API GETs/claim", each(&|r| f(r.gets_per_claim, 2)));
+    row(
+        "reconciles/claim",
+        each(&|r| opt(r.reconciles_per_claim, 2)),
+    );
+    row(
+        "provider CPU (s)",
+        each(&|r| opt(r.provider_cpu_seconds, 1)),
+    );
+    row(
+        "provider CPU per 1,000 claims (s)",
+        each(&|r| {
+            opt(
+                r.provider_cpu_seconds
+                    .map(|c| c * 1000.0 / r.claims.max(1) as f64),
+                2,
+            )
+        }),
+    );
+    row(
+        "provider peak RSS (MiB)",
+        each(&|r| opt(r.provider_peak_rss_mib, 1)),
+    );
+    row(
+        "control plane CPU (s)",
+        each(&|r| opt(r.control_plane_cpu_seconds, 1)),
+    );
+    row("harness CPU (s)", each(&|r| opt(r.harness_cpu_seconds, 1)));
+    row(
+        "load average before → after",
+        each(&|r| format!("{} → {}", opt(r.load_before, 1), opt(r.load_after, 1))),
+    );
+    row(
+        "release all: time (s)",
+        each(&|r| opt(r.release.as_ref().map(|x| x.seconds), 1)),
+    );
+    row(
+        "release all: writes/claim",
+        each(&|r| opt(r.release.as_ref().map(|x| x.writes_per_claim), 2)),
+    );
+    row(
+        "correct (all Ready, distinct, no orphans)",
+        each(&|r| match &r.correctness {
+            None => "–".into(),
+            Some(c) if c.ok => "yes".into(),
+            Some(c) => format!("NO ({} problems)", c.problems.len()),
+        }),
+    );
+
+    let header: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
+    let mut widths: Vec<usize> = std::iter::once(
+        rows.iter()
+            .map(|(n, _)| n.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max("figure".len()),
+    )
+    .chain(header.iter().enumerate().map(|(i, h)| {
+        rows.iter()
+            .map(|(_, c)| c[i].chars().count())
+            .chain([h.chars().count()])
+            .max()
+            .unwrap_or(0)
+    }))
+    .collect();
+    for w in &mut widths {
+        *w = (*w).max(3);
+    }
+    let line = |cells: Vec<String>, right: bool| {
+        let mut out = String::from("|");
+        for (i, cell) in cells.iter().enumerate() {
+            let pad = widths[i] - cell.chars().count();
+            if right && i > 0 {
+                out.push_str(&format!(" {}{} |", " ".repeat(pad), cell));
+            } else {
+                out.push_str(&format!(" {}{} |", cell, " ".repeat(pad)));
+            }
+        }
+        out
+    };
+    let mut out = String::new();
+    out.push_str(&line(
+        std::iter::once("figure".to_string())
+            .chain(header)
+            .collect(),
+        false,
+    ));
+    out.push('\n');
+    let mut rule = String::from("|");
+    for (i, w) in widths.iter().enumerate() {
+        if i == 0 {
+            rule.push_str(&format!("{}|", "-".repeat(w + 2)));
+        } else {
+            rule.push_str(&format!("{}:|", "-".repeat(w + 1)));
+        }
+    }
+    out.push_str(&rule);
+    out.push('\n');
+    for (name, cells) in rows {
+        out.push_str(&line(std::iter::once(name).chain(cells).collect(), true));
+        out.push('\n');
+    }
+    out
+}
+
+pub fn write_json(path: &Path, report: &Report) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(report)? + "\n")?;
+    Ok(())
+}

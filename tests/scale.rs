@@ -1,0 +1,64 @@
+//! The scale harness's correctness check at a small size (issue 8): 200 claims in one pool
+//! against the `inpool` binary as a separate process, on the test control plane. It asserts the
+//! end state only — every claim Ready with its own address inside the pool, one reservation per
+//! claim, no orphan `IPAddress`, nothing left after every claim is deleted — never timing.
+//! The full run with timings is `cargo run --release --example scale`.
+
+mod support;
+
+#[path = "../examples/scale/apimetrics.rs"]
+mod apimetrics;
+#[path = "../examples/scale/harness.rs"]
+mod harness;
+#[path = "../examples/scale/process.rs"]
+mod process;
+
+use std::path::Path;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_claims_in_one_pool_are_realised_distinct_and_released_without_orphans() {
+    let env = support::env();
+    let client = env.client().await;
+    let provider = process::ProviderSpec::inpool(Path::new(env!("CARGO_BIN_EXE_inpool")));
+    let scenario = harness::Scenario {
+        name: "single".into(),
+        namespace: "scale-test".into(),
+        pools: 1,
+        claims_per_pool: 200,
+        concurrency: 16,
+        timeout: Duration::from_secs(300),
+        settle: false,
+    };
+    let log_dir = std::env::temp_dir().join(format!("inpool-scale-test-{}", std::process::id()));
+    let run = harness::run_scenario(
+        &client,
+        env.kubeconfig(),
+        None,
+        &provider,
+        &scenario,
+        &log_dir,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("scale run failed: {e:#}"));
+
+    let correctness = run.correctness.expect("the run checks correctness");
+    assert!(
+        correctness.ok,
+        "problems: {:#?}\n{correctness:#?}",
+        correctness.problems
+    );
+    assert_eq!(correctness.claims, 200);
+    assert_eq!(correctness.claims_ready, 200);
+    assert_eq!(correctness.distinct_addresses, 200);
+    assert_eq!(correctness.reservations, Some(200));
+    assert_eq!(correctness.orphan_addresses, 0);
+    let left = correctness.left_after_release.expect("released");
+    assert_eq!(
+        (left.claims, left.addresses, left.reservations),
+        (0, 0, 0),
+        "objects left after deleting every claim"
+    );
+    assert!(run.release.is_some(), "every claim was released");
+    let _ = std::fs::remove_dir_all(&log_dir);
+}
