@@ -18,8 +18,8 @@ use futures::channel::mpsc;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 
 use crate::api::{GlobalInClusterIPPool, IPAddressClaim, InClusterIPPool};
@@ -146,13 +146,18 @@ pub async fn run(
     let (wake_tx, wake_rx) = mpsc::unbounded();
     let (pool_wake, pool_wake_rx) = mpsc::unbounded();
     let (global_pool_wake, global_pool_wake_rx) = mpsc::unbounded();
-    let controller = Controller::new(
+    let (claim_store, claim_writer) = reflector::store();
+    let claims = watcher::watcher(
         scoped::<IPAddressClaim>(&client, &settings),
         filtered(&settings),
     )
-    .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-    .reconcile_on(wake_rx);
-    let (stores, feeds) = watch::start(&client, &settings, controller.store());
+    .modify(watch::drop_managed_fields)
+    .reflect(claim_writer)
+    .applied_objects();
+    let controller = Controller::for_stream(claims, claim_store.clone())
+        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+        .reconcile_on(wake_rx);
+    let (stores, feeds) = watch::start(&client, &settings, claim_store);
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), Reporter::from(MANAGER)),
         client: client.clone(),

@@ -102,6 +102,7 @@ pub fn start(
     feeds.push(
         watcher::watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
+            .modify(drop_managed_fields)
             .reflect(writer)
             .map_ok(|event| {
                 pool_changes(event, |p: &InClusterIPPool| {
@@ -118,6 +119,7 @@ pub fn start(
     feeds.push(
         watcher::watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
+            .modify(drop_managed_fields)
             .reflect(writer)
             .map_ok(|event| {
                 pool_changes(event, |p: &GlobalInClusterIPPool| {
@@ -134,6 +136,7 @@ pub fn start(
     feeds.push(
         watcher::watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
+            .modify(drop_managed_fields)
             .reflect(writer)
             .map_ok(|event| match event {
                 Event::Apply(c) | Event::Delete(c) | Event::InitApply(c) => Some(Change::Cluster(
@@ -185,6 +188,13 @@ pub fn start(
         holds_listed: Arc::new(Latch::default()),
     };
     (stores, Feeds(feeds))
+}
+
+/// Cached objects keep everything but `metadata.managedFields`: nothing here reads them, and
+/// a claim carries one entry per writer. Dropping them took the scale harness's 2,000-claim run
+/// from 51 to 33 MiB peak memory (README, Performance).
+pub fn drop_managed_fields<K: ResourceExt>(object: &mut K) {
+    object.managed_fields_mut().clear();
 }
 
 /// Applies every change to the registry and wakes the claims it can serve. Runs until a watch
