@@ -60,5 +60,35 @@ async fn two_hundred_claims_in_one_pool_are_realised_distinct_and_released_witho
         "objects left after deleting every claim"
     );
     assert!(run.release.is_some(), "every claim was released");
+
+    // The README's writes per claim ("API writes per claim"): finalizer patch, reservation,
+    // IPAddress, status, and one Event: at most that (an upper bound only, as the last Events
+    // may land after the last Ready was seen). The slack (2%) is for a retry after a transient
+    // API error; writing any of them again per claim (e.g. status on every reconcile) fails.
+    let writes = |resource: &str, subresource: &str| {
+        run.requests
+            .iter()
+            .filter(|r| r.resource == resource && r.subresource == subresource)
+            .filter(|r| matches!(r.verb.as_str(), "PATCH" | "APPLY" | "PUT" | "POST"))
+            .map(|r| r.count)
+            .sum::<f64>()
+    };
+    let per_claim = [
+        (
+            "claim create + finalizer",
+            writes("ipaddressclaims", ""),
+            2.0,
+        ),
+        ("reservation", writes("ipaddressreservations", ""), 1.0),
+        ("IPAddress", writes("ipaddresses", ""), 1.0),
+        ("claim status", writes("ipaddressclaims", "status"), 1.0),
+        ("Event", writes("events", ""), 1.0),
+    ];
+    for (what, count, expected) in per_claim {
+        assert!(
+            count <= 200.0 * expected * 1.02,
+            "{what}: {count} writes for 200 claims, expected {expected} per claim"
+        );
+    }
     let _ = std::fs::remove_dir_all(&log_dir);
 }

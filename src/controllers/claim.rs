@@ -70,8 +70,15 @@ pub async fn reconcile(claim: Arc<IPAddressClaim>, ctx: Arc<Context>) -> Result<
     let Some(pool) = pool_key(&claim.spec.pool_ref, &namespace) else {
         return Ok(Action::await_change());
     };
-    ctx.metrics.reconcile("claim");
     let key = ObjectKey::new(&namespace, &claim.name_any());
+    if ctx
+        .own_writes()
+        .is_behind(&key, claim.resource_version().as_deref())
+    {
+        // The watch event of our own last write is on its way and brings the next reconcile.
+        return Ok(Action::await_change());
+    }
+    ctx.metrics.reconcile("claim");
     let result = if claim.meta().deletion_timestamp.is_some() {
         release(&claim, &key, &pool, &ctx).await
     } else {
@@ -465,6 +472,7 @@ async fn release(
         }
     }
     remove_finalizer(claim, ctx).await?;
+    ctx.own_writes().forget(key);
     Ok(Action::await_change())
 }
 
@@ -642,7 +650,10 @@ async fn patch_finalizers(
         )
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(written) => {
+            note_own_write(ctx, claim, &written);
+            Ok(())
+        }
         Err(kube::Error::Api(status))
             if status.code == 404 && claim.meta().deletion_timestamp.is_some() =>
         {
@@ -650,6 +661,16 @@ async fn patch_finalizers(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Remembers that `written`, our write, replaced the cached `claim` (see [`super::own_writes`]).
+fn note_own_write(ctx: &Context, claim: &IPAddressClaim, written: &IPAddressClaim) {
+    let key = ObjectKey::new(&claim.namespace().unwrap_or_default(), &claim.name_any());
+    ctx.own_writes().record(
+        &key,
+        claim.resource_version().as_deref(),
+        written.resource_version().as_deref(),
+    );
 }
 
 /// Writes `Ready` (and `addressRef`) only when they would change: no write, and no Event, per
@@ -685,13 +706,14 @@ async fn set_ready(
         .observed_generation(claim.metadata.generation);
     let body = claim_status_patch(&claim_status_with_ready(claim, desired, address_ref, now()));
     let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace().unwrap_or_default());
-    claims
+    let written = claims
         .patch_status(
             &claim.name_any(),
             &PatchParams::apply(MANAGER).force(),
             &Patch::Apply(&body),
         )
         .await?;
+    note_own_write(ctx, claim, &written);
 
     if current.is_none_or(|c| c.reason != reason) {
         let kind = if status == ConditionStatus::True {

@@ -4,8 +4,10 @@
 //! - [`watch`]: tasks that feed the registry from pools, reservations and `IPAddress`es, and wake
 //!   claims when capacity appears;
 //! - [`claim`]: the `IPAddressClaim` reconciler (the IPAM contract and its `Ready` condition);
+//! - [`own_writes`]: which cached claim versions inpool's own writes have replaced;
 //! - [`reservation`]: the object whose name makes the API server enforce address uniqueness.
 pub mod claim;
+pub mod own_writes;
 pub mod pool;
 pub mod registry;
 pub mod reservation;
@@ -43,6 +45,8 @@ pub struct Context {
     global_pool_wake: mpsc::UnboundedSender<ObjectRef<GlobalInClusterIPPool>>,
     /// When each pool's status was last written (see `pool::MIN_STATUS_INTERVAL`).
     pub pool_writes: Mutex<std::collections::HashMap<registry::PoolKey, std::time::Instant>>,
+    /// Claim versions our own writes replaced (never held across an await).
+    pub own_writes: Mutex<own_writes::OwnWrites>,
 }
 
 /// Exclusive access to the registry; on release, the pools whose status may have changed are
@@ -80,6 +84,11 @@ impl Context {
             registry: self.registry.lock().expect("registry lock"),
             ctx: self,
         }
+    }
+
+    /// Locks the record of our own claim writes (never held across an await).
+    pub fn own_writes(&self) -> std::sync::MutexGuard<'_, own_writes::OwnWrites> {
+        self.own_writes.lock().expect("own-writes lock")
     }
 
     /// Asks for a pool's status to be brought up to date.
@@ -169,6 +178,7 @@ pub async fn run(
         pool_wake,
         global_pool_wake,
         pool_writes: Mutex::default(),
+        own_writes: Mutex::default(),
     });
     // The feed is part of this future, not a detached task: when the future is dropped (lease
     // lost), the watches and the registry go with it.
