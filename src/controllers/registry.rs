@@ -279,6 +279,13 @@ impl Registry {
         self.pools[key].wakeups()
     }
 
+    /// Whether the pool is known and paused (its claims are then not queued).
+    pub fn is_paused(&self, key: &PoolKey) -> bool {
+        self.pools
+            .get(key)
+            .is_some_and(|entry| matches!(entry.state, Some(Err(Unready::Paused))))
+    }
+
     /// Counts again, from every record, the holds in one pool (its range changed).
     fn recompute_holds(&mut self, key: &PoolKey) {
         let Some(entry) = self.pools.get(key) else {

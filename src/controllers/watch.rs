@@ -217,7 +217,16 @@ fn apply(ctx: &Context, change: Change) {
     let woken = {
         let mut registry = ctx.registry();
         match change {
-            Change::Pool(key, parsed) => registry.set_pool(&key, parsed),
+            Change::Pool(key, parsed) => {
+                // A paused pool's claims are not queued (nothing may change them while it is
+                // paused), so when it is unpaused they are found in the claim store.
+                let unpaused = registry.is_paused(&key) && !matches!(parsed, Err(Unready::Paused));
+                let mut woken = registry.set_pool(&key, parsed);
+                if unpaused {
+                    woken.extend(claims_of_pool(&ctx.stores.claims, &key));
+                }
+                woken
+            }
             Change::PoolGone(key) => registry.remove_pool(&key),
             Change::Reservation(name, Some(hold)) => {
                 registry.reservation_added(&name, hold);
@@ -297,6 +306,18 @@ pub fn address_hold(address: &IPAddress) -> Option<HoldRecord> {
         ip: address.spec.address.parse().ok()?,
         claim: ObjectKey::new(&namespace, &address.spec.claim_ref.name),
     })
+}
+
+fn claims_of_pool(claims: &Store<IPAddressClaim>, pool: &PoolKey) -> Vec<ObjectKey> {
+    claims
+        .state()
+        .iter()
+        .filter_map(|c| {
+            let namespace = c.namespace().unwrap_or_default();
+            (super::claim::pool_key(&c.spec.pool_ref, &namespace).as_ref() == Some(pool))
+                .then(|| ObjectKey::new(&namespace, &c.name_any()))
+        })
+        .collect()
 }
 
 fn claims_of_cluster(claims: &Store<IPAddressClaim>, cluster: &ObjectKey) -> Vec<ObjectKey> {
