@@ -136,6 +136,9 @@ pub enum Decision {
 
 #[derive(Default)]
 struct PoolEntry {
+    /// What [`Registry::set_pool`] was last given: a pool event that does not change it (its
+    /// status, most often) changes nothing here.
+    source: Option<Result<ParsedPool, Unready>>,
     state: Option<Result<Allocator, Unready>>,
     /// Prefix and gateway of a ready pool, copied onto every `IPAddress`.
     network: Option<(u8, Option<IpAddr>)>,
@@ -257,13 +260,18 @@ pub struct Registry {
 
 impl Registry {
     /// Records a pool's spec (parsed, or why not) and returns the claims to wake. Every pool is
-    /// marked dirty: overlaps with this one may have changed.
+    /// marked dirty: overlaps with this one may have changed. The same spec again (an event for
+    /// the pool's status) is a no-op: rebuilding and recounting the pool would cost O(holds).
     pub fn set_pool(
         &mut self,
         key: &PoolKey,
         parsed: Result<ParsedPool, Unready>,
     ) -> Vec<ObjectKey> {
         let entry = self.pools.entry(key.clone()).or_default();
+        if entry.source.as_ref() == Some(&parsed) {
+            return Vec::new();
+        }
+        entry.source = Some(parsed.clone());
         match parsed {
             Ok(parsed) => {
                 entry.network = Some((parsed.prefix(), parsed.gateway()));
@@ -654,8 +662,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_later_claim_never_overtakes_an_earlier_waiting_one() {
+    /// A pool of one address (10.0.0.10), allocated to claim `first` and reserved.
+    fn only_address_held_by_first() -> Registry {
         let mut r = Registry::default();
         r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
         assert!(matches!(
@@ -664,6 +672,40 @@ mod tests {
         ));
         r.reservation_added("res-first", hold("first", "10.0.0.10"));
         r.finish(&pool(), ip("10.0.0.10"), true);
+        r
+    }
+
+    #[test]
+    fn the_same_spec_again_changes_nothing_and_wakes_nobody() {
+        let mut r = only_address_held_by_first();
+        assert!(matches!(
+            r.try_allocate(&pool(), queued("t2", "waiting")),
+            Decision::Exhausted { .. }
+        ));
+        r.take_dirty();
+
+        assert!(
+            r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)))
+                .is_empty()
+        );
+        assert!(r.take_dirty().is_empty(), "nothing to recount");
+        assert!(
+            matches!(
+                r.try_allocate(&pool(), queued("t2", "waiting")),
+                Decision::Exhausted { .. }
+            ),
+            "the held address stays held"
+        );
+        assert_eq!(
+            r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.11"], 24))),
+            vec![ObjectKey::new("ns", "waiting")],
+            "a grown pool wakes the waiting claim"
+        );
+    }
+
+    #[test]
+    fn a_later_claim_never_overtakes_an_earlier_waiting_one() {
+        let mut r = only_address_held_by_first();
         assert!(matches!(
             r.try_allocate(&pool(), queued("t2", "older")),
             Decision::Exhausted { ahead: 0, .. }
