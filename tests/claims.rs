@@ -405,6 +405,80 @@ async fn the_paused_annotation_on_a_claim_its_pool_or_its_cluster_freezes_the_cl
 }
 
 #[tokio::test]
+async fn a_released_address_is_not_handed_out_again_within_the_reuse_grace_period() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    let reservations: Api<IPAddressReservation> = Api::all(client.clone());
+    // Long enough that the next claim is surely seen waiting first, short enough for a test.
+    let mut graced = pool("graced", &["10.9.0.5"], 24, None);
+    graced.spec.address_reuse_grace_period_seconds = Some(8);
+    create(&pools, &graced).await;
+    create(&claims, &claim("first", "graced")).await;
+    wait_reason(&claims, "first", "AddressAllocated").await;
+    let reservation_name = format!("10-9-0-5.ns.{ns}");
+
+    claims
+        .delete("first", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The claim finishes deleting at once; its reservation stays, released.
+    wait_for(
+        "claim first to be gone",
+        Duration::from_secs(60),
+        || async {
+            claims
+                .get_opt("first")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    let released = reservations.get(&reservation_name).await.unwrap();
+    assert_eq!(
+        released
+            .labels()
+            .get("ipam.inpool.dev/released")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert!(
+        released
+            .annotations()
+            .contains_key("ipam.inpool.dev/reusable-after")
+    );
+
+    create(&claims, &claim("second", "graced")).await;
+    wait_reason(&claims, "second", "PoolExhausted").await;
+    assert!(
+        reservations
+            .get_opt(&reservation_name)
+            .await
+            .unwrap()
+            .is_some(),
+        "the claim waited while the released reservation held the address"
+    );
+    let second = wait_reason(&claims, "second", "AddressAllocated").await;
+    assert_eq!(
+        addresses_by_claim(&client, &ns)
+            .await
+            .get("second")
+            .map(String::as_str),
+        Some("10.9.0.5")
+    );
+    let now_held = reservations.get(&reservation_name).await.unwrap();
+    assert_eq!(now_held.spec.claim_name, "second");
+    assert!(!now_held.labels().contains_key("ipam.inpool.dev/released"));
+    assert_eq!(
+        ready_of(&second).map(|(status, _, _)| status).as_deref(),
+        Some("True")
+    );
+}
+
+#[tokio::test]
 async fn claims_finish_deleting_after_their_cluster_is_gone() {
     let (client, ns) = support::env().namespace().await;
     let _controller = start_controller(&client, &ns);

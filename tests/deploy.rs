@@ -100,7 +100,7 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
     (
         "ipam.inpool.dev",
         "ipaddressreservations",
-        &["create", "delete", "get", "list", "watch"],
+        &["create", "delete", "get", "list", "patch", "watch"],
     ),
 ];
 

@@ -44,3 +44,9 @@ pub struct IPAddressReservationSpec {
     pub claim_namespace: String,
     pub claim_name: String,
 }
+
+/// Label on a reservation whose claim has been released while its pool's
+/// `addressReuseGracePeriodSeconds` keeps the address from being handed out again.
+pub const RELEASED_LABEL: &str = "ipam.inpool.dev/released";
+/// Annotation on a released reservation: when (RFC 3339) it is deleted and its address freed.
+pub const REUSABLE_AFTER_ANNOTATION: &str = "ipam.inpool.dev/reusable-after";

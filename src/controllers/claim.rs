@@ -457,8 +457,12 @@ async fn release(
             }
             let held = ctx.registry().reservations_of(key);
             let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+            let grace = reuse_grace_period(ctx, pool);
             for (name, _) in held {
-                delete_ignoring_missing(&reservations, &name).await?;
+                match grace {
+                    Some(grace) => keep_released(&reservations, &name, grace).await?,
+                    None => delete_ignoring_missing(&reservations, &name).await?,
+                }
             }
             ctx.metrics.release(&metrics_key(pool));
             publish(
@@ -577,6 +581,50 @@ fn pool_uid(ctx: &Context, pool: &PoolKey) -> Option<String> {
             .global_pools
             .get(&ObjectRef::new(&pool.name))?
             .uid(),
+    }
+}
+
+/// The pool's `addressReuseGracePeriodSeconds`, when positive and the pool is live: a pool that
+/// is gone or deleting frees addresses at once (its deletion must not wait on them).
+fn reuse_grace_period(ctx: &Context, pool: &PoolKey) -> Option<Duration> {
+    let seconds = match &pool.namespace {
+        Some(ns) => ctx
+            .stores
+            .pools
+            .get(&ObjectRef::new(&pool.name).within(ns))
+            .filter(|p| p.meta().deletion_timestamp.is_none())
+            .and_then(|p| p.spec.address_reuse_grace_period_seconds),
+        None => ctx
+            .stores
+            .global_pools
+            .get(&ObjectRef::new(&pool.name))
+            .filter(|p| p.meta().deletion_timestamp.is_none())
+            .and_then(|p| p.spec.address_reuse_grace_period_seconds),
+    }?;
+    u64::try_from(seconds)
+        .ok()
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
+}
+
+/// Keeps a released claim's reservation, labelled released, until the grace period is over
+/// (see [`super::reuse_grace`]); the address stays held meanwhile.
+async fn keep_released(
+    reservations: &Api<IPAddressReservation>,
+    name: &str,
+    grace: Duration,
+) -> Result<(), Error> {
+    let until = k8s_openapi::jiff::Timestamp::now()
+        .checked_add(grace)
+        .unwrap_or(k8s_openapi::jiff::Timestamp::MAX);
+    let patch = super::reservation::release_patch(until);
+    match reservations
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -5,12 +5,14 @@
 //!   claims when capacity appears;
 //! - [`claim`]: the `IPAddressClaim` reconciler (the IPAM contract and its `Ready` condition);
 //! - [`own_writes`]: which cached claim versions inpool's own writes have replaced;
-//! - [`reservation`]: the object whose name makes the API server enforce address uniqueness.
+//! - [`reservation`]: the object whose name makes the API server enforce address uniqueness;
+//! - [`reuse_grace`]: frees a released claim's address once its pool's reuse grace period is over.
 pub mod claim;
 pub mod own_writes;
 pub mod pool;
 pub mod registry;
 pub mod reservation;
+pub mod reuse_grace;
 pub mod watch;
 
 use std::sync::{Arc, Mutex};
@@ -204,7 +206,19 @@ pub async fn run(
         .reconcile_on(global_pool_wake_rx)
         .run(pool::reconcile, pool::error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-        futures::join!(claims, pools, global_pools);
+        let released = Controller::new(
+            Api::<reservation::IPAddressReservation>::all(client.clone()),
+            watcher::Config::default()
+                .any_semantic()
+                .labels(reservation::RELEASED_LABEL),
+        )
+        .run(
+            reuse_grace::reconcile,
+            reuse_grace::error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()));
+        futures::join!(claims, pools, global_pools, released);
         anyhow::Ok(())
     };
     tokio::select! {

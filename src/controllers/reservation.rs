@@ -10,7 +10,12 @@
 //! by reusing the reservation instead of allocating again.
 use std::net::IpAddr;
 
-pub use crate::api::reservation::{IPAddressReservation, IPAddressReservationSpec};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+pub use crate::api::reservation::{
+    IPAddressReservation, IPAddressReservationSpec, RELEASED_LABEL, REUSABLE_AFTER_ANNOTATION,
+};
 
 use super::registry::{HoldRecord, ObjectKey, PoolKey, PoolKind, Scope};
 
@@ -62,6 +67,33 @@ pub fn pool_kind_name(kind: PoolKind) -> &'static str {
     }
 }
 
+/// The holder recorded for a released reservation (see [`RELEASED_LABEL`]): not a claim (the name
+/// is not a valid object name), so no claim recovers or releases it; only its expiry frees it.
+pub const RELEASED_HOLDER: &str = "(released)";
+
+/// Whether the reservation outlives its released claim until its reuse grace period is over.
+pub fn is_released(reservation: &IPAddressReservation) -> bool {
+    reservation.labels().contains_key(RELEASED_LABEL)
+}
+
+/// When a released reservation's address may be handed out again; `None` if the annotation is
+/// missing or unreadable (then it is due now: an address is never held forever by mistake).
+pub fn reusable_after(reservation: &IPAddressReservation) -> Option<Timestamp> {
+    reservation
+        .annotations()
+        .get(REUSABLE_AFTER_ANNOTATION)?
+        .parse()
+        .ok()
+}
+
+/// The merge patch that turns a claim's reservation into a released one, reusable after `until`.
+pub fn release_patch(until: Timestamp) -> serde_json::Value {
+    serde_json::json!({ "metadata": {
+        "labels": { RELEASED_LABEL: "true" },
+        "annotations": { REUSABLE_AFTER_ANNOTATION: until.to_string() },
+    }})
+}
+
 /// What a reservation holds, or `None` when it cannot be read (never inpool's own objects).
 pub fn hold_of(reservation: &IPAddressReservation) -> Option<HoldRecord> {
     let spec = &reservation.spec;
@@ -80,7 +112,11 @@ pub fn hold_of(reservation: &IPAddressReservation) -> Option<HoldRecord> {
     Some(HoldRecord {
         pool,
         ip: spec.address.parse().ok()?,
-        claim: ObjectKey::new(&spec.claim_namespace, &spec.claim_name),
+        claim: if is_released(reservation) {
+            ObjectKey::new(&spec.claim_namespace, RELEASED_HOLDER)
+        } else {
+            ObjectKey::new(&spec.claim_namespace, &spec.claim_name)
+        },
         scope,
     })
 }
@@ -100,6 +136,40 @@ mod tests {
             reservation_name(&Scope::Cluster, "2001:db8::5".parse().unwrap()),
             "2001-0db8-0000-0000-0000-0000-0000-0005.cluster"
         );
+    }
+
+    #[test]
+    fn a_released_reservation_holds_its_address_for_no_claim_until_it_is_reusable() {
+        let pool = PoolKey::in_cluster("ns", "pool");
+        let claim = ObjectKey::new("ns", "claim");
+        let ip: IpAddr = "10.1.2.3".parse().unwrap();
+        let mut reservation = new_reservation(&pool.scope(), &pool, &claim, ip);
+        assert!(!is_released(&reservation));
+        let until: Timestamp = "2026-11-30T12:00:05Z".parse().unwrap();
+        let patch = release_patch(until);
+        let labels = &patch["metadata"]["labels"];
+        let annotations = &patch["metadata"]["annotations"];
+        reservation.labels_mut().insert(
+            RELEASED_LABEL.into(),
+            labels[RELEASED_LABEL].as_str().unwrap().into(),
+        );
+        reservation.annotations_mut().insert(
+            REUSABLE_AFTER_ANNOTATION.into(),
+            annotations[REUSABLE_AFTER_ANNOTATION]
+                .as_str()
+                .unwrap()
+                .into(),
+        );
+        assert!(is_released(&reservation));
+        assert_eq!(reusable_after(&reservation), Some(until));
+        let hold = hold_of(&reservation).unwrap();
+        assert_eq!((hold.ip, hold.pool), (ip, pool));
+        assert_eq!(hold.claim, ObjectKey::new("ns", RELEASED_HOLDER));
+
+        reservation
+            .annotations_mut()
+            .insert(REUSABLE_AFTER_ANNOTATION.into(), "soon".into());
+        assert_eq!(reusable_after(&reservation), None, "unreadable: due now");
     }
 
     #[test]
