@@ -404,6 +404,13 @@ async fn the_paused_annotation_on_a_claim_its_pool_or_its_cluster_freezes_the_cl
     wait_reason(&claims, "by-cluster", "AddressAllocated").await;
 }
 
+/// Pool `graced` of one address with a reuse grace period.
+fn graced_pool(address: &str, seconds: i32) -> InClusterIPPool {
+    let mut graced = pool("graced", &[address], 24, None);
+    graced.spec.address_reuse_grace_period_seconds = Some(seconds);
+    graced
+}
+
 #[tokio::test]
 async fn a_released_address_is_not_handed_out_again_within_the_reuse_grace_period() {
     let (client, ns) = support::env().namespace().await;
@@ -412,9 +419,7 @@ async fn a_released_address_is_not_handed_out_again_within_the_reuse_grace_perio
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
     let reservations: Api<IPAddressReservation> = Api::all(client.clone());
     // Long enough that the next claim is surely seen waiting first, short enough for a test.
-    let mut graced = pool("graced", &["10.9.0.5"], 24, None);
-    graced.spec.address_reuse_grace_period_seconds = Some(8);
-    create(&pools, &graced).await;
+    create(&pools, &graced_pool("10.9.0.5", 8)).await;
     create(&claims, &claim("first", "graced")).await;
     wait_reason(&claims, "first", "AddressAllocated").await;
     let reservation_name = format!("10-9-0-5.ns.{ns}");
@@ -475,6 +480,56 @@ async fn a_released_address_is_not_handed_out_again_within_the_reuse_grace_perio
     assert_eq!(
         ready_of(&second).map(|(status, _, _)| status).as_deref(),
         Some("True")
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_pool_does_not_wait_for_the_reuse_grace_period_of_released_addresses() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    let reservations: Api<IPAddressReservation> = Api::all(client.clone());
+    create(&pools, &graced_pool("10.9.1.5", 3600)).await;
+    create(&claims, &claim("gone", "graced")).await;
+    wait_reason(&claims, "gone", "AddressAllocated").await;
+    let reservation_name = format!("10-9-1-5.ns.{ns}");
+    claims
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the reservation to be released",
+        Duration::from_secs(60),
+        || async {
+            let r = reservations.get_opt(&reservation_name).await.unwrap()?;
+            r.labels()
+                .contains_key("ipam.inpool.dev/released")
+                .then_some(())
+        },
+    )
+    .await;
+
+    pools
+        .delete("graced", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the pool to be gone", Duration::from_secs(60), || async {
+        pools
+            .get_opt("graced")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        reservations
+            .get_opt(&reservation_name)
+            .await
+            .unwrap()
+            .is_none(),
+        "the released address was freed with its pool, an hour early"
     );
 }
 

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
 use super::registry::{ObjectKey, PoolKey, Unready};
+use super::reservation::{IPAddressReservation, RELEASED_HOLDER};
 use super::{Context, MANAGER};
 use crate::allocator::canonical;
 use crate::api::conditions::{now, set_condition_at};
@@ -87,6 +88,9 @@ pub async fn reconcile<P: PoolObject>(pool: Arc<P>, ctx: Arc<Context>) -> Result
     }
     let api = P::api(ctx.client.clone(), &key);
     let deleting = pool.meta().deletion_timestamp.is_some();
+    if deleting {
+        free_released_addresses(&ctx, &key).await?;
+    }
     if deleting && !ctx.registry().has_own_holds(&key) {
         ctx.metrics.forget_pool(&P::metrics_key(&key));
         set_finalizer(&api, &*pool, false).await?;
@@ -127,6 +131,27 @@ fn too_soon(ctx: &Context, key: &PoolKey) -> Option<Duration> {
     let writes = ctx.pool_writes.lock().expect("pool writes lock");
     let since = writes.get(key)?.elapsed();
     (since < MIN_STATUS_INTERVAL).then(|| MIN_STATUS_INTERVAL - since)
+}
+
+/// A deleting pool does not wait for the reuse grace period of addresses already released: their
+/// reservations go now, so that `ProtectPool` waits only for addresses claims still hold.
+async fn free_released_addresses(ctx: &Context, key: &PoolKey) -> Result<(), Error> {
+    let released: Vec<String> = ctx
+        .registry()
+        .reservations_in(key)
+        .into_iter()
+        .filter(|(_, hold)| hold.claim.name == RELEASED_HOLDER)
+        .map(|(name, _)| name)
+        .collect();
+    let api: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+    for name in released {
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Adds or removes `ProtectPool`, guarded by the resourceVersion it was computed from.

@@ -594,6 +594,15 @@ impl Registry {
                 .any(|r| &r.pool == pool)
     }
 
+    /// Every reservation that holds an address of `pool`, by name.
+    pub fn reservations_in(&self, pool: &PoolKey) -> Vec<(String, HoldRecord)> {
+        self.reservations
+            .iter()
+            .filter(|(_, r)| &r.pool == pool)
+            .map(|(name, r)| (name.clone(), r.clone()))
+            .collect()
+    }
+
     /// Pools whose spec is known, for status reporting.
     pub fn pool_keys(&self) -> Vec<PoolKey> {
         self.pools.keys().cloned().collect()
