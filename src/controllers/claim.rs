@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
@@ -19,15 +19,15 @@ use serde_json::json;
 
 use super::registry::{Decision, ObjectKey, PoolKey, QueuedClaim, Unready};
 use super::reservation::{IPAddressReservation, new_reservation};
-use super::{Context, MANAGER};
+use super::{Context, MANAGER, delete_if_present};
 use crate::allocator::canonical;
 use crate::api::{
     ADDRESS_FINALIZER, CLAIM_FINALIZER, CLUSTER_NAME_LABEL, ConditionStatus,
     DELETE_FOR_MOVE_ANNOTATION, DesiredCondition, GLOBAL_IN_CLUSTER_IP_POOL_KIND,
     IN_CLUSTER_IP_POOL_KIND, IPAM_GROUP, IPAddress, IPAddressClaim, IPAddressClaimReference,
-    IPAddressSpec, IPPoolReference, PAUSED_ANNOTATION, READY_CONDITION, REASON_ADDRESS_ALLOCATED,
-    REASON_ALLOCATION_FAILED, REASON_POOL_EXHAUSTED, REASON_POOL_NOT_READY, claim_status_patch,
-    claim_status_with_ready, conditions::now,
+    IPAddressSpec, IPPoolReference, InClusterIPPoolSpec, PAUSED_ANNOTATION, READY_CONDITION,
+    REASON_ADDRESS_ALLOCATED, REASON_ALLOCATION_FAILED, REASON_POOL_EXHAUSTED,
+    REASON_POOL_NOT_READY, claim_status_patch, claim_status_with_ready, conditions::now,
 };
 use crate::telemetry::PoolKey as MetricsPoolKey;
 
@@ -461,7 +461,7 @@ async fn release(
             for (name, _) in held {
                 match grace {
                     Some(grace) => keep_released(&reservations, &name, grace).await?,
-                    None => delete_ignoring_missing(&reservations, &name).await?,
+                    None => delete_if_present(&reservations, &name).await?,
                 }
             }
             ctx.metrics.release(&metrics_key(pool));
@@ -499,23 +499,12 @@ async fn delete_address(addresses: &Api<IPAddress>, address: &IPAddress) -> Resu
             )
             .await?;
     }
-    delete_ignoring_missing(addresses, &address.name_any()).await
-}
-
-async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    Ok(delete_if_present(addresses, &address.name_any()).await?)
 }
 
 async fn release_reservation(ctx: &Context, name: &str) -> Result<(), Error> {
     let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
-    delete_ignoring_missing(&reservations, name).await
+    Ok(delete_if_present(&reservations, name).await?)
 }
 
 fn build_address(
@@ -569,38 +558,40 @@ fn build_address(
     Ok(address)
 }
 
-fn pool_uid(ctx: &Context, pool: &PoolKey) -> Option<String> {
+/// Reads the cached pool `pool` names, of either kind; `None` when it is not in the cache.
+fn read_pool<T>(
+    ctx: &Context,
+    pool: &PoolKey,
+    read: impl FnOnce(&ObjectMeta, &InClusterIPPoolSpec) -> T,
+) -> Option<T> {
     match &pool.namespace {
         Some(ns) => ctx
             .stores
             .pools
-            .get(&ObjectRef::new(&pool.name).within(ns))?
-            .uid(),
+            .get(&ObjectRef::new(&pool.name).within(ns))
+            .map(|p| read(&p.metadata, &p.spec)),
         None => ctx
             .stores
             .global_pools
-            .get(&ObjectRef::new(&pool.name))?
-            .uid(),
+            .get(&ObjectRef::new(&pool.name))
+            .map(|p| read(&p.metadata, &p.spec)),
     }
+}
+
+fn pool_uid(ctx: &Context, pool: &PoolKey) -> Option<String> {
+    read_pool(ctx, pool, |meta, _| meta.uid.clone()).flatten()
 }
 
 /// The pool's `addressReuseGracePeriodSeconds`, when positive and the pool is live: a pool that
 /// is gone or deleting frees addresses at once (its deletion must not wait on them).
 fn reuse_grace_period(ctx: &Context, pool: &PoolKey) -> Option<Duration> {
-    let seconds = match &pool.namespace {
-        Some(ns) => ctx
-            .stores
-            .pools
-            .get(&ObjectRef::new(&pool.name).within(ns))
-            .filter(|p| p.meta().deletion_timestamp.is_none())
-            .and_then(|p| p.spec.address_reuse_grace_period_seconds),
-        None => ctx
-            .stores
-            .global_pools
-            .get(&ObjectRef::new(&pool.name))
-            .filter(|p| p.meta().deletion_timestamp.is_none())
-            .and_then(|p| p.spec.address_reuse_grace_period_seconds),
-    }?;
+    let seconds = read_pool(ctx, pool, |meta, spec| {
+        meta.deletion_timestamp
+            .is_none()
+            .then_some(spec.address_reuse_grace_period_seconds)
+            .flatten()
+    })
+    .flatten()?;
     u64::try_from(seconds)
         .ok()
         .filter(|s| *s > 0)
@@ -629,19 +620,12 @@ async fn keep_released(
 }
 
 fn pool_paused(ctx: &Context, pool: &PoolKey) -> bool {
-    let annotations = match &pool.namespace {
-        Some(ns) => ctx
-            .stores
-            .pools
-            .get(&ObjectRef::new(&pool.name).within(ns))
-            .map(|p| p.annotations().clone()),
-        None => ctx
-            .stores
-            .global_pools
-            .get(&ObjectRef::new(&pool.name))
-            .map(|p| p.annotations().clone()),
-    };
-    annotations.is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
+    read_pool(ctx, pool, |meta, _| {
+        meta.annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
+    })
+    .unwrap_or(false)
 }
 
 fn not_ready_message(pool: &PoolKey, unready: &Unready) -> String {

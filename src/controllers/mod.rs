@@ -136,6 +136,18 @@ fn filtered(settings: &Settings) -> watcher::Config {
     }
 }
 
+/// Deletes `name`; an object that is already gone is what was wanted.
+pub async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &kube::api::DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 fn scoped<K>(client: &Client, settings: &Settings) -> Api<K>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,

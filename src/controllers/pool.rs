@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
 use super::registry::{ObjectKey, PoolKey, Unready};
 use super::reservation::{IPAddressReservation, RELEASED_HOLDER};
-use super::{Context, MANAGER};
+use super::{Context, MANAGER, delete_if_present};
 use crate::allocator::canonical;
 use crate::api::conditions::{now, set_condition_at};
 use crate::api::{
@@ -145,11 +145,7 @@ async fn free_released_addresses(ctx: &Context, key: &PoolKey) -> Result<(), Err
         .collect();
     let api: Api<IPAddressReservation> = Api::all(ctx.client.clone());
     for name in released {
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        delete_if_present(&api, &name).await?;
     }
     Ok(())
 }

@@ -8,29 +8,26 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 
-use super::Context;
 use super::reservation::{IPAddressReservation, reusable_after};
+use super::{Context, delete_if_present};
 
 pub async fn reconcile(
     reservation: Arc<IPAddressReservation>,
     ctx: Arc<Context>,
 ) -> Result<Action, kube::Error> {
     let name = reservation.name_any();
-    if let Some(wait) = time_left(reusable_after(&reservation), Timestamp::now()) {
+    let until = reusable_after(&reservation);
+    if let Some(wait) = time_left(until, Timestamp::now()) {
         return Ok(Action::requeue(wait));
     }
-    if reusable_after(&reservation).is_none() {
+    if until.is_none() {
         tracing::warn!(reservation = %name, "released reservation has no readable reusable-after time; freeing its address now");
     }
     let api: Api<IPAddressReservation> = Api::all(ctx.client.clone());
-    match api.delete(&name, &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 404 => {}
-        Err(e) => return Err(e),
-    }
+    delete_if_present(&api, &name).await?;
     tracing::info!(reservation = %name, address = %reservation.spec.address, "reuse grace period over; address freed");
     Ok(Action::await_change())
 }
