@@ -116,6 +116,30 @@ pub struct Args {
     /// random suffix).
     #[arg(long, env = "INPOOL_IDENTITY", value_name = "ID")]
     pub identity: Option<String>,
+
+    /// How often the audit compares what inpool holds in memory with the API server (pools,
+    /// reservations, `IPAddress`es), corrects drift and collects stray reservations, e.g. `10m`.
+    /// It also runs shortly after every re-list of a watch.
+    #[arg(
+        long,
+        env = "INPOOL_AUDIT_INTERVAL",
+        default_value = "10m",
+        value_name = "DURATION",
+        value_parser = parse_positive_duration
+    )]
+    pub audit_interval: Duration,
+
+    /// How old a reservation must be before the audit may delete it as stray (its claim is gone,
+    /// or holds another address). Longer than any gap between a reservation and its
+    /// `IPAddress` that a live process can have.
+    #[arg(
+        long,
+        env = "INPOOL_STRAY_RESERVATION_AGE",
+        default_value = "2m",
+        value_name = "DURATION",
+        value_parser = parse_positive_duration
+    )]
+    pub stray_reservation_age: Duration,
 }
 
 /// What the controllers need from the command line.
@@ -127,6 +151,23 @@ pub struct Settings {
     pub watch_filter: Option<String>,
     /// Claims reconciled at once (0: unbounded).
     pub concurrency: u16,
+    /// Time between two audits (see `controllers::audit`).
+    pub audit_interval: Duration,
+    /// Minimum age of a reservation the audit deletes as stray.
+    pub stray_reservation_age: Duration,
+}
+
+impl Default for Settings {
+    /// The binary's defaults.
+    fn default() -> Settings {
+        Settings {
+            namespace: None,
+            watch_filter: None,
+            concurrency: 16,
+            audit_interval: Duration::from_secs(600),
+            stray_reservation_age: Duration::from_secs(120),
+        }
+    }
 }
 
 /// What leader election needs.
@@ -163,6 +204,8 @@ impl From<&Args> for Settings {
             namespace: args.namespace.clone().filter(|s| !s.is_empty()),
             watch_filter: args.watch_filter.clone().filter(|s| !s.is_empty()),
             concurrency: args.concurrency,
+            audit_interval: args.audit_interval,
+            stray_reservation_age: args.stray_reservation_age,
         }
     }
 }
@@ -196,6 +239,27 @@ fn random_u32() -> u32 {
 /// Parses `15s`, `15`, `2m`, `1h` (whole units) into a duration of at least
 /// [`MIN_LEASE_DURATION`].
 pub fn parse_lease_duration(text: &str) -> Result<Duration, String> {
+    let duration = parse_duration(text)?;
+    if duration < MIN_LEASE_DURATION {
+        return Err(format!(
+            "the lease duration must be at least {}s",
+            MIN_LEASE_DURATION.as_secs()
+        ));
+    }
+    Ok(duration)
+}
+
+/// Parses a duration like [`parse_lease_duration`], greater than zero.
+pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    let duration = parse_duration(text)?;
+    if duration.is_zero() {
+        return Err("the duration must be greater than zero".to_string());
+    }
+    Ok(duration)
+}
+
+/// Parses `15s`, `15`, `2m`, `1h` (whole units).
+fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => text.split_at(i),
@@ -211,14 +275,7 @@ pub fn parse_lease_duration(text: &str) -> Result<Duration, String> {
         _ => None,
     }
     .ok_or_else(|| format!("`{text}` is not a duration like 15s, 2m or 1h"))?;
-    let duration = Duration::from_secs(seconds);
-    if duration < MIN_LEASE_DURATION {
-        return Err(format!(
-            "the lease duration must be at least {}s",
-            MIN_LEASE_DURATION.as_secs()
-        ));
-    }
-    Ok(duration)
+    Ok(Duration::from_secs(seconds))
 }
 
 /// Accepts only filters that `tracing_subscriber::EnvFilter` can parse, so that a typo fails at
@@ -289,8 +346,11 @@ mod tests {
             leader_election_lease_name: "inpool-leader".into(),
             leader_election_lease_duration: Duration::from_secs(15),
             identity: None,
+            audit_interval: Duration::from_secs(600),
+            stray_reservation_age: Duration::from_secs(120),
         };
         assert_eq!(parsed, format!("{expected:?}"));
+        assert_eq!(expected.settings(), Settings::default());
     }
 
     #[test]
@@ -378,13 +438,22 @@ mod tests {
             Settings {
                 namespace: Some("a".into()),
                 watch_filter: None,
-                concurrency: 3
+                concurrency: 3,
+                ..Settings::default()
             }
         );
         let lease = args.lease_settings();
         assert_eq!(lease.identity, "me");
         assert_eq!(lease.duration, Duration::from_secs(4));
         assert_eq!(lease.name, "inpool-leader");
+    }
+
+    #[test]
+    fn audit_durations_must_be_positive() {
+        assert_eq!(parse_positive_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_positive_duration("1"), Ok(Duration::from_secs(1)));
+        assert!(parse_positive_duration("0s").is_err());
+        assert!(parse_positive_duration("soon").is_err());
     }
 
     #[test]

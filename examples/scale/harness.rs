@@ -828,6 +828,7 @@ async fn ideal_realise(
             pool_name: "floor".into(),
             claim_namespace: ns.into(),
             claim_name: name.clone(),
+            claim_uid: None,
         },
     );
     reservation.metadata.labels = Some(

@@ -43,6 +43,10 @@ pub struct IPAddressReservationSpec {
     pub pool_name: String,
     pub claim_namespace: String,
     pub claim_name: String,
+    /// UID of the claim: a claim deleted and created again under the same name is another
+    /// claim, and this reservation is not its. Absent on reservations of inpool 0.1.0.
+    #[serde(default, rename = "claimUID", skip_serializing_if = "Option::is_none")]
+    pub claim_uid: Option<String>,
 }
 
 /// Label on a reservation whose claim has been released while its pool's

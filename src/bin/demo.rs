@@ -166,11 +166,7 @@ async fn demo(
             let _ = rx.wait_for(|s| *s).await;
         },
     ));
-    let settings = Settings {
-        namespace: None,
-        watch_filter: None,
-        concurrency: 16,
-    };
+    let settings = Settings::default();
     let mut controllers = tokio::spawn(inpool::controllers::run(
         client.clone(),
         settings,

@@ -17,8 +17,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::registry::{Decision, ObjectKey, PoolKey, QueuedClaim, Unready};
-use super::reservation::{IPAddressReservation, new_reservation};
+use super::error::Error;
+use super::registry::{Change, Decision, ObjectKey, PoolKey, QueuedClaim, Unready};
+use super::reservation::{IPAddressReservation, hold_of, new_reservation};
+use super::watch::address_hold;
 use super::{Context, MANAGER, delete_if_present};
 use crate::allocator::canonical;
 use crate::api::{
@@ -34,23 +36,6 @@ use crate::telemetry::PoolKey as MetricsPoolKey;
 /// How often to try the next address when the API server says the chosen one is taken, before
 /// giving the watches time to catch up with another process.
 const MAX_TAKEN_RETRIES: usize = 16;
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("API request failed: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("{0}")]
-    Conflict(String),
-}
-
-impl Error {
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kube(_) => "api",
-            Error::Conflict(_) => "conflict",
-        }
-    }
-}
 
 /// The pool a reference names, when it is one of inpool's kinds; claims of other providers are
 /// never touched.
@@ -84,15 +69,11 @@ pub async fn reconcile(claim: Arc<IPAddressClaim>, ctx: Arc<Context>) -> Result<
     } else {
         realise(&claim, &key, &pool, &ctx).await
     };
-    if let Err(e) = &result {
-        ctx.metrics.reconcile_error("claim", e.metric_label());
-    }
-    result
+    super::error::settle("claim", &*claim, &ctx, result)
 }
 
-pub fn error_policy(claim: Arc<IPAddressClaim>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(claim = %claim.name_any(), namespace = ?claim.namespace(), %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+pub fn error_policy(claim: Arc<IPAddressClaim>, error: &Error, ctx: Arc<Context>) -> Action {
+    super::error::error_policy("claim", &*claim, error, &ctx)
 }
 
 enum Gate {
@@ -170,15 +151,10 @@ async fn realise(
     if let Some(existing) = addresses.get_opt(&key.name).await? {
         return adopt(claim, key, pool, ctx, &existing).await;
     }
-    let recovered = ctx
-        .registry()
-        .reservations_of(key)
-        .into_iter()
-        .find(|(_, hold)| &hold.pool == pool);
-    let (ip, reservation) = match recovered {
-        Some((name, hold)) => {
-            ctx.registry().hold_in_flight(pool, key, hold.ip);
-            (hold.ip, name)
+    let (ip, reservation) = match recover(claim, key, pool, ctx).await? {
+        Some((name, ip)) => {
+            ctx.registry().hold_in_flight(pool, key, ip);
+            (ip, name)
         }
         None => match reserve(claim, key, pool, ctx).await? {
             Reserved::Address(ip, name) => (ip, name),
@@ -186,6 +162,33 @@ async fn realise(
         },
     };
     create_address(claim, key, pool, ctx, ip, &reservation).await
+}
+
+/// A reservation this claim already holds in the pool, with no `IPAddress` yet: a crash (or an
+/// `IPAddress` deleted under the claim) came between the two creates. The cache may be behind,
+/// so the reservation is read from the API server: it must still exist and record this claim,
+/// and no other claim of the same name (a claim deleted and created again has a new UID).
+async fn recover(
+    claim: &IPAddressClaim,
+    key: &ObjectKey,
+    pool: &PoolKey,
+    ctx: &Context,
+) -> Result<Option<(String, IpAddr)>, Error> {
+    let candidates = ctx.registry().reservations_of(key);
+    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+    for (name, hold) in candidates.into_iter().filter(|(_, h)| &h.pool == pool) {
+        let Some(live) = reservations.get_opt(&name).await? else {
+            continue;
+        };
+        let uid_matches = match (&live.spec.claim_uid, claim.uid()) {
+            (Some(recorded), Some(uid)) => *recorded == uid,
+            _ => true,
+        };
+        if hold_of(&live).as_ref() == Some(&hold) && uid_matches {
+            return Ok(Some((name, hold.ip)));
+        }
+    }
+    Ok(None)
 }
 
 enum Reserved {
@@ -264,17 +267,29 @@ async fn reserve(
             }
         };
         let scope = ctx.registry().reservation_scope(pool, ip);
-        let reservation = new_reservation(&scope, pool, key, ip);
+        let reservation = new_reservation(&scope, pool, key, claim.uid(), ip);
+        let name = reservation.name_any();
         match reservations
             .create(&PostParams::default(), &reservation)
             .await
         {
-            Ok(_) => return Ok(Reserved::Address(ip, reservation.name_any())),
+            Ok(created) => {
+                learn_reservation(ctx, &created);
+                return Ok(Reserved::Address(ip, name));
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => {
-                ctx.registry().taken_elsewhere(pool, ip);
+                // Taken by a holder the watch has not shown yet: learn it now, so that the
+                // address stays used exactly as long as that holder exists.
+                let holder = reservations.get_opt(&name).await;
+                if let Ok(Some(holder)) = &holder {
+                    learn_reservation(ctx, holder);
+                }
+                let woken = ctx.registry().finish(pool, ip);
+                ctx.wake(woken);
+                holder?;
             }
             Err(e) => {
-                let woken = ctx.registry().finish(pool, ip, false);
+                let woken = ctx.registry().finish(pool, ip);
                 ctx.wake(woken);
                 return Err(e.into());
             }
@@ -299,15 +314,16 @@ async fn create_address(
         Ok(address) => address,
         Err(reason) => {
             release_reservation(ctx, reservation).await?;
-            let woken = ctx.registry().finish(pool, ip, false);
+            let woken = ctx.registry().finish(pool, ip);
             ctx.wake(woken);
             return fail(claim, ctx, REASON_POOL_NOT_READY, reason).await;
         }
     };
     let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
     match addresses.create(&PostParams::default(), &address).await {
-        Ok(_) => {
-            ctx.registry().finish(pool, ip, true);
+        Ok(created) => {
+            learn_address(ctx, &created);
+            ctx.registry().finish(pool, ip);
             ctx.metrics.allocation(&metrics_key(pool));
             ready(claim, ctx, ip).await
         }
@@ -315,18 +331,27 @@ async fn create_address(
             // Someone created this claim's IPAddress meanwhile (another process, or by hand).
             // When it holds the reserved address, the reservation is its own: keep it.
             // Otherwise give ours back. Either way, adopt theirs on the next pass.
-            let existing = addresses.get_opt(&key.name).await?;
-            let same_address =
-                existing.is_some_and(|a| a.spec.address.parse::<IpAddr>().ok() == Some(ip));
-            if !same_address {
-                release_reservation(ctx, reservation).await?;
-            }
-            let woken = ctx.registry().finish(pool, ip, same_address);
+            let existing = addresses.get_opt(&key.name).await;
+            let same_address = match &existing {
+                Ok(Some(a)) => {
+                    learn_address(ctx, a);
+                    a.spec.address.parse::<IpAddr>().ok() == Some(ip)
+                }
+                _ => false,
+            };
+            let released = match (&existing, same_address) {
+                (Ok(_), false) => release_reservation(ctx, reservation).await,
+                _ => Ok(()),
+            };
+            let woken = ctx.registry().finish(pool, ip);
             ctx.wake(woken);
+            existing?;
+            released?;
             Ok(Action::requeue(Duration::from_millis(100)))
         }
         Err(e) => {
-            let woken = ctx.registry().finish(pool, ip, true);
+            // The reservation stays (learnt when it was created): the next reconcile recovers it.
+            let woken = ctx.registry().finish(pool, ip);
             ctx.wake(woken);
             let message = format!("creating IPAddress {key} for {ip} failed: {e}");
             set_ready(
@@ -379,21 +404,28 @@ async fn adopt(
         (None, Ok(ip)) => ip,
     };
     let scope = ctx.registry().reservation_scope(pool, ip);
-    let reservation = new_reservation(&scope, pool, key, ip);
+    let reservation = new_reservation(&scope, pool, key, claim.uid(), ip);
     let name = reservation.name_any();
     let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
     let holder = match reservations
         .create(&PostParams::default(), &reservation)
         .await
     {
-        Ok(_) => None,
-        Err(kube::Error::Api(status)) if status.code == 409 => reservations
-            .get_opt(&name)
-            .await?
-            .map(|r| ObjectKey::new(&r.spec.claim_namespace, &r.spec.claim_name))
-            .filter(|holder| holder != key),
+        Ok(created) => {
+            learn_reservation(ctx, &created);
+            None
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let live = reservations.get_opt(&name).await?;
+            if let Some(live) = &live {
+                learn_reservation(ctx, live);
+            }
+            live.map(|r| ObjectKey::new(&r.spec.claim_namespace, &r.spec.claim_name))
+                .filter(|holder| holder != key)
+        }
         Err(e) => return Err(e.into()),
     };
+    learn_address(ctx, existing);
     if let Some(holder) = holder {
         let message = format!(
             "IPAddress {key} holds {ip}, but that address is reserved for claim {holder}; one of the two must go"
@@ -500,6 +532,25 @@ async fn delete_address(addresses: &Api<IPAddress>, address: &IPAddress) -> Resu
             .await?;
     }
     Ok(delete_if_present(addresses, &address.name_any()).await?)
+}
+
+/// Applies a reservation this process has just read or written, before its watch event comes
+/// (the event is then a no-op): an address is marked used only through such a record.
+fn learn_reservation(ctx: &Context, reservation: &IPAddressReservation) {
+    if let Some(hold) = hold_of(reservation) {
+        super::watch::apply_change(ctx, Change::Reservation(reservation.name_any(), hold));
+    }
+}
+
+/// The same for an `IPAddress`.
+fn learn_address(ctx: &Context, address: &IPAddress) {
+    if let Some(hold) = address_hold(address) {
+        let key = ObjectKey::new(
+            &address.namespace().unwrap_or_default(),
+            &address.name_any(),
+        );
+        super::watch::apply_change(ctx, Change::Address(key, hold));
+    }
 }
 
 async fn release_reservation(ctx: &Context, name: &str) -> Result<(), Error> {

@@ -1,13 +1,18 @@
 //! The controllers and their wiring.
 //!
 //! - [`registry`]: the pure in-memory picture of pools, held addresses and waiting claims;
-//! - [`watch`]: tasks that feed the registry from pools, reservations and `IPAddress`es, and wake
-//!   claims when capacity appears;
+//! - [`watch`]: tasks that feed the registry from pools, reservations and `IPAddress`es (re-lists
+//!   included), and wake claims when capacity appears or their `IPAddress` vanished;
 //! - [`claim`]: the `IPAddressClaim` reconciler (the IPAM contract and its `Ready` condition);
+//! - [`pool`]: pool status, conditions and deletion protection;
 //! - [`own_writes`]: which cached claim versions inpool's own writes have replaced;
 //! - [`reservation`]: the object whose name makes the API server enforce address uniqueness;
-//! - [`reuse_grace`]: frees a released claim's address once its pool's reuse grace period is over.
+//! - [`reuse_grace`]: frees a released claim's address once its pool's reuse grace period is over;
+//! - [`audit`]: checks the registry against the API server and collects stray reservations;
+//! - [`error`]: the controllers' error type, backoff, and where failures are logged and counted.
+pub mod audit;
 pub mod claim;
+pub mod error;
 pub mod own_writes;
 pub mod pool;
 pub mod registry;
@@ -17,7 +22,6 @@ pub mod watch;
 
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
 use futures::channel::mpsc;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
@@ -49,6 +53,8 @@ pub struct Context {
     pub pool_writes: Mutex<std::collections::HashMap<registry::PoolKey, std::time::Instant>>,
     /// Claim versions our own writes replaced (never held across an await).
     pub own_writes: Mutex<own_writes::OwnWrites>,
+    /// Failures in a row per object, for the backoff.
+    pub retries: error::Retries,
 }
 
 /// Exclusive access to the registry; on release, the pools whose status may have changed are
@@ -193,6 +199,7 @@ pub async fn run(
         global_pool_wake,
         pool_writes: Mutex::default(),
         own_writes: Mutex::default(),
+        retries: error::Retries::default(),
     });
     // The feed is part of this future, not a detached task: when the future is dropped (lease
     // lost), the watches and the registry go with it.
@@ -201,36 +208,48 @@ pub async fn run(
         // Allocating before every held address is known could pick one that is taken.
         ctx.stores.wait_until_ready().await?;
         health.set_caches_synced(true);
-        let claims = controller
-            .run(claim::reconcile, claim::error_policy, ctx.clone())
-            .for_each(|_| futures::future::ready(()));
-        let pools = Controller::new(
-            scoped::<InClusterIPPool>(&client, &settings),
-            watcher::Config::default().any_semantic(),
-        )
-        .reconcile_on(pool_wake_rx)
-        .run(pool::reconcile, pool::error_policy, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
-        let global_pools = Controller::new(
-            Api::<GlobalInClusterIPPool>::all(client.clone()),
-            watcher::Config::default().any_semantic(),
-        )
-        .reconcile_on(global_pool_wake_rx)
-        .run(pool::reconcile, pool::error_policy, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
-        let released = Controller::new(
-            Api::<reservation::IPAddressReservation>::all(client.clone()),
-            watcher::Config::default()
-                .any_semantic()
-                .labels(reservation::RELEASED_LABEL),
-        )
-        .run(
-            reuse_grace::reconcile,
-            reuse_grace::error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()));
-        futures::join!(claims, pools, global_pools, released);
+        let claims = error::drain(
+            &ctx,
+            "claim",
+            controller.run(claim::reconcile, claim::error_policy, ctx.clone()),
+        );
+        let pools = error::drain(
+            &ctx,
+            "pool",
+            Controller::new(
+                scoped::<InClusterIPPool>(&client, &settings),
+                watcher::Config::default().any_semantic(),
+            )
+            .reconcile_on(pool_wake_rx)
+            .run(pool::reconcile, pool::error_policy, ctx.clone()),
+        );
+        let global_pools = error::drain(
+            &ctx,
+            "pool",
+            Controller::new(
+                Api::<GlobalInClusterIPPool>::all(client.clone()),
+                watcher::Config::default().any_semantic(),
+            )
+            .reconcile_on(global_pool_wake_rx)
+            .run(pool::reconcile, pool::error_policy, ctx.clone()),
+        );
+        let released = error::drain(
+            &ctx,
+            "reuse-grace",
+            Controller::new(
+                Api::<reservation::IPAddressReservation>::all(client.clone()),
+                watcher::Config::default()
+                    .any_semantic()
+                    .labels(reservation::RELEASED_LABEL),
+            )
+            .run(
+                reuse_grace::reconcile,
+                reuse_grace::error_policy,
+                ctx.clone(),
+            ),
+        );
+        let audits = audit::run(ctx.clone());
+        futures::join!(claims, pools, global_pools, released, audits);
         anyhow::Ok(())
     };
     tokio::select! {

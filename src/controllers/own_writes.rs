@@ -58,6 +58,11 @@ impl OwnWrites {
         self.0.remove(key);
     }
 
+    /// Keeps the records of the claims that still exist.
+    pub fn retain(&mut self, exists: impl Fn(&ObjectKey) -> bool) {
+        self.0.retain(|key, _| exists(key));
+    }
+
     pub fn len(&self) -> usize {
         self.0.len()
     }

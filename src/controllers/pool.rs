@@ -14,6 +14,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
+use super::error::Error;
 use super::registry::{ObjectKey, PoolKey, Unready};
 use super::reservation::{IPAddressReservation, RELEASED_HOLDER};
 use super::{Context, MANAGER, delete_if_present};
@@ -40,12 +41,6 @@ pub const ADDRESSES_IN_RANGE_CONDITION: &str = "AddressesInRange";
 
 /// How many out-of-range addresses or overlapping pools a message lists.
 const LISTED: usize = 10;
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("API request failed: {0}")]
-    Kube(#[from] kube::Error),
-}
 
 /// What the controller needs to know of each pool kind.
 pub trait PoolObject:
@@ -82,6 +77,11 @@ impl PoolObject for GlobalInClusterIPPool {
 
 pub async fn reconcile<P: PoolObject>(pool: Arc<P>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconcile("pool");
+    let result = reconcile_pool(&*pool, &ctx).await;
+    super::error::settle("pool", &*pool, &ctx, result)
+}
+
+async fn reconcile_pool<P: PoolObject>(pool: &P, ctx: &Context) -> Result<Action, Error> {
     let key = pool.key();
     if pool.annotations().contains_key(PAUSED_ANNOTATION) {
         return Ok(Action::await_change());
@@ -89,21 +89,21 @@ pub async fn reconcile<P: PoolObject>(pool: Arc<P>, ctx: Arc<Context>) -> Result
     let api = P::api(ctx.client.clone(), &key);
     let deleting = pool.meta().deletion_timestamp.is_some();
     if deleting {
-        free_released_addresses(&ctx, &key).await?;
+        free_released_addresses(ctx, &key).await?;
     }
     if deleting && !ctx.registry().has_own_holds(&key) {
         ctx.metrics.forget_pool(&P::metrics_key(&key));
-        set_finalizer(&api, &*pool, false).await?;
+        set_finalizer(&api, pool, false).await?;
         return Ok(Action::await_change());
     }
     if !deleting {
-        set_finalizer(&api, &*pool, true).await?;
+        set_finalizer(&api, pool, true).await?;
     }
-    if let Some(wait) = too_soon(&ctx, &key) {
+    if let Some(wait) = too_soon(ctx, &key) {
         return Ok(Action::requeue(wait));
     }
-    let status = desired_status(&*pool, &key, &ctx);
-    publish_metrics::<P>(&ctx, &key, status.ip_addresses.as_ref());
+    let status = desired_status(pool, &key, ctx);
+    publish_metrics::<P>(ctx, &key, status.ip_addresses.as_ref());
     if !changed(pool.pool_status(), &status) {
         return Ok(Action::await_change());
     }
@@ -121,9 +121,7 @@ pub async fn reconcile<P: PoolObject>(pool: Arc<P>, ctx: Arc<Context>) -> Result
 }
 
 pub fn error_policy<P: PoolObject>(pool: Arc<P>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.reconcile_error("pool", "api");
-    tracing::warn!(pool = %pool.name_any(), %error, "pool reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+    super::error::error_policy("pool", &*pool, error, &ctx)
 }
 
 /// How long to wait before this pool's status may be written again, if at all.

@@ -14,6 +14,12 @@
 //!
 //! Every change marks the pools whose status may change as dirty; [`Registry::take_dirty`] hands
 //! them to the pool status controller.
+//!
+//! The watches feed it through one function, [`Registry::apply`], with one [`Change`] per event.
+//! A re-list (a watch that resumed too late and listed again, e.g. after an API-server restart)
+//! arrives as one `*Listed` change holding the whole fresh list: whatever is not in it is gone,
+//! as in kube-runtime's reflector store, which swaps its contents at `InitDone`. The audit
+//! compares the registry with a list through the same [`Registry::diff`].
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -134,6 +140,39 @@ pub enum Decision {
     NotReady(Unready),
 }
 
+/// One fact learnt from the API: an event of a watch, a fresh list, or an object inpool itself
+/// has just written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    Pool(PoolKey, Result<ParsedPool, Unready>),
+    PoolGone(PoolKey),
+    /// Every pool of this kind that exists now (a re-list or the audit's list).
+    PoolsListed(PoolKind, Vec<(PoolKey, Result<ParsedPool, Unready>)>),
+    /// A reservation object by name, with what it holds.
+    Reservation(String, HoldRecord),
+    ReservationGone(String),
+    /// Every reservation that exists now.
+    ReservationsListed(Vec<(String, HoldRecord)>),
+    /// An `IPAddress` of one of inpool's pools, by namespace/name.
+    Address(ObjectKey, HoldRecord),
+    AddressGone(ObjectKey),
+    /// Every `IPAddress` of inpool's pools that exists now.
+    AddressesListed(Vec<(ObjectKey, HoldRecord)>),
+}
+
+impl Change {
+    /// What the change is about, for logs and the drift metric.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Change::Pool(..) | Change::PoolGone(_) | Change::PoolsListed(..) => "pool",
+            Change::Reservation(..)
+            | Change::ReservationGone(_)
+            | Change::ReservationsListed(_) => "reservation",
+            Change::Address(..) | Change::AddressGone(_) | Change::AddressesListed(_) => "address",
+        }
+    }
+}
+
 #[derive(Default)]
 struct PoolEntry {
     /// What [`Registry::set_pool`] was last given: a pool event that does not change it (its
@@ -199,6 +238,15 @@ impl PoolEntry {
         self.allocator().is_some_and(|a| a.release(ip))
     }
 
+    /// Whether the entry only remembers a pool that no longer exists (or never did) and nothing
+    /// refers to it: then it can go.
+    fn is_forgettable(&self) -> bool {
+        matches!(self.state, None | Some(Err(Unready::Missing)))
+            && self.holds.is_empty()
+            && self.in_flight.is_empty()
+            && self.waiting.is_empty()
+    }
+
     /// Re-marks every hold and in-flight address in a fresh allocator.
     fn remark(&mut self) {
         let used: Vec<IpAddr> = self
@@ -259,6 +307,112 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// Applies one fact from the API and returns the claims to wake: those the freed or added
+    /// capacity can serve, and the claim of an `IPAddress` that vanished (it must get it back).
+    pub fn apply(&mut self, change: Change) -> Vec<ObjectKey> {
+        match change {
+            Change::Pool(key, parsed) => self.set_pool(&key, parsed),
+            Change::PoolGone(key) => {
+                let woken = self.set_pool(&key, Err(Unready::Missing));
+                if self.pools.get(&key).is_some_and(PoolEntry::is_forgettable) {
+                    self.pools.remove(&key);
+                }
+                woken
+            }
+            Change::Reservation(name, record) => self.reservation_added(&name, record),
+            Change::ReservationGone(name) => self.reservation_removed(&name),
+            Change::Address(key, record) => self.address_added(key, record),
+            Change::AddressGone(key) => self.address_removed(&key),
+            listed @ (Change::PoolsListed(..)
+            | Change::ReservationsListed(_)
+            | Change::AddressesListed(_)) => {
+                let mut woken = Vec::new();
+                for change in self.diff(&listed) {
+                    woken.extend(self.apply(change));
+                }
+                woken
+            }
+        }
+    }
+
+    /// The changes that would make the registry agree with a fresh list (a `*Listed` change);
+    /// empty for any other change, and when they already agree.
+    pub fn diff(&self, listed: &Change) -> Vec<Change> {
+        match listed {
+            Change::PoolsListed(kind, pools) => {
+                let listed: HashMap<&PoolKey, &Result<ParsedPool, Unready>> =
+                    pools.iter().map(|(k, v)| (k, v)).collect();
+                let gone = self
+                    .pools
+                    .iter()
+                    .filter(|(key, entry)| {
+                        key.kind == *kind
+                            && !listed.contains_key(key)
+                            && entry
+                                .source
+                                .as_ref()
+                                .is_some_and(|s| *s != Err(Unready::Missing))
+                    })
+                    .map(|(key, _)| Change::PoolGone(key.clone()));
+                let changed = pools
+                    .iter()
+                    .filter(|(key, parsed)| {
+                        self.pools.get(key).and_then(|e| e.source.as_ref()) != Some(parsed)
+                    })
+                    .map(|(key, parsed)| Change::Pool(key.clone(), parsed.clone()));
+                sorted(gone.chain(changed))
+            }
+            Change::ReservationsListed(list) => sorted(
+                diff_records(
+                    &self.reservations,
+                    list,
+                    |name| Change::ReservationGone(name.clone()),
+                    |name, record| Change::Reservation(name.clone(), record.clone()),
+                )
+                .into_iter(),
+            ),
+            Change::AddressesListed(list) => sorted(
+                diff_records(
+                    &self.addresses,
+                    list,
+                    |key| Change::AddressGone(key.clone()),
+                    |key, record| Change::Address(key.clone(), record.clone()),
+                )
+                .into_iter(),
+            ),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Forgets pools that no longer exist and that nothing refers to any more (no hold, no
+    /// waiting claim), so that memory does not grow with every pool name ever seen.
+    pub fn collect_garbage(&mut self) {
+        self.pools.retain(|_, entry| !entry.is_forgettable());
+    }
+
+    /// Checks every ready pool's allocator against its holds and allocations in flight, the only
+    /// things that may mark an address used, and rebuilds those that disagree. Returns the pools
+    /// that disagreed (a bug if ever non-empty; the audit counts them as drift).
+    pub fn recount(&mut self) -> Vec<PoolKey> {
+        let mut rebuilt = Vec::new();
+        for (key, entry) in &mut self.pools {
+            let Some(Ok(allocator)) = &entry.state else {
+                continue;
+            };
+            let mut fresh = Allocator::new(allocator.pool().clone());
+            for ip in entry.holds.keys().chain(entry.in_flight.iter()) {
+                fresh.mark_used(*ip);
+            }
+            if fresh.counts() != allocator.counts() {
+                entry.state = Some(Ok(fresh));
+                rebuilt.push(key.clone());
+            }
+        }
+        self.dirty.extend(rebuilt.iter().cloned());
+        rebuilt.sort();
+        rebuilt
+    }
+
     /// Records a pool's spec (parsed, or why not) and returns the claims to wake. Every pool is
     /// marked dirty: overlaps with this one may have changed. The same spec again (an event for
     /// the pool's status) is a no-op: rebuilding and recounting the pool would cost O(holds).
@@ -340,27 +494,40 @@ impl Registry {
         self.pools.get(key).map_or(0, |e| e.waiting.len())
     }
 
-    pub fn reservation_added(&mut self, name: &str, record: HoldRecord) {
-        if let Some(old) = self.reservations.insert(name.to_string(), record.clone()) {
-            if old == record {
-                return;
-            }
-            self.unindex_reservation(name, &old.claim);
-            self.release_record(&old);
+    fn reservation_added(&mut self, name: &str, record: HoldRecord) -> Vec<ObjectKey> {
+        // Hold the new record before letting go of the old one: an unchanged address is never
+        // free in between.
+        let old = self.reservations.insert(name.to_string(), record.clone());
+        if old.as_ref() == Some(&record) {
+            return Vec::new();
         }
         self.reservations_by_claim
             .entry(record.claim.clone())
             .or_default()
             .insert(name.to_string());
         self.hold_record(&record);
+        match old {
+            Some(old) => {
+                if old.claim != record.claim {
+                    self.unindex_reservation(name, &old.claim);
+                }
+                self.release_record(&old)
+            }
+            None => Vec::new(),
+        }
     }
 
-    /// Returns the claims to wake when the address became free.
-    pub fn reservation_removed(&mut self, name: &str) -> Vec<ObjectKey> {
+    /// Returns the claims to wake when the address became free, and the reservation's claim: if
+    /// it still holds the address through its `IPAddress`, it must reserve it again.
+    fn reservation_removed(&mut self, name: &str) -> Vec<ObjectKey> {
         match self.reservations.remove(name) {
             Some(old) => {
                 self.unindex_reservation(name, &old.claim);
-                self.release_record(&old)
+                let mut woken = self.release_record(&old);
+                if old.claim.name != super::reservation::RELEASED_HOLDER {
+                    woken.push(old.claim);
+                }
+                woken
             }
             None => Vec::new(),
         }
@@ -375,21 +542,29 @@ impl Registry {
         }
     }
 
-    pub fn address_added(&mut self, key: ObjectKey, record: HoldRecord) {
-        if let Some(old) = self.addresses.insert(key, record.clone()) {
-            if old == record {
-                return;
-            }
-            self.release_record(&old);
+    fn address_added(&mut self, key: ObjectKey, record: HoldRecord) -> Vec<ObjectKey> {
+        let old = self.addresses.insert(key, record.clone());
+        if old.as_ref() == Some(&record) {
+            return Vec::new();
         }
         self.hold_record(&record);
         let entry = self.pool_entry(&record.pool);
         entry.waiting.retain(|q| q.claim != record.claim);
+        match old {
+            Some(old) => self.release_record(&old),
+            None => Vec::new(),
+        }
     }
 
-    pub fn address_removed(&mut self, key: &ObjectKey) -> Vec<ObjectKey> {
+    /// The claim of a vanished `IPAddress` is woken too: it must get its address back (or be
+    /// told it has none), never stay `Ready` without it.
+    fn address_removed(&mut self, key: &ObjectKey) -> Vec<ObjectKey> {
         match self.addresses.remove(key) {
-            Some(old) => self.release_record(&old),
+            Some(old) => {
+                let mut woken = self.release_record(&old);
+                woken.push(old.claim);
+                woken
+            }
             None => Vec::new(),
         }
     }
@@ -482,6 +657,13 @@ impl Registry {
         }
     }
 
+    /// [`Registry::prune_waiting`] in every pool.
+    pub fn prune_waiting_everywhere(&mut self, is_live: impl Fn(&ObjectKey) -> bool) {
+        for entry in self.pools.values_mut() {
+            entry.waiting.retain(|q| is_live(&q.claim));
+        }
+    }
+
     /// Holds a specific address in flight for a claim (adoption, crash recovery).
     pub fn hold_in_flight(&mut self, pool: &PoolKey, claim: &ObjectKey, ip: IpAddr) {
         self.dirty.insert(pool.clone());
@@ -493,19 +675,14 @@ impl Registry {
         entry.in_flight.insert(ip);
     }
 
-    /// Ends an in-flight allocation. `keep` says the address stays used (it is now held by an
-    /// object, ours or someone else's); otherwise it is released unless something holds it.
-    /// Returns the claims to wake when it became free.
-    pub fn finish(&mut self, pool: &PoolKey, ip: IpAddr, keep: bool) -> Vec<ObjectKey> {
+    /// Ends an in-flight allocation: the address stays used only while a record (a reservation
+    /// or an `IPAddress`, applied as a [`Change`] by whoever learnt of it) holds it, so nothing
+    /// can keep an address used that no object holds. Returns the claims to wake when it became
+    /// free.
+    pub fn finish(&mut self, pool: &PoolKey, ip: IpAddr) -> Vec<ObjectKey> {
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
         entry.in_flight.remove(&ip);
-        if keep {
-            if let Some(allocator) = entry.allocator() {
-                allocator.mark_used(ip);
-            }
-            return Vec::new();
-        }
         if entry.holds.contains_key(&ip) {
             return Vec::new();
         }
@@ -514,12 +691,6 @@ impl Registry {
         } else {
             Vec::new()
         }
-    }
-
-    /// Marks an address as taken by someone this process has not seen yet (the API server said
-    /// it exists). The watch will bring the holder; until then the address stays used.
-    pub fn taken_elsewhere(&mut self, pool: &PoolKey, ip: IpAddr) {
-        self.finish(pool, ip, true);
     }
 
     /// The claim no longer waits in this pool (deleted, paused, adopted elsewhere).
@@ -613,6 +784,41 @@ impl Registry {
     }
 }
 
+/// Removals for records the list lacks, then additions and changes for records it has anew.
+fn diff_records<K: Clone + Eq + std::hash::Hash>(
+    current: &HashMap<K, HoldRecord>,
+    listed: &[(K, HoldRecord)],
+    gone: impl Fn(&K) -> Change,
+    changed: impl Fn(&K, &HoldRecord) -> Change,
+) -> Vec<Change> {
+    let listed_keys: HashSet<&K> = listed.iter().map(|(k, _)| k).collect();
+    current
+        .keys()
+        .filter(|k| !listed_keys.contains(k))
+        .map(gone)
+        .chain(
+            listed
+                .iter()
+                .filter(|(k, record)| current.get(k) != Some(record))
+                .map(|(k, record)| changed(k, record)),
+        )
+        .collect()
+}
+
+/// A deterministic order (removals first, then by their text), so that two diffs of the same
+/// lists compare equal.
+fn sorted(changes: impl Iterator<Item = Change>) -> Vec<Change> {
+    let mut changes: Vec<Change> = changes.collect();
+    changes.sort_by_cached_key(|c| {
+        let removal = matches!(
+            c,
+            Change::PoolGone(_) | Change::ReservationGone(_) | Change::AddressGone(_)
+        );
+        (!removal, format!("{c:?}"))
+    });
+    changes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -666,7 +872,7 @@ mod tests {
         ));
         // A failed create gives the address back and wakes the waiting claim.
         assert_eq!(
-            r.finish(&pool(), ip("10.0.0.11"), false),
+            r.finish(&pool(), ip("10.0.0.11")),
             vec![ObjectKey::new("ns", "c")]
         );
     }
@@ -679,8 +885,11 @@ mod tests {
             r.try_allocate(&pool(), queued("t1", "first")),
             Decision::Allocate(_)
         ));
-        r.reservation_added("res-first", hold("first", "10.0.0.10"));
-        r.finish(&pool(), ip("10.0.0.10"), true);
+        r.apply(Change::Reservation(
+            "res-first".into(),
+            hold("first", "10.0.0.10"),
+        ));
+        r.finish(&pool(), ip("10.0.0.10"));
         r
     }
 
@@ -725,8 +934,8 @@ mod tests {
         ));
         // Release: only the oldest waiting claim is woken, and only it may take the address.
         assert_eq!(
-            r.reservation_removed("res-first"),
-            vec![ObjectKey::new("ns", "older")]
+            r.apply(Change::ReservationGone("res-first".into())),
+            vec![ObjectKey::new("ns", "older"), ObjectKey::new("ns", "first")]
         );
         assert!(matches!(
             r.try_allocate(&pool(), queued("t3", "newer")),
@@ -742,12 +951,19 @@ mod tests {
     fn an_address_stays_used_while_any_object_holds_it() {
         let mut r = Registry::default();
         r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
-        r.reservation_added("res", hold("a", "10.0.0.10"));
-        r.address_added(ObjectKey::new("ns", "a"), hold("a", "10.0.0.10"));
+        r.apply(Change::Reservation("res".into(), hold("a", "10.0.0.10")));
+        r.apply(Change::Address(
+            ObjectKey::new("ns", "a"),
+            hold("a", "10.0.0.10"),
+        ));
         assert_eq!(r.free(&pool()), 0);
-        assert!(r.reservation_removed("res").is_empty());
+        assert_eq!(
+            r.apply(Change::ReservationGone("res".into())),
+            vec![ObjectKey::new("ns", "a")],
+            "only its claim, to reserve the address again"
+        );
         assert_eq!(r.free(&pool()), 0);
-        r.address_removed(&ObjectKey::new("ns", "a"));
+        r.apply(Change::AddressGone(ObjectKey::new("ns", "a")));
         assert_eq!(r.free(&pool()), 1);
     }
 
@@ -755,7 +971,10 @@ mod tests {
     fn a_claim_realised_elsewhere_is_not_queued() {
         let mut r = Registry::default();
         r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
-        r.address_added(ObjectKey::new("ns", "a"), hold("a", "10.0.0.10"));
+        r.apply(Change::Address(
+            ObjectKey::new("ns", "a"),
+            hold("a", "10.0.0.10"),
+        ));
         assert_eq!(
             r.try_allocate(&pool(), queued("t1", "a")),
             Decision::AlreadyHeld
@@ -766,11 +985,11 @@ mod tests {
     #[test]
     fn reservations_are_found_by_claim() {
         let mut r = Registry::default();
-        r.reservation_added("one", hold("a", "10.0.0.10"));
-        r.reservation_added("two", hold("b", "10.0.0.11"));
+        r.apply(Change::Reservation("one".into(), hold("a", "10.0.0.10")));
+        r.apply(Change::Reservation("two".into(), hold("b", "10.0.0.11")));
         let of_a = r.reservations_of(&ObjectKey::new("ns", "a"));
         assert_eq!(of_a, vec![("one".to_string(), hold("a", "10.0.0.10"))]);
-        r.reservation_removed("one");
+        r.apply(Change::ReservationGone("one".into()));
         assert!(r.reservations_of(&ObjectKey::new("ns", "a")).is_empty());
         assert_eq!(r.reservations_of(&ObjectKey::new("ns", "b")).len(), 1);
     }
@@ -778,7 +997,7 @@ mod tests {
     #[test]
     fn holds_seen_before_the_pool_count_once_it_appears() {
         let mut r = Registry::default();
-        r.reservation_added("res", hold("a", "10.0.0.10"));
+        r.apply(Change::Reservation("res".into(), hold("a", "10.0.0.10")));
         assert_eq!(
             r.try_allocate(&pool(), queued("t1", "b")),
             Decision::NotReady(Unready::Missing)
@@ -795,7 +1014,7 @@ mod tests {
     fn growing_the_pool_wakes_as_many_claims_as_it_can_serve() {
         let mut r = Registry::default();
         r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
-        r.reservation_added("res", hold("a", "10.0.0.10"));
+        r.apply(Change::Reservation("res".into(), hold("a", "10.0.0.10")));
         for (t, name) in [("t1", "b"), ("t2", "c"), ("t3", "d")] {
             assert!(matches!(
                 r.try_allocate(&pool(), queued(t, name)),
@@ -820,6 +1039,135 @@ mod tests {
         assert_eq!(
             r.set_pool(&pool(), Err(Unready::Deleting)),
             vec![ObjectKey::new("ns", "a")]
+        );
+    }
+
+    #[test]
+    fn a_relist_without_a_reservation_frees_its_address_and_wakes_the_waiting_claim() {
+        let mut r = only_address_held_by_first();
+        assert!(matches!(
+            r.try_allocate(&pool(), queued("t2", "waiting")),
+            Decision::Exhausted { .. }
+        ));
+        // The watch was down while `res-first` was deleted; the re-list does not have it.
+        let woken = r.apply(Change::ReservationsListed(vec![(
+            "res-other".into(),
+            hold("other", "10.0.0.99"),
+        )]));
+        assert_eq!(
+            woken,
+            vec![
+                ObjectKey::new("ns", "waiting"),
+                ObjectKey::new("ns", "first")
+            ]
+        );
+        assert_eq!(r.free(&pool()), 1);
+        assert_eq!(r.reservations_of(&ObjectKey::new("ns", "other")).len(), 1);
+        assert!(r.reservations_of(&ObjectKey::new("ns", "first")).is_empty());
+    }
+
+    #[test]
+    fn a_relist_that_agrees_changes_nothing() {
+        let mut r = only_address_held_by_first();
+        let listed =
+            Change::ReservationsListed(vec![("res-first".into(), hold("first", "10.0.0.10"))]);
+        assert!(r.diff(&listed).is_empty());
+        assert!(r.apply(listed).is_empty());
+        assert_eq!(r.free(&pool()), 0);
+        let pools = Change::PoolsListed(
+            PoolKind::InCluster,
+            vec![(pool(), Ok(parsed(&["10.0.0.10"], 24)))],
+        );
+        assert!(r.diff(&pools).is_empty());
+        assert!(r.diff(&Change::AddressesListed(Vec::new())).is_empty());
+    }
+
+    #[test]
+    fn a_relist_without_an_address_wakes_its_claim_to_heal_it() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+        r.apply(Change::Reservation("res".into(), hold("a", "10.0.0.10")));
+        r.apply(Change::Address(
+            ObjectKey::new("ns", "a"),
+            hold("a", "10.0.0.10"),
+        ));
+        let woken = r.apply(Change::AddressesListed(Vec::new()));
+        assert_eq!(woken, vec![ObjectKey::new("ns", "a")]);
+        assert!(r.address_of(&ObjectKey::new("ns", "a")).is_none());
+        assert_eq!(
+            r.free(&pool()),
+            0,
+            "the reservation still holds the address"
+        );
+    }
+
+    #[test]
+    fn a_relist_without_a_pool_forgets_it_and_its_claims_learn_it_is_missing() {
+        let mut r = Registry::default();
+        let other = PoolKey::in_cluster("ns", "other");
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+        r.set_pool(&other, Ok(parsed(&["10.0.1.10"], 24)));
+        r.set_pool(&PoolKey::global("g"), Ok(parsed(&["10.0.2.10"], 24)));
+        assert!(matches!(
+            r.try_allocate(&other, queued("t1", "a")),
+            Decision::Allocate(_)
+        ));
+        r.finish(&other, ip("10.0.1.10"));
+        r.apply(Change::PoolsListed(
+            PoolKind::InCluster,
+            vec![(pool(), Ok(parsed(&["10.0.0.10"], 24)))],
+        ));
+        assert_eq!(r.counts(&other), None, "gone");
+        assert!(
+            r.counts(&PoolKey::global("g")).is_some(),
+            "other kinds untouched"
+        );
+        assert_eq!(
+            r.try_allocate(&other, queued("t2", "b")),
+            Decision::NotReady(Unready::Missing)
+        );
+        r.forget_claim(&other, &ObjectKey::new("ns", "b"));
+        r.collect_garbage();
+        let mut keys = r.pool_keys();
+        keys.sort();
+        assert_eq!(
+            keys,
+            vec![pool(), PoolKey::global("g")],
+            "nothing refers to it any more"
+        );
+    }
+
+    #[test]
+    fn an_allocation_that_ends_without_a_record_frees_its_address() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+        let Decision::Allocate(address) = r.try_allocate(&pool(), queued("t1", "a")) else {
+            panic!("allocates");
+        };
+        assert_eq!(r.free(&pool()), 0, "held in flight");
+        r.finish(&pool(), address);
+        assert_eq!(r.free(&pool()), 1, "no object holds it");
+        assert!(r.recount().is_empty());
+    }
+
+    #[test]
+    fn recount_finds_nothing_after_any_sequence_of_changes() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.20"], 24)));
+        r.apply(Change::Reservation("r1".into(), hold("a", "10.0.0.10")));
+        r.apply(Change::Reservation("r1".into(), hold("a", "10.0.0.11")));
+        r.apply(Change::Address(
+            ObjectKey::new("ns", "a"),
+            hold("a", "10.0.0.11"),
+        ));
+        r.apply(Change::Reservation("r2".into(), hold("b", "10.0.0.30")));
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.12"], 24)));
+        r.apply(Change::ReservationGone("r1".into()));
+        assert!(r.recount().is_empty());
+        assert_eq!(
+            r.counts(&pool()).unwrap().used,
+            2,
+            "10.0.0.11 and out-of-range .30"
         );
     }
 }

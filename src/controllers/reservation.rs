@@ -33,10 +33,13 @@ pub fn reservation_name(scope: &Scope, ip: IpAddr) -> String {
     }
 }
 
+/// A reservation of `ip` in `scope` for the claim `claim` (with its UID: a claim deleted and
+/// created again under the same name is another claim).
 pub fn new_reservation(
     scope: &Scope,
     pool: &PoolKey,
     claim: &ObjectKey,
+    claim_uid: Option<String>,
     ip: IpAddr,
 ) -> IPAddressReservation {
     let mut reservation = IPAddressReservation::new(
@@ -48,6 +51,7 @@ pub fn new_reservation(
             pool_name: pool.name.clone(),
             claim_namespace: claim.namespace.clone(),
             claim_name: claim.name.clone(),
+            claim_uid,
         },
     );
     reservation.metadata.labels = Some(
@@ -143,7 +147,7 @@ mod tests {
         let pool = PoolKey::in_cluster("ns", "pool");
         let claim = ObjectKey::new("ns", "claim");
         let ip: IpAddr = "10.1.2.3".parse().unwrap();
-        let mut reservation = new_reservation(&pool.scope(), &pool, &claim, ip);
+        let mut reservation = new_reservation(&pool.scope(), &pool, &claim, None, ip);
         assert!(!is_released(&reservation));
         let until: Timestamp = "2026-11-30T12:00:05Z".parse().unwrap();
         let patch = release_patch(until);
@@ -178,7 +182,14 @@ mod tests {
         let claim = ObjectKey::new("ns", "claim");
         let ip: IpAddr = "10.1.2.3".parse().unwrap();
         let scope = pool.scope();
-        let hold = hold_of(&new_reservation(&scope, &pool, &claim, ip)).unwrap();
+        let hold = hold_of(&new_reservation(
+            &scope,
+            &pool,
+            &claim,
+            Some("uid-1".into()),
+            ip,
+        ))
+        .unwrap();
         assert_eq!(
             hold,
             HoldRecord {

@@ -11,15 +11,21 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 
+use super::error::Error;
 use super::reservation::{IPAddressReservation, reusable_after};
 use super::{Context, delete_if_present};
 
 pub async fn reconcile(
     reservation: Arc<IPAddressReservation>,
     ctx: Arc<Context>,
-) -> Result<Action, kube::Error> {
+) -> Result<Action, Error> {
+    let result = free_when_due(&reservation, &ctx).await;
+    super::error::settle("reuse-grace", &*reservation, &ctx, result)
+}
+
+async fn free_when_due(reservation: &IPAddressReservation, ctx: &Context) -> Result<Action, Error> {
     let name = reservation.name_any();
-    let until = reusable_after(&reservation);
+    let until = reusable_after(reservation);
     if let Some(wait) = time_left(until, Timestamp::now()) {
         return Ok(Action::requeue(wait));
     }
@@ -34,11 +40,10 @@ pub async fn reconcile(
 
 pub fn error_policy(
     reservation: Arc<IPAddressReservation>,
-    error: &kube::Error,
-    _ctx: Arc<Context>,
+    error: &Error,
+    ctx: Arc<Context>,
 ) -> Action {
-    tracing::warn!(reservation = %reservation.name_any(), %error, "could not free a released address; retrying");
-    Action::requeue(Duration::from_secs(5))
+    super::error::error_policy("reuse-grace", &*reservation, error, &ctx)
 }
 
 /// How long until `until`, or `None` when it is due (or unknown: never hold an address forever).

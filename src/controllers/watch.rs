@@ -14,7 +14,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::Notify;
 
 use super::Context;
-use super::registry::{HoldRecord, ObjectKey, PoolKey, Unready};
+use super::registry::{Change, HoldRecord, ObjectKey, PoolKey, PoolKind, Unready};
 use super::reservation::{IPAddressReservation, hold_of};
 use crate::allocator::{ParsedPool, PoolSpecInput};
 use crate::api::{
@@ -31,6 +31,9 @@ pub struct Stores {
     pub global_pools: Store<GlobalInClusterIPPool>,
     pub clusters: Store<Cluster>,
     holds_listed: Arc<Latch>,
+    /// Notified when a watch that feeds the registry listed again after its first list: the
+    /// audit then checks soon that the registry agrees with the API.
+    pub relisted: Arc<Notify>,
 }
 
 impl Stores {
@@ -74,20 +77,73 @@ impl Latch {
     }
 }
 
-/// One change the feed applies to the registry.
-enum Change {
-    Pool(PoolKey, Result<ParsedPool, Unready>),
-    PoolGone(PoolKey),
-    Reservation(String, Option<HoldRecord>),
-    ReservationGone(String),
-    ReservationsListed,
-    Address(ObjectKey, Option<HoldRecord>),
-    AddressGone(ObjectKey),
-    AddressesListed,
-    Cluster(ObjectKey),
+/// What a watch says once re-lists are folded in: an object applied or deleted, or the whole
+/// fresh list (`Init`, every `InitApply`, `InitDone`), so that what was deleted while the watch
+/// was down is seen as gone.
+pub enum Update<K> {
+    Applied(K),
+    Deleted(K),
+    Listed(Vec<K>),
 }
 
-pub struct Feeds(SelectAll<BoxStream<'static, Result<Change, watcher::Error>>>);
+/// Buffers a watcher's (re-)list and hands it on whole at `InitDone`, as kube-runtime's
+/// reflector store does. A list that fails half-way starts again with a new `Init`.
+pub fn updates<K, S>(events: S) -> impl futures::Stream<Item = Result<Update<K>, watcher::Error>>
+where
+    S: futures::Stream<Item = Result<Event<K>, watcher::Error>>,
+{
+    events
+        .scan(None::<Vec<K>>, |buffer, event| {
+            let update = match event {
+                Err(e) => Some(Err(e)),
+                Ok(Event::Init) => {
+                    *buffer = Some(Vec::new());
+                    None
+                }
+                Ok(Event::InitApply(object)) => {
+                    buffer.get_or_insert_with(Vec::new).push(object);
+                    None
+                }
+                Ok(Event::InitDone) => Some(Ok(Update::Listed(buffer.take().unwrap_or_default()))),
+                Ok(Event::Apply(object)) => Some(Ok(Update::Applied(object))),
+                Ok(Event::Delete(object)) => Some(Ok(Update::Deleted(object))),
+            };
+            futures::future::ready(Some(update))
+        })
+        .filter_map(futures::future::ready)
+}
+
+/// What the feed hands on: a change for the registry, or Clusters whose claims to wake.
+enum Fed {
+    Registry(Change),
+    Clusters(Vec<ObjectKey>),
+}
+
+pub struct Feeds(SelectAll<BoxStream<'static, Result<Fed, watcher::Error>>>);
+
+/// One watch's updates, mapped to what the feed applies.
+fn feed_of<K, S>(
+    events: S,
+    fed: impl Fn(Update<K>) -> Fed + Send + 'static,
+) -> BoxStream<'static, Result<Fed, watcher::Error>>
+where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+{
+    updates(events).map_ok(fed).boxed()
+}
+
+/// The registry change for a pool update.
+fn pool_change<P: super::pool::PoolObject>(kind: PoolKind, update: Update<P>) -> Fed {
+    Fed::Registry(match update {
+        Update::Applied(p) => Change::Pool(p.key(), pool_state(&p)),
+        Update::Deleted(p) => Change::PoolGone(p.key()),
+        Update::Listed(pools) => Change::PoolsListed(
+            kind,
+            pools.iter().map(|p| (p.key(), pool_state(p))).collect(),
+        ),
+    })
+}
 
 /// Opens the watches. Nothing runs until [`feed`] drives the returned streams.
 pub fn start(
@@ -99,86 +155,78 @@ pub fn start(
 
     let (pools, writer) = reflector::store();
     let api = super::scoped::<InClusterIPPool>(client, settings);
-    feeds.push(
+    feeds.push(feed_of(
         watcher::watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
             .modify(drop_managed_fields)
-            .reflect(writer)
-            .map_ok(|event| {
-                pool_changes(event, |p: &InClusterIPPool| {
-                    PoolKey::in_cluster(&p.namespace().unwrap_or_default(), &p.name_any())
-                })
-            })
-            .map_ok(|changes| futures::stream::iter(changes.into_iter().map(Ok)))
-            .try_flatten()
-            .boxed(),
-    );
+            .reflect(writer),
+        |update| pool_change(PoolKind::InCluster, update),
+    ));
 
     let (global_pools, writer) = reflector::store();
     let api = Api::<GlobalInClusterIPPool>::all(client.clone());
-    feeds.push(
+    feeds.push(feed_of(
         watcher::watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
             .modify(drop_managed_fields)
-            .reflect(writer)
-            .map_ok(|event| {
-                pool_changes(event, |p: &GlobalInClusterIPPool| {
-                    PoolKey::global(&p.name_any())
-                })
-            })
-            .map_ok(|changes| futures::stream::iter(changes.into_iter().map(Ok)))
-            .try_flatten()
-            .boxed(),
-    );
+            .reflect(writer),
+        |update| pool_change(PoolKind::Global, update),
+    ));
 
     let (clusters, writer) = reflector::store();
     let api = super::scoped::<Cluster>(client, settings);
-    feeds.push(
+    feeds.push(feed_of(
         watcher::watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
             .modify(drop_managed_fields)
-            .reflect(writer)
-            .map_ok(|event| match event {
-                Event::Apply(c) | Event::Delete(c) | Event::InitApply(c) => Some(Change::Cluster(
-                    ObjectKey::new(&c.namespace().unwrap_or_default(), &c.name_any()),
-                )),
-                Event::Init | Event::InitDone => None,
+            .reflect(writer),
+        |update| {
+            let key =
+                |c: &Cluster| ObjectKey::new(&c.namespace().unwrap_or_default(), &c.name_any());
+            Fed::Clusters(match update {
+                Update::Applied(c) | Update::Deleted(c) => vec![key(&c)],
+                Update::Listed(list) => list.iter().map(key).collect(),
             })
-            .try_filter_map(|c| futures::future::ready(Ok(c)))
-            .boxed(),
-    );
+        },
+    ));
 
     let api = Api::<IPAddressReservation>::all(client.clone());
-    feeds.push(
-        watcher::watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
-            .map_ok(|event| match event {
-                Event::Apply(r) | Event::InitApply(r) => {
-                    Some(Change::Reservation(r.name_any(), hold_of(&r)))
-                }
-                Event::Delete(r) => Some(Change::ReservationGone(r.name_any())),
-                Event::InitDone => Some(Change::ReservationsListed),
-                Event::Init => None,
+    feeds.push(feed_of(
+        watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff(),
+        |update| {
+            Fed::Registry(match update {
+                Update::Applied(r) => match hold_of(&r) {
+                    Some(hold) => Change::Reservation(r.name_any(), hold),
+                    None => Change::ReservationGone(r.name_any()),
+                },
+                Update::Deleted(r) => Change::ReservationGone(r.name_any()),
+                Update::Listed(list) => Change::ReservationsListed(
+                    list.iter()
+                        .filter_map(|r| Some((r.name_any(), hold_of(r)?)))
+                        .collect(),
+                ),
             })
-            .try_filter_map(|c| futures::future::ready(Ok(c)))
-            .boxed(),
-    );
+        },
+    ));
 
     let api = super::scoped::<IPAddress>(client, settings);
-    feeds.push(
-        watcher::watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
-            .map_ok(|event| match event {
-                Event::Apply(a) | Event::InitApply(a) => {
-                    Some(Change::Address(key_of(&a), address_hold(&a)))
-                }
-                Event::Delete(a) => Some(Change::AddressGone(key_of(&a))),
-                Event::InitDone => Some(Change::AddressesListed),
-                Event::Init => None,
+    feeds.push(feed_of(
+        watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff(),
+        |update| {
+            Fed::Registry(match update {
+                Update::Applied(a) => match address_hold(&a) {
+                    Some(hold) => Change::Address(key_of(&a), hold),
+                    None => Change::AddressGone(key_of(&a)),
+                },
+                Update::Deleted(a) => Change::AddressGone(key_of(&a)),
+                Update::Listed(list) => Change::AddressesListed(
+                    list.iter()
+                        .filter_map(|a| Some((key_of(a), address_hold(a)?)))
+                        .collect(),
+                ),
             })
-            .try_filter_map(|c| futures::future::ready(Ok(c)))
-            .boxed(),
-    );
+        },
+    ));
 
     let stores = Stores {
         claims,
@@ -186,6 +234,7 @@ pub fn start(
         global_pools,
         clusters,
         holds_listed: Arc::new(Latch::default()),
+        relisted: Arc::new(Notify::new()),
     };
     (stores, Feeds(feeds))
 }
@@ -200,70 +249,77 @@ pub fn drop_managed_fields<K: ResourceExt>(object: &mut K) {
 /// Applies every change to the registry and wakes the claims it can serve. Runs until a watch
 /// fails for good (the default backoff retries transient errors).
 pub async fn feed(ctx: Arc<Context>, Feeds(mut feeds): Feeds) -> anyhow::Result<()> {
-    while let Some(change) = feeds.next().await {
-        let change = match change {
-            Ok(change) => change,
-            Err(e) => {
-                tracing::warn!(error = %e, "watch error; retrying");
-                continue;
-            }
-        };
-        apply(&ctx, change);
+    while let Some(fed) = feeds.next().await {
+        match fed {
+            Ok(fed) => apply(&ctx, fed),
+            Err(e) => super::error::watch_failed(&ctx, "feed", &e),
+        }
     }
     Ok(())
 }
 
-fn apply(ctx: &Context, change: Change) {
-    let woken = {
-        let mut registry = ctx.registry();
-        match change {
-            Change::Pool(key, parsed) => {
-                // A paused pool's claims are not queued (nothing may change them while it is
-                // paused), so when it is unpaused they are found in the claim store.
-                let unpaused = registry.is_paused(&key) && !matches!(parsed, Err(Unready::Paused));
-                let mut woken = registry.set_pool(&key, parsed);
-                if unpaused {
-                    woken.extend(claims_of_pool(&ctx.stores.claims, &key));
-                }
-                woken
-            }
-            Change::PoolGone(key) => registry.remove_pool(&key),
-            Change::Reservation(name, Some(hold)) => {
-                registry.reservation_added(&name, hold);
-                Vec::new()
-            }
-            Change::Reservation(name, None) | Change::ReservationGone(name) => {
-                registry.reservation_removed(&name)
-            }
-            Change::Address(key, Some(hold)) => {
-                registry.address_added(key, hold);
-                Vec::new()
-            }
-            Change::Address(key, None) | Change::AddressGone(key) => registry.address_removed(&key),
-            Change::ReservationsListed => {
-                ctx.stores
-                    .holds_listed
-                    .open(&ctx.stores.holds_listed.reservations);
-                Vec::new()
-            }
-            Change::AddressesListed => {
-                ctx.stores
-                    .holds_listed
-                    .open(&ctx.stores.holds_listed.addresses);
-                Vec::new()
-            }
-            Change::Cluster(cluster) => claims_of_cluster(&ctx.stores.claims, &cluster),
+fn apply(ctx: &Context, fed: Fed) {
+    let change = match fed {
+        Fed::Clusters(clusters) => {
+            let woken = clusters
+                .iter()
+                .flat_map(|c| claims_of_cluster(&ctx.stores.claims, c))
+                .collect::<Vec<_>>();
+            ctx.wake(woken);
+            return;
+        }
+        Fed::Registry(change) => change,
+    };
+    let listed = match &change {
+        Change::ReservationsListed(_) => Some(&ctx.stores.holds_listed.reservations),
+        Change::AddressesListed(_) => Some(&ctx.stores.holds_listed.addresses),
+        Change::PoolsListed(..) => None,
+        _ => {
+            apply_change(ctx, change);
+            return;
         }
     };
-    ctx.wake(woken);
+    let kind = change.kind();
+    let corrections = ctx.registry().diff(&change);
+    if !corrections.is_empty() {
+        tracing::info!(
+            kind,
+            corrections = corrections.len(),
+            "a fresh list differed from what the watch had said (re-list after a gap); applied"
+        );
+    }
+    for correction in corrections {
+        apply_change(ctx, correction);
+    }
+    match listed {
+        Some(latch) if !ctx.stores.holds_listed.is_open() => ctx.stores.holds_listed.open(latch),
+        _ => ctx.stores.relisted.notify_one(),
+    }
 }
 
-fn pool_changes<P: IPPool>(event: Event<P>, key: impl Fn(&P) -> PoolKey) -> Vec<Change> {
-    match event {
-        Event::Apply(p) | Event::InitApply(p) => vec![Change::Pool(key(&p), pool_state(&p))],
-        Event::Delete(p) => vec![Change::PoolGone(key(&p))],
-        Event::Init | Event::InitDone => Vec::new(),
-    }
+/// Applies one change; a pool that was paused and no longer is wakes its claims, which were not
+/// queued while it was paused and so are found in the claim store.
+pub fn apply_change(ctx: &Context, change: Change) {
+    let woken = {
+        let mut registry = ctx.registry();
+        let unpaused = match &change {
+            Change::Pool(key, parsed) => {
+                registry.is_paused(key) && !matches!(parsed, Err(Unready::Paused))
+            }
+            Change::PoolGone(key) => registry.is_paused(key),
+            _ => false,
+        }
+        .then(|| match &change {
+            Change::Pool(key, _) | Change::PoolGone(key) => key.clone(),
+            _ => unreachable!("only pool changes unpause"),
+        });
+        let mut woken = registry.apply(change);
+        if let Some(pool) = unpaused {
+            woken.extend(claims_of_pool(&ctx.stores.claims, &pool));
+        }
+        woken
+    };
+    ctx.wake(woken);
 }
 
 /// What the pool can do now: its parsed spec, or why it cannot hand out addresses.

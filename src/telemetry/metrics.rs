@@ -95,6 +95,11 @@ struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct BuildLabels {
     version: String,
 }
@@ -120,6 +125,9 @@ struct Inner {
     claim_ready_latency: Histogram,
     reconciles: Family<ControllerLabels, Counter>,
     reconcile_errors: Family<ErrorLabels, Counter>,
+    state_drift: Family<KindLabels, Counter>,
+    stray_reservations: Counter,
+    audits: Counter,
     leader: Gauge,
 }
 
@@ -156,6 +164,9 @@ impl Metrics {
         let reconciles = Family::<ControllerLabels, Counter>::default();
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
         let leader = Gauge::default();
+        let state_drift = Family::<KindLabels, Counter>::default();
+        let stray_reservations = Counter::default();
+        let audits = Counter::default();
 
         registry.register(
             "pool_size",
@@ -206,6 +217,17 @@ impl Metrics {
             reconcile_errors.clone(),
         );
         registry.register(
+            "state_drift",
+            "Differences the audit found between inpool's memory and the API server, and corrected, by kind (pool, reservation, address, allocator); 0 in a healthy run",
+            state_drift.clone(),
+        );
+        registry.register(
+            "stray_reservations_collected",
+            "Reservations the audit deleted because their claim was gone or held another address (left by a crash between two writes)",
+            stray_reservations.clone(),
+        );
+        registry.register("audits", "Audits completed", audits.clone());
+        registry.register(
             "leader",
             "1 while this process holds the leader election lease (or runs without leader election), else 0",
             leader.clone(),
@@ -232,6 +254,9 @@ impl Metrics {
                 claim_ready_latency,
                 reconciles,
                 reconcile_errors,
+                state_drift,
+                stray_reservations,
+                audits,
                 leader,
             }),
         }
@@ -348,6 +373,26 @@ impl Metrics {
     }
 
     /// Sets the `inpool_leader` gauge.
+    /// The audit corrected one difference of this kind.
+    pub fn state_drift(&self, kind: &str) {
+        self.inner
+            .state_drift
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// The audit deleted a stray reservation.
+    pub fn stray_reservation_collected(&self) {
+        self.inner.stray_reservations.inc();
+    }
+
+    /// An audit completed.
+    pub fn audit_completed(&self) {
+        self.inner.audits.inc();
+    }
+
     pub fn set_leader(&self, leading: bool) {
         self.inner.leader.set(i64::from(leading));
     }

@@ -1,0 +1,335 @@
+//! The audit: the registry must agree with the API server, whatever events inpool missed.
+//!
+//! Every `--audit-interval` (10 minutes by default), and shortly after any watch that feeds the
+//! registry listed again, the audit lists pools, reservations and `IPAddress`es and compares
+//! them with the registry ([`Registry::diff`](super::registry::Registry::diff)). The watches
+//! are a little behind a fresh list, so a difference counts only when a second list, taken
+//! [`SETTLE`] later, shows the very same difference: then it is drift, which is corrected, logged
+//! and counted in `inpool_state_drift_total{kind}`. The allocators are checked against the holds
+//! they are made from ([`Registry::recount`](super::registry::Registry::recount)). In a healthy
+//! run the audit finds nothing; the test suites assert that.
+//!
+//! It also collects **stray reservations**: a reservation older than
+//! `--stray-reservation-age` whose claim is gone (or is another claim of the same name: the UID
+//! differs), or whose claim holds a different address. A process killed between creating a
+//! reservation and its `IPAddress`, or two processes racing for one claim, leave such
+//! reservations; each holds an address that no claim will ever use. Each one is confirmed
+//! against the API server (never the cache alone) and deleted with its UID and resourceVersion
+//! as preconditions, so a reservation that changed meanwhile is left alone.
+//!
+//! And it lets go of memory kept for objects that are gone: pools no longer referred to, claims
+//! that no longer wait, the records of own writes and status-write times.
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Preconditions};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+
+use super::Context;
+use super::error::Error;
+use super::registry::{Change, ObjectKey, PoolKind};
+use super::reservation::{IPAddressReservation, hold_of, is_released};
+use super::watch::{address_hold, apply_change, pool_state};
+use crate::api::{GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool};
+
+/// How long the watches get to catch up with a list before a difference counts as drift.
+pub const SETTLE: Duration = Duration::from_secs(5);
+
+/// After a re-list, the audit waits this long (other watches may be re-listing too).
+const AFTER_RELIST: Duration = Duration::from_secs(2);
+
+/// Runs audits until the future is dropped.
+pub async fn run(ctx: Arc<Context>) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(ctx.settings.audit_interval) => {}
+            () = ctx.stores.relisted.notified() => tokio::time::sleep(AFTER_RELIST).await,
+        }
+        match audit(&ctx).await {
+            Ok(found) => {
+                ctx.metrics.audit_completed();
+                if found.is_clean() {
+                    tracing::debug!("audit: the registry agrees with the API server");
+                } else {
+                    tracing::warn!(
+                        drift = found.drift,
+                        strays = found.strays,
+                        "audit: corrected drift and collected stray reservations"
+                    );
+                }
+            }
+            Err(e) => {
+                ctx.metrics.reconcile_error("audit", e.metric_label());
+                tracing::warn!(error = %e, "audit failed; trying again at the next interval");
+            }
+        }
+    }
+}
+
+/// What one audit found and fixed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Found {
+    pub drift: usize,
+    pub strays: usize,
+}
+
+impl Found {
+    pub fn is_clean(&self) -> bool {
+        *self == Found::default()
+    }
+}
+
+/// One audit: compare, correct, collect strays, let go of memory.
+pub async fn audit(ctx: &Context) -> Result<Found, Error> {
+    let mut found = Found::default();
+    let first = Lists::fetch(ctx).await?;
+    let suspects = first.differences(ctx);
+    let lists = if suspects.is_empty() {
+        first
+    } else {
+        tokio::time::sleep(SETTLE).await;
+        let second = Lists::fetch(ctx).await?;
+        let still = second.differences(ctx);
+        for drift in suspects.into_iter().filter(|c| still.contains(c)) {
+            tracing::warn!(kind = drift.kind(), change = ?drift, "state drift: the registry disagreed with the API server; corrected");
+            ctx.metrics.state_drift(drift.kind());
+            apply_change(ctx, drift);
+            found.drift += 1;
+        }
+        second
+    };
+    for pool in ctx.registry().recount() {
+        tracing::warn!(%pool, "state drift: the pool's allocator disagreed with its holds; rebuilt");
+        ctx.metrics.state_drift("allocator");
+        found.drift += 1;
+    }
+    found.strays = collect_strays(ctx, &lists).await?;
+    forget_what_is_gone(ctx);
+    Ok(found)
+}
+
+/// Fresh lists of what the watches feeding the registry see (same scopes).
+struct Lists {
+    pools: Vec<InClusterIPPool>,
+    global_pools: Vec<GlobalInClusterIPPool>,
+    reservations: Vec<IPAddressReservation>,
+    addresses: Vec<IPAddress>,
+}
+
+impl Lists {
+    async fn fetch(ctx: &Context) -> Result<Lists, Error> {
+        let all = ListParams::default();
+        Ok(Lists {
+            pools: super::scoped::<InClusterIPPool>(&ctx.client, &ctx.settings)
+                .list(&all)
+                .await?
+                .items,
+            global_pools: Api::<GlobalInClusterIPPool>::all(ctx.client.clone())
+                .list(&all)
+                .await?
+                .items,
+            reservations: Api::<IPAddressReservation>::all(ctx.client.clone())
+                .list(&all)
+                .await?
+                .items,
+            addresses: super::scoped::<IPAddress>(&ctx.client, &ctx.settings)
+                .list(&all)
+                .await?
+                .items,
+        })
+    }
+
+    /// The same lists the watches hand the registry on a re-list.
+    fn as_changes(&self) -> [Change; 4] {
+        use super::pool::PoolObject;
+        [
+            Change::PoolsListed(
+                PoolKind::InCluster,
+                self.pools
+                    .iter()
+                    .map(|p| (p.key(), pool_state(p)))
+                    .collect(),
+            ),
+            Change::PoolsListed(
+                PoolKind::Global,
+                self.global_pools
+                    .iter()
+                    .map(|p| (p.key(), pool_state(p)))
+                    .collect(),
+            ),
+            Change::ReservationsListed(
+                self.reservations
+                    .iter()
+                    .filter_map(|r| Some((r.name_any(), hold_of(r)?)))
+                    .collect(),
+            ),
+            Change::AddressesListed(
+                self.addresses
+                    .iter()
+                    .filter_map(|a| {
+                        let key = ObjectKey::new(&a.namespace().unwrap_or_default(), &a.name_any());
+                        Some((key, address_hold(a)?))
+                    })
+                    .collect(),
+            ),
+        ]
+    }
+
+    fn differences(&self, ctx: &Context) -> Vec<Change> {
+        let registry = ctx.registry();
+        self.as_changes()
+            .iter()
+            .flat_map(|listed| registry.diff(listed))
+            .collect()
+    }
+}
+
+/// Deletes the stray reservations (see the module docs); returns how many.
+async fn collect_strays(ctx: &Context, lists: &Lists) -> Result<usize, Error> {
+    let now = Timestamp::now();
+    let min_age = ctx.settings.stray_reservation_age;
+    let addresses: HashMap<ObjectKey, &IPAddress> = lists
+        .addresses
+        .iter()
+        .filter(|a| a.meta().deletion_timestamp.is_none())
+        .map(|a| {
+            let key = ObjectKey::new(&a.namespace().unwrap_or_default(), &a.name_any());
+            (key, a)
+        })
+        .collect();
+    let mut collected = 0;
+    for reservation in &lists.reservations {
+        if is_released(reservation) || !old_enough(reservation, now, min_age) {
+            continue;
+        }
+        let claim = ObjectKey::new(
+            &reservation.spec.claim_namespace,
+            &reservation.spec.claim_name,
+        );
+        if ctx
+            .settings
+            .namespace
+            .as_ref()
+            .is_some_and(|ns| *ns != claim.namespace)
+        {
+            continue; // another process's claims
+        }
+        if !looks_stray(ctx, reservation, &claim, addresses.get(&claim).copied())
+            || !is_stray(ctx, reservation, &claim).await?
+        {
+            continue;
+        }
+        let api: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+        let preconditions = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: reservation.uid(),
+                resource_version: reservation.resource_version(),
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&reservation.name_any(), &preconditions).await {
+            Ok(_) => {
+                tracing::info!(
+                    reservation = %reservation.name_any(),
+                    address = %reservation.spec.address,
+                    %claim,
+                    "deleted a stray reservation: its claim is gone or holds another address"
+                );
+                ctx.metrics.stray_reservation_collected();
+                collected += 1;
+            }
+            // Gone already, or changed since it was listed: not ours to delete now.
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(collected)
+}
+
+fn old_enough(reservation: &IPAddressReservation, now: Timestamp, min_age: Duration) -> bool {
+    reservation.creation_timestamp().is_some_and(|created| {
+        now.duration_since(created.0)
+            .try_into()
+            .is_ok_and(|age: Duration| age >= min_age)
+    })
+}
+
+/// The cheap test, from the cache and the list: might this reservation be stray?
+fn looks_stray(
+    ctx: &Context,
+    reservation: &IPAddressReservation,
+    claim: &ObjectKey,
+    address: Option<&IPAddress>,
+) -> bool {
+    let cached = ctx
+        .stores
+        .claims
+        .get(&ObjectRef::new(&claim.name).within(&claim.namespace));
+    match cached {
+        // Not in this process's cache: gone, or outside its watch filter. Ask the API server.
+        None => true,
+        Some(cached) => {
+            another_claim(reservation, &cached) || holds_another_address(reservation, address)
+        }
+    }
+}
+
+/// The authoritative test, against the API server.
+async fn is_stray(
+    ctx: &Context,
+    reservation: &IPAddressReservation,
+    claim: &ObjectKey,
+) -> Result<bool, Error> {
+    let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace);
+    let Some(live) = claims.get_opt(&claim.name).await? else {
+        return Ok(true);
+    };
+    if another_claim(reservation, &live) {
+        return Ok(true);
+    }
+    let addresses: Api<IPAddress> = ctx.namespaced(&claim.namespace);
+    let address = addresses
+        .get_opt(&claim.name)
+        .await?
+        .filter(|a| a.meta().deletion_timestamp.is_none());
+    Ok(holds_another_address(reservation, address.as_ref()))
+}
+
+/// The claim of that name is not the one the reservation was made for.
+fn another_claim(reservation: &IPAddressReservation, claim: &IPAddressClaim) -> bool {
+    reservation
+        .spec
+        .claim_uid
+        .as_ref()
+        .is_some_and(|uid| claim.uid().as_ref() != Some(uid))
+}
+
+/// The claim's `IPAddress` holds a different address than the reservation.
+fn holds_another_address(reservation: &IPAddressReservation, address: Option<&IPAddress>) -> bool {
+    let reserved = reservation.spec.address.parse::<IpAddr>().ok();
+    address.is_some_and(|a| a.spec.address.parse::<IpAddr>().ok() != reserved)
+}
+
+fn forget_what_is_gone(ctx: &Context) {
+    let claims = &ctx.stores.claims;
+    let live = |key: &ObjectKey| {
+        claims
+            .get(&ObjectRef::new(&key.name).within(&key.namespace))
+            .is_some()
+    };
+    let known_pools = {
+        let mut registry = ctx.registry();
+        registry.prune_waiting_everywhere(live);
+        registry.collect_garbage();
+        registry.pool_keys()
+    };
+    ctx.own_writes().retain(live);
+    ctx.pool_writes
+        .lock()
+        .expect("pool writes lock")
+        .retain(|pool, _| known_pools.contains(pool));
+}
