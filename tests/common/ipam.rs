@@ -16,24 +16,68 @@ use kube::{Client, ResourceExt};
 
 pub const GROUP: &str = "ipam.cluster.x-k8s.io";
 
+/// An inpool controller running for one namespace until the test ends, audited every second
+/// (see `controllers::audit`). When the test ends it asserts that no audit found drift between
+/// the controller's memory and the API server: every controller test checks the audit too.
+pub struct RunningController {
+    task: tokio::task::JoinHandle<()>,
+    metrics: Metrics,
+}
+
 /// Runs an inpool controller for one namespace until the test ends.
-pub fn start_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
+pub fn start_controller(client: &Client, ns: &str) -> RunningController {
     let settings = Settings {
         namespace: Some(ns.to_string()),
-        watch_filter: None,
-        concurrency: 16,
+        audit_interval: Duration::from_secs(1),
+        stray_reservation_age: Duration::from_secs(5),
+        ..Settings::default()
     };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
     let client = client.clone();
-    tokio::spawn(async move {
-        let result =
-            inpool::controllers::run(client, settings, Metrics::default(), HealthState::default())
-                .await;
-        panic!("controller stopped: {result:?}");
-    })
+    let metrics = Metrics::default();
+    let task = {
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let result =
+                inpool::controllers::run(client, settings, metrics, HealthState::default()).await;
+            panic!("controller stopped: {result:?}");
+        })
+    };
+    RunningController { task, metrics }
+}
+
+impl RunningController {
+    /// The `inpool_state_drift_total` samples that are not zero.
+    pub fn drift(&self) -> Vec<String> {
+        nonzero_samples(&self.metrics.encode(), "inpool_state_drift_total")
+    }
+}
+
+impl Drop for RunningController {
+    fn drop(&mut self) {
+        self.task.abort();
+        if !std::thread::panicking() {
+            let drift = self.drift();
+            assert!(drift.is_empty(), "the audit found drift: {drift:?}");
+        }
+    }
+}
+
+/// The samples of a metric family (`name{labels} value` lines) whose value is not zero.
+pub fn nonzero_samples(exposition: &str, name: &str) -> Vec<String> {
+    exposition
+        .lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter(|l| {
+            l.rsplit(' ')
+                .next()
+                .is_some_and(|v| v.parse::<f64>() != Ok(0.0))
+        })
+        .map(str::to_string)
+        .collect()
 }
 
 pub fn pool(name: &str, addresses: &[&str], prefix: i32, gateway: Option<&str>) -> InClusterIPPool {
