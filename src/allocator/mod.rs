@@ -106,6 +106,7 @@ mod error;
 mod intervals;
 mod pool;
 mod set;
+mod slots;
 mod spec;
 
 pub use addr::{AddrRange, Family, Subnet, canonical};
