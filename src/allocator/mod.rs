@@ -105,15 +105,19 @@ mod entry;
 mod error;
 mod intervals;
 mod pool;
+mod prefix;
 mod set;
 mod slots;
 mod spec;
 
 pub use addr::{AddrRange, Family, Subnet, canonical};
 pub use counts::{Counts, StatusCounts, saturating_i32, saturating_i64};
-pub use entry::{EntryError, parse_entry, parse_ip};
-pub use error::{AllocError, Field, SpecError, SpecErrors};
+pub use entry::{EntryError, parse_entry, parse_ip, parse_network};
+pub use error::{AllocError, Field, PrefixAllocError, SpecError, SpecErrors};
 pub use pool::Allocator;
+pub use prefix::{
+    DEFAULT_ALLOCATION_PREFIX_LENGTH, ParsedPrefixPool, PrefixAllocator, PrefixPoolSpecInput,
+};
 pub use set::{AddressSet, FamilyMismatch};
 pub use spec::{ParsedPool, PoolSpecInput};
 

@@ -4,6 +4,7 @@ mod addr;
 mod entry;
 mod intervals;
 mod pool;
+mod prefix;
 mod set;
 mod spec;
 
