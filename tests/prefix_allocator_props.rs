@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv6Addr};
 
 use inpool::allocator::{
-    PrefixAllocError, PrefixAllocator, PrefixPoolSpecInput, SpecError, Subnet,
+    Field, PrefixAllocError, PrefixAllocator, PrefixPoolSpecInput, SpecError, Subnet,
 };
 use proptest::prelude::*;
 
@@ -179,10 +179,10 @@ impl SpecGen {
                     .errors()
                     .iter()
                     .map(|error| match error {
-                        SpecError::LongerThanAllocation { field, .. } => {
-                            let text = field.to_string();
-                            text["prefixes[".len()..text.len() - 1].parse().unwrap()
-                        }
+                        SpecError::LongerThanAllocation {
+                            field: Field::Prefixes(index),
+                            ..
+                        } => *index,
                         other => panic!("unexpected error {other}"),
                     })
                     .collect();

@@ -1,7 +1,7 @@
-use super::ip;
+use super::{counts, ip, texts};
 use crate::allocator::{
-    Counts, EntryError, Family, ParsedPrefixPool, PrefixAllocError, PrefixAllocator,
-    PrefixPoolSpecInput, StatusCounts, Subnet, parse_network,
+    EntryError, Family, ParsedPrefixPool, PrefixAllocError, PrefixAllocator, PrefixPoolSpecInput,
+    StatusCounts, Subnet, parse_network,
 };
 
 fn spec(prefixes: &[&str], length: i64) -> PrefixPoolSpecInput {
@@ -41,18 +41,7 @@ fn net(text: &str) -> Subnet {
 
 /// The next `n` sub-prefixes handed out, as text.
 fn take(allocator: &mut PrefixAllocator, n: usize) -> Vec<String> {
-    (0..n)
-        .map(|_| allocator.allocate_lowest().unwrap().to_string())
-        .collect()
-}
-
-fn counts(total: u128, used: u128, free: u128, out_of_range: u128) -> Counts {
-    Counts {
-        total,
-        used,
-        free,
-        out_of_range,
-    }
+    texts((0..n).map(|_| allocator.allocate_lowest().unwrap()))
 }
 
 #[test]
@@ -254,10 +243,7 @@ fn allocates_marks_and_releases_specific_sub_prefixes() {
     assert_eq!(allocator.counts(), counts(4, 1, 3, 0));
     assert_eq!(take(&mut allocator, 1), ["fd00:0:0:1::/64"]);
     assert_eq!(
-        allocator
-            .free_ranges()
-            .map(|range| range.to_string())
-            .collect::<Vec<_>>(),
+        texts(allocator.free_ranges()),
         ["fd00:0:0:2::-fd00::3:ffff:ffff:ffff:ffff"]
     );
 }
@@ -272,10 +258,7 @@ fn shrinking_or_excluding_below_use_makes_sub_prefixes_out_of_range() {
     assert!(allocator.is_out_of_range(net("fd00::/64")));
     assert!(allocator.is_out_of_range(net("fd00:0:0:2::/64")));
     assert_eq!(
-        allocator
-            .out_of_range_ranges()
-            .map(|range| range.to_string())
-            .collect::<Vec<_>>(),
+        texts(allocator.out_of_range_ranges()),
         [
             "fd00::-fd00::ffff:ffff:ffff:ffff",
             "fd00:0:0:2::-fd00::2:ffff:ffff:ffff:ffff"
