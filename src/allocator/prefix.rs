@@ -97,7 +97,7 @@ impl ParsedPrefixPool {
         &self.allocatable
     }
 
-    /// Number of allocatable sub-prefixes (see the [module docs](self) for its one saturation).
+    /// Number of allocatable sub-prefixes (see the [module docs](super) for its one saturation).
     pub fn total(&self) -> u128 {
         super::set::total_len(&self.blocks)
     }
