@@ -6,6 +6,12 @@
 //! - allocate in an IPv6 /64 that already has 1M used addresses (filled from the bottom, and
 //!   scattered at random, the worst case for the free-interval index).
 //!
+//! Prefix pools (issue 16):
+//! - hand out 1,000 /64s of a /48 one by one;
+//! - parse and count a /32 split into /64s (2^32 sub-prefixes, never enumerated);
+//! - allocate and release in a /32 of /64s with 1M sub-prefixes used (from the bottom, and at
+//!   random).
+//!
 //! Run: `cargo bench --bench allocator -- --warm-up-time 1 --measurement-time 3`.
 //! The memory report is printed first; it measures live heap bytes through the counting
 //! allocator below, which also adds a few nanoseconds to every heap allocation in the timings.
@@ -16,8 +22,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
-use criterion::{BatchSize, Criterion, Throughput};
-use inpool::allocator::{AddressSet, Allocator, PoolSpecInput};
+use criterion::measurement::WallTime;
+use criterion::{BatchSize, BenchmarkGroup, Criterion, Throughput};
+use inpool::allocator::{
+    AddressSet, Allocator, Counts, PoolSpecInput, PrefixAllocator, PrefixPoolSpecInput, Subnet,
+};
 
 /// Tracks live heap bytes.
 struct CountingAllocator;
@@ -154,19 +163,34 @@ fn bytes_per_used_address(
     pool: AddressSet,
     build: impl FnOnce(AddressSet) -> Allocator,
 ) {
+    report_built(
+        name,
+        "address",
+        || build(pool),
+        |allocator| (allocator.counts().used, allocator.stored_ranges()),
+    );
+}
+
+/// Runs `build`, then prints the heap bytes it added per used item and its B-tree entries, as
+/// told by `stats` (used items, entries).
+fn report_built<T>(
+    name: &str,
+    item: &str,
+    build: impl FnOnce() -> T,
+    stats: impl FnOnce(&T) -> (u128, usize),
+) {
     let before = live_bytes();
     let start = Instant::now();
-    let allocator = build(pool);
+    let built = build();
     let elapsed = start.elapsed();
     let bytes = live_bytes() - before;
-    let used = allocator.counts().used;
+    let (used, entries) = stats(&built);
     println!(
-        "memory | {name}: {used} used, {} B-tree entries, {bytes} heap bytes, {:.3} bytes per used address (built in {:.0} ms)",
-        allocator.stored_ranges(),
+        "memory | {name}: {used} used, {entries} B-tree entries, {bytes} heap bytes, {:.3} bytes per used {item} (built in {:.0} ms)",
         bytes as f64 / used as f64,
         elapsed.as_secs_f64() * 1e3,
     );
-    drop(black_box(allocator));
+    drop(black_box(built));
 }
 
 fn report_memory() {
@@ -230,6 +254,74 @@ fn bench_fills(c: &mut Criterion) {
     group.finish();
 }
 
+/// What the "1M used" benchmarks exercise, in IP and prefix allocators alike.
+trait UsedPool {
+    type Key: Copy;
+    fn take_lowest(&mut self) -> Self::Key;
+    fn take(&mut self, key: Self::Key) -> bool;
+    fn give_back(&mut self, key: Self::Key) -> bool;
+    fn is_used(&self, key: Self::Key) -> bool;
+    fn counts(&self) -> Counts;
+}
+
+/// The same forwarding for both allocators: their methods have the same names and shapes.
+macro_rules! used_pool {
+    ($allocator:ty, $key:ty) => {
+        impl UsedPool for $allocator {
+            type Key = $key;
+            fn take_lowest(&mut self) -> $key {
+                self.allocate_lowest().unwrap()
+            }
+            fn take(&mut self, key: $key) -> bool {
+                self.allocate(key).is_ok()
+            }
+            fn give_back(&mut self, key: $key) -> bool {
+                self.release(key)
+            }
+            fn is_used(&self, key: $key) -> bool {
+                <$allocator>::is_used(self, key)
+            }
+            fn counts(&self) -> Counts {
+                <$allocator>::counts(self)
+            }
+        }
+    };
+}
+
+used_pool!(Allocator, IpAddr);
+used_pool!(PrefixAllocator, Subnet);
+
+/// Allocate + release (lowest, and at random keys from `key`), `is_used` and `counts` on a pool
+/// that already has many used keys.
+fn bench_1m_used<A: UsedPool>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    pattern: &str,
+    allocator: &mut A,
+    key: fn(u64) -> A::Key,
+) {
+    group.bench_function(format!("{pattern}/allocate_lowest+release"), |b| {
+        b.iter(|| {
+            let taken = allocator.take_lowest();
+            allocator.give_back(black_box(taken))
+        })
+    });
+    let mut random = Random(42);
+    group.bench_function(format!("{pattern}/allocate_specific+release"), |b| {
+        b.iter(|| {
+            let wanted = key(random.next());
+            if allocator.take(wanted) {
+                allocator.give_back(wanted);
+            }
+        })
+    });
+    group.bench_function(format!("{pattern}/is_used"), |b| {
+        b.iter(|| allocator.is_used(key(random.next())))
+    });
+    group.bench_function(format!("{pattern}/counts"), |b| {
+        b.iter(|| allocator.counts())
+    });
+}
+
 fn bench_slash64(c: &mut Criterion) {
     let mut group = c.benchmark_group("ipv6_slash64_1m_used");
     group.throughput(Throughput::Elements(1));
@@ -237,35 +329,132 @@ fn bench_slash64(c: &mut Criterion) {
         ("from_bottom", slash64_filled_from_bottom(slash64())),
         ("scattered", slash64_scattered(slash64())),
     ] {
-        group.bench_function(format!("{pattern}/allocate_lowest+release"), |b| {
-            b.iter(|| {
-                let ip = allocator.allocate_lowest().unwrap();
-                allocator.release(black_box(ip))
-            })
-        });
-        let mut random = Random(42);
-        group.bench_function(format!("{pattern}/allocate_specific+release"), |b| {
-            b.iter(|| {
-                let ip = slash64_address(random.next());
-                if allocator.allocate(ip).is_ok() {
-                    allocator.release(ip);
+        bench_1m_used(&mut group, pattern, &mut allocator, slash64_address);
+    }
+    group.finish();
+}
+
+fn prefix_spec(prefixes: &[&str], length: i64) -> PrefixPoolSpecInput {
+    PrefixPoolSpecInput {
+        prefixes: prefixes.iter().map(|text| text.to_string()).collect(),
+        allocation_prefix_length: Some(length),
+        ..Default::default()
+    }
+}
+
+/// 2001:db8::/32 split into /64s: 2^32 sub-prefixes.
+fn slash32_of_slash64s() -> PrefixAllocator {
+    let pool = prefix_spec(&["2001:db8::/32"], 64)
+        .parse()
+        .expect("valid benchmark prefix pool");
+    PrefixAllocator::new(pool)
+}
+
+/// The `offset`-th /64 of 2001:db8::/32 (`offset` below 2^32).
+fn slash32_sub_prefix(offset: u64) -> Subnet {
+    let network = SLASH64_BASE + (u128::from(offset & 0xffff_ffff) << 64);
+    Subnet::new(IpAddr::V6(Ipv6Addr::from(network)), 64).expect("aligned /64")
+}
+
+/// 1M /64s used from the bottom (what first-fit produces).
+fn prefixes_filled_from_bottom() -> PrefixAllocator {
+    let mut allocator = slash32_of_slash64s();
+    for _ in 0..ONE_MILLION {
+        allocator.allocate_lowest().unwrap();
+    }
+    allocator
+}
+
+/// 1M /64s used at random places: about 1M free runs.
+fn prefixes_scattered() -> PrefixAllocator {
+    let mut random = Random(0x9e37_79b9_7f4a_7c15);
+    let mut allocator = slash32_of_slash64s();
+    let mut marked = 0;
+    while marked < ONE_MILLION {
+        marked += u64::from(
+            allocator
+                .mark_used(slash32_sub_prefix(random.next()))
+                .unwrap(),
+        );
+    }
+    allocator
+}
+
+fn report_prefix_memory() {
+    let stats = |allocator: &PrefixAllocator| (allocator.counts().used, allocator.stored_ranges());
+    report_built(
+        "/32 of /64s, 1M used from the bottom",
+        "sub-prefix",
+        prefixes_filled_from_bottom,
+        stats,
+    );
+    report_built(
+        "/32 of /64s, 1M used at random (mark_used)",
+        "sub-prefix",
+        prefixes_scattered,
+        stats,
+    );
+}
+
+fn bench_prefixes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("prefix");
+    let slash48 = prefix_spec(&["2001:db8::/48"], 64)
+        .parse()
+        .expect("valid /48");
+    group.throughput(Throughput::Elements(1000));
+    group.bench_function("1000_slash64s_of_a_slash48", |b| {
+        b.iter_batched(
+            || PrefixAllocator::new(slash48.clone()),
+            |mut allocator| {
+                for _ in 0..1000 {
+                    black_box(allocator.allocate_lowest().unwrap());
                 }
-            })
-        });
-        group.bench_function(format!("{pattern}/is_used"), |b| {
-            b.iter(|| allocator.is_used(slash64_address(random.next())))
-        });
-        group.bench_function(format!("{pattern}/counts"), |b| {
-            b.iter(|| allocator.counts())
-        });
+                allocator
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.throughput(Throughput::Elements(1));
+    let spec = prefix_spec(&["2001:db8::/32"], 64);
+    group.bench_function("slash32_of_slash64s/parse+new+counts", |b| {
+        b.iter(|| {
+            let allocator = PrefixAllocator::new(spec.parse().unwrap());
+            black_box(allocator.counts())
+        })
+    });
+    let entries: Vec<String> = (0..1000u32)
+        .rev()
+        .map(|i| format!("2001:db8:{i:x}::/48"))
+        .collect();
+    let many = PrefixPoolSpecInput {
+        prefixes: entries,
+        allocation_prefix_length: Some(64),
+        excluded_prefixes: vec!["2001:db8:1::-2001:db8:1:ff::".into()],
+        ..Default::default()
+    };
+    group.throughput(Throughput::Elements(1000));
+    group.bench_function("parse_1000_prefix_entries", |b| {
+        b.iter(|| many.parse().unwrap())
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("prefix_slash32_of_slash64s_1m_used");
+    group.throughput(Throughput::Elements(1));
+    for (pattern, mut allocator) in [
+        ("from_bottom", prefixes_filled_from_bottom()),
+        ("scattered", prefixes_scattered()),
+    ] {
+        bench_1m_used(&mut group, pattern, &mut allocator, slash32_sub_prefix);
     }
     group.finish();
 }
 
 fn main() {
     report_memory();
+    report_prefix_memory();
     let mut criterion = Criterion::default().configure_from_args();
     bench_fills(&mut criterion);
     bench_slash64(&mut criterion);
+    bench_prefixes(&mut criterion);
     criterion.final_summary();
 }

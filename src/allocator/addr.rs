@@ -162,8 +162,9 @@ impl fmt::Display for AddrRange {
     }
 }
 
-/// The subnet a pool's addresses must lie in: the network of the lowest configured address
-/// with the pool's `prefix` length.
+/// A network: an address with its host bits zero, and a prefix length. For an IP pool, the
+/// subnet its addresses must lie in (the network of the lowest configured address with the
+/// pool's `prefix` length); for a prefix pool, one sub-prefix it hands out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Subnet {
     family: Family,
@@ -185,8 +186,28 @@ impl Subnet {
         })
     }
 
+    /// The network `ip/prefix`; `None` if `prefix` exceeds the family width or `ip` has host
+    /// bits set (is not network-aligned).
+    pub fn new(ip: IpAddr, prefix: u8) -> Option<Subnet> {
+        Subnet::containing(ip, prefix).filter(|subnet| subnet.network() == ip)
+    }
+
+    /// From a network value whose host bits are zero.
+    pub(crate) fn from_bits(family: Family, network: u128, prefix: u8) -> Subnet {
+        debug_assert!(prefix <= family.bits() && network & host_mask(family, prefix) == 0);
+        Subnet {
+            family,
+            network,
+            prefix,
+        }
+    }
+
     pub fn family(&self) -> Family {
         self.family
+    }
+
+    pub(crate) fn network_bits(&self) -> u128 {
+        self.network
     }
 
     pub fn prefix(&self) -> u8 {

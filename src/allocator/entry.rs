@@ -9,7 +9,7 @@
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use super::addr::{AddrRange, Family, host_mask, to_bits};
+use super::addr::{AddrRange, Family, Subnet, host_mask, to_bits};
 
 /// Why an entry string is not a valid address, CIDR or range.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -34,6 +34,10 @@ pub enum EntryError {
     CidrAddress(String),
     #[error("prefix length `{len}` is not a number between 0 and {max}")]
     CidrLength { len: String, max: u8 },
+    #[error("not a CIDR (`address/length`)")]
+    NotACidr,
+    #[error("not network-aligned: host bits are set (the network is {network})")]
+    NotAligned { network: Subnet },
 }
 
 /// Longest piece of user input repeated inside an error message.
@@ -59,11 +63,30 @@ pub fn parse_entry(text: &str) -> Result<AddrRange, EntryError> {
     if let Some((start, end)) = text.split_once('-') {
         parse_range(start, end)
     } else if let Some((addr, len)) = text.split_once('/') {
-        parse_cidr(addr, len)
+        parse_cidr_range(addr, len)
     } else {
         text.parse()
             .map(AddrRange::single)
             .map_err(|_| EntryError::NotAnAddress)
+    }
+}
+
+/// Parses a network-aligned CIDR (`fd00::/48`), as a prefix pool's `prefixes` entries must be.
+/// A single address or a range is [`EntryError::NotACidr`]; host bits set
+/// (`fd00::1/48`) is [`EntryError::NotAligned`], naming the network that was probably meant.
+pub fn parse_network(text: &str) -> Result<Subnet, EntryError> {
+    check_characters(text)?;
+    let (addr, len) = text
+        .split_once('/')
+        .filter(|_| !text.contains('-'))
+        .ok_or(EntryError::NotACidr)?;
+    let (ip, prefix) = cidr_parts(addr, len)?;
+    // `cidr_parts` bounds the length by the family width, so this always holds a subnet.
+    let network = Subnet::containing(ip, prefix).ok_or(EntryError::NotACidr)?;
+    if network.network() == ip {
+        Ok(network)
+    } else {
+        Err(EntryError::NotAligned { network })
     }
 }
 
@@ -101,17 +124,23 @@ fn parse_range(start: &str, end: &str) -> Result<AddrRange, EntryError> {
     AddrRange::new(start, end).ok_or(EntryError::RangeEndBeforeStart)
 }
 
-fn parse_cidr(addr: &str, len: &str) -> Result<AddrRange, EntryError> {
+fn parse_cidr_range(addr: &str, len: &str) -> Result<AddrRange, EntryError> {
+    let (ip, prefix) = cidr_parts(addr, len)?;
+    let (family, value) = to_bits(ip);
+    let mask = host_mask(family, prefix);
+    Ok(AddrRange::from_bits(family, value & !mask, value | mask))
+}
+
+fn cidr_parts(addr: &str, len: &str) -> Result<(IpAddr, u8), EntryError> {
     let ip: IpAddr = addr
         .parse()
         .map_err(|_| EntryError::CidrAddress(shorten(addr)))?;
-    let (family, value) = to_bits(ip);
-    let prefix = parse_prefix_length(len, family.bits()).ok_or_else(|| EntryError::CidrLength {
+    let max = Family::of(ip).bits();
+    let prefix = parse_prefix_length(len, max).ok_or_else(|| EntryError::CidrLength {
         len: shorten(len),
-        max: family.bits(),
+        max,
     })?;
-    let mask = host_mask(family, prefix);
-    Ok(AddrRange::from_bits(family, value & !mask, value | mask))
+    Ok((ip, prefix))
 }
 
 /// A decimal prefix length without sign or leading zeros (as Go's `netip.ParsePrefix`), at most

@@ -14,6 +14,10 @@ pub enum Field {
     ExcludedAddresses(usize),
     Gateway,
     Prefix,
+    /// Prefix pools' fields.
+    Prefixes(usize),
+    ExcludedPrefixes(usize),
+    AllocationPrefixLength,
 }
 
 impl fmt::Display for Field {
@@ -23,6 +27,9 @@ impl fmt::Display for Field {
             Field::ExcludedAddresses(index) => write!(f, "excludedAddresses[{index}]"),
             Field::Gateway => f.write_str("gateway"),
             Field::Prefix => f.write_str("prefix"),
+            Field::Prefixes(index) => write!(f, "prefixes[{index}]"),
+            Field::ExcludedPrefixes(index) => write!(f, "excludedPrefixes[{index}]"),
+            Field::AllocationPrefixLength => f.write_str("allocationPrefixLength"),
         }
     }
 }
@@ -64,6 +71,18 @@ pub enum SpecError {
         entry: String,
         subnet: Subnet,
     },
+    #[error("prefixes: at least one prefix is required")]
+    NoPrefixes,
+    /// e.g. ``prefixes[1] `fd00::/72` is longer than allocationPrefixLength 64``.
+    #[error("{field} `{entry}` is longer than allocationPrefixLength {allocation}")]
+    LongerThanAllocation {
+        field: Field,
+        entry: String,
+        allocation: u8,
+    },
+    /// e.g. `allocationPrefixLength 0: must be between 1 and 128`.
+    #[error("allocationPrefixLength {length}: must be between 1 and 128")]
+    InvalidAllocationPrefixLength { length: i64 },
 }
 
 fn max_prefix(family: Option<Family>) -> u8 {
@@ -128,4 +147,21 @@ pub enum AllocError {
     NotInPool(IpAddr),
     #[error("{0} is already in use")]
     InUse(IpAddr),
+}
+
+/// Why a sub-prefix allocation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PrefixAllocError {
+    #[error("the pool has no free sub-prefix")]
+    Exhausted,
+    /// Not an IPv6 network of the pool's allocation length, so no sub-prefix of this pool.
+    #[error("{prefix} is not a /{length} IPv6 sub-prefix, the only kind the pool hands out")]
+    NotASubPrefix { prefix: Subnet, length: u8 },
+    #[error("{0} is not in the pool")]
+    NotInPool(Subnet),
+    #[error("{0} is already in use")]
+    InUse(Subnet),
+    /// `allocationPrefixLength` is immutable: sub-prefixes of two lengths cannot share one index.
+    #[error("allocationPrefixLength cannot change from {from} to {to}")]
+    LengthChanged { from: u8, to: u8 },
 }

@@ -77,15 +77,42 @@
 //! [`AddressSet::len`] reports as `u128::MAX`. A valid spec can never produce it (the prefix is at
 //! least 1), so pool counts are always exact.
 //!
+//! # Prefix pools
+//!
+//! [`PrefixPoolSpecInput::parse`] and [`PrefixAllocator`] do the same for IPv6 prefix pools, which
+//! hand out aligned sub-prefixes of one length (`allocationPrefixLength`, default 64) from
+//! `prefixes`, skipping every sub-prefix that an `excludedPrefixes` entry touches; the `gateway`
+//! blocks nothing. A sub-prefix of length `L` is handled as one *block index*,
+//! `address >> (128 − L)`, so prefixes and exclusions become `u128` intervals of blocks and the
+//! same core as IP pools gives first-fit allocation in O(log F) and exact counts *in
+//! sub-prefixes* without enumeration (a /32 split into /64s is one interval of 2^32 blocks).
+//! Counts saturate only for `::/0` split into /128s (2^128 sub-prefixes reads `u128::MAX`), and
+//! in [`Counts::to_status`] at `i64::MAX`.
+//!
+//! ```
+//! use inpool::allocator::{PrefixAllocator, PrefixPoolSpecInput};
+//!
+//! let spec = PrefixPoolSpecInput {
+//!     prefixes: vec!["fd06::/48".into()],
+//!     allocation_prefix_length: Some(56),
+//!     ..Default::default()
+//! };
+//! let mut allocator = PrefixAllocator::new(spec.parse().unwrap());
+//! assert_eq!(allocator.allocate_lowest().unwrap().to_string(), "fd06::/56");
+//! assert_eq!(allocator.allocate_lowest().unwrap().to_string(), "fd06:0:0:100::/56");
+//! assert_eq!(allocator.counts().total, 256);
+//! ```
+//!
 //! # Complexity
 //!
 //! R = ranges of the pool set, F = free intervals (at most R + used addresses in the pool),
 //! O = out-of-range intervals, E = spec entries. Nothing is ever proportional to the number of
-//! addresses in a range.
+//! addresses in a range. For a [`PrefixAllocator`] the same costs hold with R, F and O counted in
+//! runs of sub-prefixes.
 //!
 //! | operation | cost |
 //! |---|---|
-//! | `PoolSpecInput::parse` | O(E log E) |
+//! | `PoolSpecInput::parse`, `PrefixPoolSpecInput::parse` | O(E log E) |
 //! | `Allocator::new` | O(R) |
 //! | `allocate_lowest`, `lowest_free` | O(log F) |
 //! | `allocate`, `mark_used`, `release`, `is_used`, `is_free` | O(log R + log F) (+ O(log O) outside the pool) |
@@ -105,14 +132,19 @@ mod entry;
 mod error;
 mod intervals;
 mod pool;
+mod prefix;
 mod set;
+mod slots;
 mod spec;
 
 pub use addr::{AddrRange, Family, Subnet, canonical};
 pub use counts::{Counts, StatusCounts, saturating_i32, saturating_i64};
-pub use entry::{EntryError, parse_entry, parse_ip};
-pub use error::{AllocError, Field, SpecError, SpecErrors};
+pub use entry::{EntryError, parse_entry, parse_ip, parse_network};
+pub use error::{AllocError, Field, PrefixAllocError, SpecError, SpecErrors};
 pub use pool::Allocator;
+pub use prefix::{
+    DEFAULT_ALLOCATION_PREFIX_LENGTH, ParsedPrefixPool, PrefixAllocator, PrefixPoolSpecInput,
+};
 pub use set::{AddressSet, FamilyMismatch};
 pub use spec::{ParsedPool, PoolSpecInput};
 

@@ -1,41 +1,32 @@
-//! [`Allocator`]: the per-pool free-space index.
+//! [`Allocator`]: the per-pool free-space index of an IP pool.
 //!
-//! Used addresses are never stored one by one inside the pool: the allocator keeps the *free*
-//! space as disjoint intervals in a B-tree, and "used in the pool" is "in the pool set and not
-//! free". A pool that fills from the bottom therefore costs O(1) memory however many addresses
-//! are used; scattered use costs one B-tree entry per hole. Used addresses outside the pool
-//! (out of range) are kept as intervals per family.
+//! The bookkeeping lives in [`Slots`] (shared with prefix pools), over the addresses of the
+//! pool's family as integers. Used addresses of the *other* family (a pool switched family, or
+//! an address recorded from elsewhere) are always out of range and kept here, beside the core.
 
 use std::net::IpAddr;
 
-use super::addr::{AddrRange, Family, from_bits, interval_len, to_bits};
+use super::addr::{AddrRange, Family, from_bits, to_bits};
 use super::counts::Counts;
 use super::error::AllocError;
-use super::intervals::IntervalMap;
-use super::set::{AddressSet, subtract};
+use super::set::AddressSet;
+use super::slots::{Refusal, Slots, Tally};
 
 /// Allocation state of one pool. See the [module docs](super) for the cost of each operation.
 #[derive(Clone, Debug)]
 pub struct Allocator {
-    pool: AddressSet,
-    /// `pool.len()`, cached.
-    total: u128,
-    /// Subset of `pool`.
-    free: IntervalMap,
-    /// Exact, maintained incrementally: `|pool| - |free|` without the saturation of `total`.
-    used_in_pool: u128,
-    out_of_range: OutOfRange,
+    /// The pool's family: addresses, in use or not.
+    slots: Slots<AddressSet>,
+    /// Used addresses of the other family: all out of range.
+    other_family: Tally,
 }
 
 impl Allocator {
     /// An allocator with every address of `pool` free. O(ranges).
     pub fn new(pool: AddressSet) -> Allocator {
         Allocator {
-            total: pool.len(),
-            free: IntervalMap::from_sorted(pool.intervals().iter().copied()),
-            used_in_pool: 0,
-            out_of_range: OutOfRange::default(),
-            pool,
+            slots: Slots::new(pool),
+            other_family: Tally::default(),
         }
     }
 
@@ -49,157 +40,141 @@ impl Allocator {
     }
 
     pub fn pool(&self) -> &AddressSet {
-        &self.pool
+        self.slots.pool()
     }
 
     pub fn family(&self) -> Family {
-        self.pool.family()
+        self.pool().family()
     }
 
     /// Current counts. O(1).
     pub fn counts(&self) -> Counts {
-        Counts {
-            total: self.total,
-            used: self.used_in_pool.saturating_add(self.out_of_range.count),
-            free: self.total.saturating_sub(self.used_in_pool),
-            out_of_range: self.out_of_range.count,
-        }
+        self.slots.counts(self.other_family.count)
     }
 
     /// The address [`Allocator::allocate_lowest`] would return, without taking it.
     pub fn lowest_free(&self) -> Option<IpAddr> {
-        self.free.first().map(|value| self.ip(value))
+        self.slots.lowest_free().map(|value| self.ip(value))
     }
 
     /// The lowest free address strictly above `ip` (`None` for the other family), to skip an
     /// address that turned out to be taken elsewhere without marking it.
     pub fn next_free_after(&self, ip: IpAddr) -> Option<IpAddr> {
-        let (family, value) = to_bits(ip);
-        if family != self.family() {
-            return None;
-        }
-        let next = value.checked_add(1)?;
-        self.free
-            .first_at_or_after(next)
+        let next = self.value(ip)?.checked_add(1)?;
+        self.slots
+            .free_at_or_after(next)
             .map(|value| self.ip(value))
     }
 
     /// Takes the lowest free address (the reference's deterministic order).
     pub fn allocate_lowest(&mut self) -> Result<IpAddr, AllocError> {
-        let value = self.free.pop_first().ok_or(AllocError::Exhausted)?;
-        self.used_in_pool += 1;
+        let value = self.slots.allocate_lowest().ok_or(AllocError::Exhausted)?;
         Ok(self.ip(value))
     }
 
     /// Takes `ip`, which must be a free address of the pool.
     pub fn allocate(&mut self, ip: IpAddr) -> Result<(), AllocError> {
-        let value = self.pool_value(ip).ok_or(AllocError::NotInPool(ip))?;
-        if !self.free.remove(value) {
-            return Err(AllocError::InUse(ip));
-        }
-        self.used_in_pool += 1;
-        Ok(())
+        let value = self.value(ip).ok_or(AllocError::NotInPool(ip))?;
+        self.slots.allocate(value).map_err(|refusal| match refusal {
+            Refusal::NotInPool => AllocError::NotInPool(ip),
+            Refusal::InUse => AllocError::InUse(ip),
+        })
     }
 
     /// Records that `ip` is in use, wherever it is: a pool address stops being free, any other
     /// address (another family included) counts as out of range. Idempotent; returns whether
     /// `ip` was not known to be in use before.
     pub fn mark_used(&mut self, ip: IpAddr) -> bool {
-        match self.pool_value(ip) {
-            Some(value) => {
-                let newly = self.free.remove(value);
-                self.used_in_pool += u128::from(newly);
-                newly
-            }
-            None => self.out_of_range.insert(ip),
+        match self.value(ip) {
+            Some(value) => self.slots.mark_used(value),
+            None => self.other_family.insert(to_bits(ip).1),
         }
     }
 
     /// Gives `ip` back. A pool address becomes free again (merging with free neighbours); an
     /// out-of-range address is simply forgotten. Returns whether `ip` was in use.
     pub fn release(&mut self, ip: IpAddr) -> bool {
-        match self.pool_value(ip) {
-            Some(value) => {
-                let released = self.free.insert(value);
-                self.used_in_pool -= u128::from(released);
-                released
-            }
-            None => self.out_of_range.remove(ip),
+        match self.value(ip) {
+            Some(value) => self.slots.release(value),
+            None => self.other_family.remove(to_bits(ip).1),
         }
     }
 
     /// Whether `ip` is in use (in the pool or out of range).
     pub fn is_used(&self, ip: IpAddr) -> bool {
-        match self.pool_value(ip) {
-            Some(value) => !self.free.contains(value),
-            None => self.out_of_range.contains(ip),
+        match self.value(ip) {
+            Some(value) => self.slots.is_used(value),
+            None => self.other_family.contains(to_bits(ip).1),
         }
     }
 
     /// Whether `ip` is a free address of the pool.
     pub fn is_free(&self, ip: IpAddr) -> bool {
-        self.pool_value(ip)
-            .is_some_and(|value| self.free.contains(value))
+        self.value(ip)
+            .is_some_and(|value| self.slots.is_free(value))
     }
 
     /// Whether `ip` is in use but not in the pool.
     pub fn is_out_of_range(&self, ip: IpAddr) -> bool {
-        self.out_of_range.contains(ip)
+        match self.value(ip) {
+            Some(value) => self.slots.is_out_of_range(value),
+            None => self.other_family.contains(to_bits(ip).1),
+        }
     }
 
     /// The free ranges, lowest first.
     pub fn free_ranges(&self) -> impl Iterator<Item = AddrRange> + '_ {
         let family = self.family();
-        self.free
-            .iter()
+        self.slots
+            .free_intervals()
             .map(move |(first, last)| AddrRange::from_bits(family, first, last))
     }
 
     /// The used addresses outside the pool, as ranges: IPv4 first, then IPv6, each lowest first.
     pub fn out_of_range_ranges(&self) -> impl Iterator<Item = AddrRange> + '_ {
-        self.out_of_range.ranges()
+        let family = self.family();
+        // The pool family's intervals go before or after the other family's, never both.
+        let own = move |before_other: bool| {
+            self.slots
+                .out_of_range_intervals()
+                .filter(move |_| (family == Family::V4) == before_other)
+                .map(move |(first, last)| AddrRange::from_bits(family, first, last))
+        };
+        let other = other(family);
+        let others = self
+            .other_family
+            .iter()
+            .map(move |(first, last)| AddrRange::from_bits(other, first, last));
+        own(true).chain(others).chain(own(false))
     }
 
     /// Switches to a new pool set (grown, shrunk, or of the other family). Every used address
     /// stays used: those outside `pool` become out of range and are never handed out; those
     /// inside it (out-of-range ones included) count as used pool addresses.
     ///
-    /// O((R + F + O) log) for R pool ranges, F free ranges and O out-of-range ranges.
+    /// O((R + F + O) log(R + F + O)) for R pool ranges, F free ranges and O out-of-range ranges.
     pub fn resize(&mut self, pool: AddressSet) {
-        let old_family = self.family();
-        let used = if pool.family() == old_family {
-            self.used_of_old_family()
-        } else {
-            let old_used = self.used_of_old_family();
-            self.out_of_range.replace(old_family, old_used.intervals());
-            self.out_of_range.set(pool.family())
-        };
-        self.free = IntervalMap::from_sorted(pool.difference(&used).intervals().iter().copied());
-        self.used_in_pool = sum_lengths(used.intersection(&pool).intervals());
-        self.out_of_range
-            .replace(pool.family(), used.difference(&pool).intervals());
-        self.total = pool.len();
-        self.pool = pool;
-    }
-
-    /// Every used address of the pool's family: the pool minus its free space, plus the
-    /// out-of-range addresses of that family.
-    fn used_of_old_family(&self) -> AddressSet {
-        let free: Vec<_> = self.free.iter().collect();
-        let mut used = subtract(self.pool.intervals(), &free);
-        used.extend(self.out_of_range.map(self.family()).iter());
-        AddressSet::normalise(self.family(), used)
+        if pool.family() == self.family() {
+            self.slots.resize(pool);
+            return;
+        }
+        // The families swap places: the old family's used addresses go beside the core, and the
+        // addresses of the new family that were out of range meet the new pool.
+        let old_used = self.slots.used();
+        let new_used: Vec<_> = self.other_family.iter().collect();
+        self.slots = Slots::with_used(pool, &new_used);
+        self.other_family = Tally::from_sorted(old_used);
     }
 
     /// Number of B-tree entries held (free ranges plus out-of-range ranges), for memory estimates.
     pub fn stored_ranges(&self) -> usize {
-        self.free.interval_count() + self.out_of_range.interval_count()
+        self.slots.stored_intervals() + self.other_family.interval_count()
     }
 
-    /// `ip` as an integer if it is in the pool.
-    fn pool_value(&self, ip: IpAddr) -> Option<u128> {
+    /// `ip` as an integer if it is of the pool's family.
+    fn value(&self, ip: IpAddr) -> Option<u128> {
         let (family, value) = to_bits(ip);
-        (family == self.family() && self.pool.contains_bits(value)).then_some(value)
+        (family == self.family()).then_some(value)
     }
 
     fn ip(&self, value: u128) -> IpAddr {
@@ -207,81 +182,9 @@ impl Allocator {
     }
 }
 
-/// Used addresses outside the pool, one interval map per family.
-#[derive(Clone, Debug, Default)]
-struct OutOfRange {
-    v4: IntervalMap,
-    v6: IntervalMap,
-    count: u128,
-}
-
-impl OutOfRange {
-    fn map(&self, family: Family) -> &IntervalMap {
-        match family {
-            Family::V4 => &self.v4,
-            Family::V6 => &self.v6,
-        }
+fn other(family: Family) -> Family {
+    match family {
+        Family::V4 => Family::V6,
+        Family::V6 => Family::V4,
     }
-
-    fn map_mut(&mut self, family: Family) -> &mut IntervalMap {
-        match family {
-            Family::V4 => &mut self.v4,
-            Family::V6 => &mut self.v6,
-        }
-    }
-
-    fn contains(&self, ip: IpAddr) -> bool {
-        let (family, value) = to_bits(ip);
-        self.map(family).contains(value)
-    }
-
-    fn set(&self, family: Family) -> AddressSet {
-        AddressSet::from_normalised(family, self.map(family).iter().collect())
-    }
-
-    fn insert(&mut self, ip: IpAddr) -> bool {
-        let (family, value) = to_bits(ip);
-        let inserted = self.map_mut(family).insert(value);
-        self.count += u128::from(inserted);
-        inserted
-    }
-
-    fn remove(&mut self, ip: IpAddr) -> bool {
-        let (family, value) = to_bits(ip);
-        let removed = self.map_mut(family).remove(value);
-        self.count -= u128::from(removed);
-        removed
-    }
-
-    /// Replaces the intervals of `family` (sorted, disjoint, non-adjacent) and recounts.
-    fn replace(&mut self, family: Family, intervals: &[(u128, u128)]) {
-        *self.map_mut(family) = IntervalMap::from_sorted(intervals.iter().copied());
-        self.count = [Family::V4, Family::V6]
-            .into_iter()
-            .map(|family| sum_lengths(&self.map(family).iter().collect::<Vec<_>>()))
-            .fold(0, u128::saturating_add);
-    }
-
-    fn interval_count(&self) -> usize {
-        self.v4.interval_count() + self.v6.interval_count()
-    }
-
-    fn ranges(&self) -> impl Iterator<Item = AddrRange> + '_ {
-        let v4 = self
-            .v4
-            .iter()
-            .map(|(first, last)| AddrRange::from_bits(Family::V4, first, last));
-        let v6 = self
-            .v6
-            .iter()
-            .map(|(first, last)| AddrRange::from_bits(Family::V6, first, last));
-        v4.chain(v6)
-    }
-}
-
-fn sum_lengths(intervals: &[(u128, u128)]) -> u128 {
-    intervals
-        .iter()
-        .map(|&(first, last)| interval_len(first, last))
-        .fold(0, u128::saturating_add)
 }

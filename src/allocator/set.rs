@@ -58,18 +58,10 @@ impl AddressSet {
     }
 
     /// Sorts and merges arbitrary intervals (each with `first <= last`).
-    pub(crate) fn normalise(family: Family, mut intervals: Vec<(u128, u128)>) -> AddressSet {
-        intervals.sort_unstable();
-        let mut merged: Vec<(u128, u128)> = Vec::with_capacity(intervals.len());
-        for (first, last) in intervals {
-            match merged.last_mut() {
-                Some(prev) if first <= prev.1.saturating_add(1) => prev.1 = prev.1.max(last),
-                _ => merged.push((first, last)),
-            }
-        }
+    pub(crate) fn normalise(family: Family, intervals: Vec<(u128, u128)>) -> AddressSet {
         AddressSet {
             family,
-            intervals: merged,
+            intervals: normalise(intervals),
         }
     }
 
@@ -91,9 +83,7 @@ impl AddressSet {
     /// addresses and reports `u128::MAX` (2^128 - 1); see [`AddressSet::is_whole_space`].
     /// O(ranges).
     pub fn len(&self) -> u128 {
-        self.intervals.iter().fold(0u128, |sum, &(first, last)| {
-            sum.saturating_add(interval_len(first, last))
-        })
+        total_len(&self.intervals)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -129,10 +119,7 @@ impl AddressSet {
     }
 
     pub(crate) fn contains_bits(&self, value: u128) -> bool {
-        let index = self.intervals.partition_point(|&(_, last)| last < value);
-        self.intervals
-            .get(index)
-            .is_some_and(|&(first, _)| first <= value)
+        contains(&self.intervals, value)
     }
 
     /// Whether every address of `range` is in the set. O(log ranges).
@@ -151,21 +138,7 @@ impl AddressSet {
         if self.family != other.family {
             return AddressSet::empty(self.family);
         }
-        let mut out = Vec::new();
-        let (mut i, mut j) = (0, 0);
-        while let (Some(&a), Some(&b)) = (self.intervals.get(i), other.intervals.get(j)) {
-            let first = a.0.max(b.0);
-            let last = a.1.min(b.1);
-            if first <= last {
-                out.push((first, last));
-            }
-            if a.1 < b.1 {
-                i += 1;
-            } else {
-                j += 1;
-            }
-        }
-        AddressSet::from_normalised(self.family, out)
+        AddressSet::from_normalised(self.family, intersect(&self.intervals, &other.intervals))
     }
 
     /// Whether the sets share an address. O(n + m).
@@ -204,10 +177,74 @@ impl AddressSet {
         all.extend_from_slice(&other.intervals);
         Ok(AddressSet::normalise(self.family, all))
     }
+}
 
-    pub(crate) fn intervals(&self) -> &[(u128, u128)] {
+/// Anything that is a normalised list of inclusive `u128` intervals (sorted, disjoint, never
+/// adjacent): an [`AddressSet`], or the block indices of a prefix pool. The allocator core works on
+/// either through this.
+pub(crate) trait Intervals {
+    fn intervals(&self) -> &[(u128, u128)];
+}
+
+impl Intervals for AddressSet {
+    fn intervals(&self) -> &[(u128, u128)] {
         &self.intervals
     }
+}
+
+impl Intervals for Vec<(u128, u128)> {
+    fn intervals(&self) -> &[(u128, u128)] {
+        self
+    }
+}
+
+/// Sorts and merges arbitrary intervals (each with `first <= last`) into normal form.
+pub(crate) fn normalise(mut intervals: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
+    intervals.sort_unstable();
+    let mut merged: Vec<(u128, u128)> = Vec::with_capacity(intervals.len());
+    for (first, last) in intervals {
+        match merged.last_mut() {
+            Some(prev) if first <= prev.1.saturating_add(1) => prev.1 = prev.1.max(last),
+            _ => merged.push((first, last)),
+        }
+    }
+    merged
+}
+
+/// Number of values in normalised intervals, saturating at `u128::MAX` (only the whole `u128`
+/// space, 2^128 values, does not fit).
+pub(crate) fn total_len(intervals: &[(u128, u128)]) -> u128 {
+    intervals
+        .iter()
+        .map(|&(first, last)| interval_len(first, last))
+        .fold(0, u128::saturating_add)
+}
+
+/// Whether normalised `intervals` hold `value`. O(log n).
+pub(crate) fn contains(intervals: &[(u128, u128)], value: u128) -> bool {
+    let index = intervals.partition_point(|&(_, last)| last < value);
+    intervals
+        .get(index)
+        .is_some_and(|&(first, _)| first <= value)
+}
+
+/// `a ∩ b` for normalised interval lists; the result is normalised. O(n + m).
+pub(crate) fn intersect(a: &[(u128, u128)], b: &[(u128, u128)]) -> Vec<(u128, u128)> {
+    let mut out = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while let (Some(&x), Some(&y)) = (a.get(i), b.get(j)) {
+        let first = x.0.max(y.0);
+        let last = x.1.min(y.1);
+        if first <= last {
+            out.push((first, last));
+        }
+        if x.1 < y.1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
 }
 
 /// `a - b` for sorted, disjoint interval lists; the result is sorted, disjoint, non-adjacent

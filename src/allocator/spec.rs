@@ -11,7 +11,7 @@
 use std::net::IpAddr;
 
 use super::addr::{AddrRange, Family, Subnet};
-use super::entry::{parse_entry, parse_ip, shorten};
+use super::entry::{EntryError, parse_entry, parse_ip, shorten};
 use super::error::{Field, SpecError, SpecErrors};
 use super::set::AddressSet;
 
@@ -84,15 +84,22 @@ impl PoolSpecInput {
         if self.addresses.is_empty() {
             errors.push(SpecError::NoAddresses);
         }
-        let addresses = parse_entries(&self.addresses, Field::Addresses, None, &mut errors);
+        let addresses = parse_entries(
+            &self.addresses,
+            Field::Addresses,
+            parse_entry,
+            None,
+            &mut errors,
+        );
         let family = addresses.first().map(|(_, range)| range.family());
         let excluded = parse_entries(
             &self.excluded_addresses,
             Field::ExcludedAddresses,
+            parse_entry,
             family,
             &mut errors,
         );
-        let gateway = self.parse_gateway(family, &mut errors);
+        let gateway = parse_gateway(self.gateway.as_deref(), family, &mut errors);
         let prefix = check_prefix(self.prefix, family, &mut errors);
 
         let (Some(family), Some(prefix), true) = (family, prefix, errors.is_empty()) else {
@@ -123,46 +130,52 @@ impl PoolSpecInput {
             allocatable,
         })
     }
+}
 
-    fn parse_gateway(&self, pool: Option<Family>, errors: &mut Vec<SpecError>) -> Option<IpAddr> {
-        let text = self.gateway.as_deref().filter(|text| !text.is_empty())?;
-        let entry = || shorten(text);
-        match parse_ip(text) {
-            Err(reason) => {
-                errors.push(SpecError::InvalidEntry {
+/// Parses the `gateway`, unset if `None` or empty; it must be of the `pool` family if known.
+pub(crate) fn parse_gateway(
+    text: Option<&str>,
+    pool: Option<Family>,
+    errors: &mut Vec<SpecError>,
+) -> Option<IpAddr> {
+    let text = text.filter(|text| !text.is_empty())?;
+    let entry = || shorten(text);
+    match parse_ip(text) {
+        Err(reason) => {
+            errors.push(SpecError::InvalidEntry {
+                field: Field::Gateway,
+                entry: entry(),
+                reason,
+            });
+            None
+        }
+        Ok(ip) => match pool {
+            Some(pool) if pool != Family::of(ip) => {
+                errors.push(SpecError::MixedFamilies {
                     field: Field::Gateway,
                     entry: entry(),
-                    reason,
+                    found: Family::of(ip),
+                    pool,
                 });
                 None
             }
-            Ok(ip) => match pool {
-                Some(pool) if pool != Family::of(ip) => {
-                    errors.push(SpecError::MixedFamilies {
-                        field: Field::Gateway,
-                        entry: entry(),
-                        found: Family::of(ip),
-                        pool,
-                    });
-                    None
-                }
-                _ => Some(ip),
-            },
-        }
+            _ => Some(ip),
+        },
     }
 }
 
-/// Parses each entry; the pool family is `pool`, or else that of the first valid entry.
+/// Parses each entry with `parse`; the pool family is `pool`, or else that of the first valid entry.
 /// Returns the valid entries of the pool family with their index.
-fn parse_entries(
+pub(crate) fn parse_entries(
     entries: &[String],
     field: fn(usize) -> Field,
+    parse: fn(&str) -> Result<AddrRange, EntryError>,
     mut pool: Option<Family>,
     errors: &mut Vec<SpecError>,
 ) -> Vec<(usize, AddrRange)> {
     let mut parsed = Vec::with_capacity(entries.len());
     for (index, text) in entries.iter().enumerate() {
-        match parse_entry(text) {
+        match parse(text) {
             Err(reason) => errors.push(SpecError::InvalidEntry {
                 field: field(index),
                 entry: shorten(text),
@@ -224,7 +237,7 @@ fn reserved(subnet: Subnet) -> Vec<AddrRange> {
     reserved
 }
 
-fn set_of(family: Family, ranges: impl IntoIterator<Item = AddrRange>) -> AddressSet {
+pub(crate) fn set_of(family: Family, ranges: impl IntoIterator<Item = AddrRange>) -> AddressSet {
     // Every range was checked against `family` while parsing, so this never falls back.
     AddressSet::from_ranges(family, ranges).unwrap_or_else(|_| AddressSet::empty(family))
 }

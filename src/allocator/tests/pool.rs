@@ -1,5 +1,5 @@
-use super::ip;
-use crate::allocator::{AddressSet, AllocError, Allocator, Counts, Family, parse_entry};
+use super::{counts, ip, texts};
+use crate::allocator::{AddressSet, AllocError, Allocator, Family, parse_entry};
 
 fn set(family: Family, entries: &[&str]) -> AddressSet {
     let ranges = entries.iter().map(|text| parse_entry(text).expect(text));
@@ -8,15 +8,6 @@ fn set(family: Family, entries: &[&str]) -> AddressSet {
 
 fn v4(entries: &[&str]) -> Allocator {
     Allocator::new(set(Family::V4, entries))
-}
-
-fn counts(total: u128, used: u128, free: u128, out_of_range: u128) -> Counts {
-    Counts {
-        total,
-        used,
-        free,
-        out_of_range,
-    }
 }
 
 #[test]
@@ -43,13 +34,7 @@ fn released_addresses_are_reused_lowest_first() {
     assert_eq!(allocator.allocate_lowest(), Ok(ip("10.0.0.3")));
     assert!(allocator.release(ip("10.0.0.4")));
     assert!(allocator.release(ip("10.0.0.3")));
-    assert_eq!(
-        allocator
-            .free_ranges()
-            .map(|r| r.to_string())
-            .collect::<Vec<_>>(),
-        ["10.0.0.3-10.0.0.5"]
-    );
+    assert_eq!(texts(allocator.free_ranges()), ["10.0.0.3-10.0.0.5"]);
     assert_eq!(allocator.counts(), counts(8, 5, 3, 0));
 }
 
@@ -102,11 +87,10 @@ fn mark_used_is_idempotent_and_tracks_out_of_range() {
     assert_eq!(allocator.counts(), counts(256, 3, 255, 2));
     assert_eq!(allocator.counts().used_in_pool(), 1);
     assert_eq!(allocator.lowest_free(), Some(ip("10.0.0.0")));
-    let out: Vec<String> = allocator
-        .out_of_range_ranges()
-        .map(|r| r.to_string())
-        .collect();
-    assert_eq!(out, ["10.9.9.9", "2001:db8::1"]);
+    assert_eq!(
+        texts(allocator.out_of_range_ranges()),
+        ["10.9.9.9", "2001:db8::1"]
+    );
 
     assert!(
         allocator.release(ip("10.9.9.9")),

@@ -1,0 +1,367 @@
+//! Prefix pools: IPv6 sub-prefixes of one length handed out from a list of prefixes, as the
+//! reference's `InClusterPrefixPool` / `GlobalInClusterPrefixPool` do.
+//!
+//! # Block indices
+//!
+//! With allocation length `L` and `k = 128 − L` host bits, every aligned sub-prefix is one
+//! *block*, numbered by its *block index* `address >> k`. In that space:
+//!
+//! - a `prefixes` entry `P/p` (`p ≤ L`, aligned) is the block interval `[P >> k, last(P/p) >> k]`,
+//!   exactly its sub-prefixes;
+//! - an exclusion covering addresses `[a, b]` is the block interval `[a >> k, b >> k]`: every
+//!   block it touches, which is what "any sub-prefix overlapping it is skipped" means;
+//! - allocatable = ⋃ prefixes − ⋃ exclusions is a normalised list of `u128` intervals, and the
+//!   lowest free aligned sub-prefix is the lowest free block index.
+//!
+//! So a prefix pool runs on the same core as IP pools ([`Slots`]): lowest free in O(log F),
+//! `mark_used` / `release` / `is_used` in O(log R + log F), exact `u128` counts in O(1),
+//! `resize` in O((R + F + O) log), and nothing is ever enumerated (a /32 split into /64s is
+//! 2^32 blocks in one interval). Counts are in sub-prefixes. They are exact except in the one
+//! pool that has 2^128 of them, `::/0` split into /128s, whose `total` (and `free` while unused)
+//! saturates at `u128::MAX`; [`super::Counts::to_status`] further saturates each at `i64::MAX`
+//! for the status fields (a /32 split into /128s reads `i64::MAX`).
+//!
+//! # Spec semantics (as the reference)
+//!
+//! - `prefixes` is required; each entry is an IPv6 CIDR whose host bits are zero (`fd00::/48`,
+//!   not `fd00::1/48`) and no longer than `allocationPrefixLength`. Overlapping entries are
+//!   merged.
+//! - `allocationPrefixLength` is 1..=128, 64 when unset (the CRD default).
+//! - `excludedPrefixes` entries are IPv6 addresses, CIDRs (host bits ignored, as for IP pools) or
+//!   `first-last` ranges; any sub-prefix overlapping one is never handed out. They need not lie
+//!   inside `prefixes`.
+//! - `gateway` (optional) is an IPv6 address carried to every `IPAddress`; unlike IP pools it
+//!   blocks nothing.
+//!
+//! An IPv4 entry or gateway is reported as ``mixed address families: prefixes[0] `10.0.0.0/8`
+//! is IPv4 but the pool is IPv6``. All problems are reported at once, never by a panic.
+
+use std::net::{IpAddr, Ipv6Addr};
+
+use super::addr::{AddrRange, Family, Subnet, host_mask};
+use super::counts::Counts;
+use super::entry::{parse_entry, parse_network};
+use super::error::{Field, PrefixAllocError, SpecError, SpecErrors};
+use super::set::{AddressSet, Intervals};
+use super::slots::{Refusal, Slots};
+use super::spec::{parse_entries, parse_gateway, set_of};
+
+/// `allocationPrefixLength` when the spec leaves it out (the CRD default).
+pub const DEFAULT_ALLOCATION_PREFIX_LENGTH: u8 = 64;
+
+/// A prefix pool spec as read from an `InClusterPrefixPool` / `GlobalInClusterPrefixPool`,
+/// without any Kubernetes type.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PrefixPoolSpecInput {
+    /// Network-aligned IPv6 CIDRs; may overlap.
+    pub prefixes: Vec<String>,
+    /// Length of each handed-out sub-prefix; `None` means the default, 64. `i64` so that any
+    /// integer read from the CRD converts without loss.
+    pub allocation_prefix_length: Option<i64>,
+    /// Informational; `None` and `Some("")` both mean unset.
+    pub gateway: Option<String>,
+    /// IPv6 addresses, CIDRs or `first-last` ranges.
+    pub excluded_prefixes: Vec<String>,
+}
+
+/// A validated prefix pool spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedPrefixPool {
+    length: u8,
+    gateway: Option<Ipv6Addr>,
+    /// The union of `prefixes`, as addresses.
+    prefixes: AddressSet,
+    /// The addresses of the allocatable sub-prefixes.
+    allocatable: AddressSet,
+    /// The allocatable sub-prefixes as block indices: what a [`PrefixAllocator`] hands out.
+    blocks: Vec<(u128, u128)>,
+}
+
+impl ParsedPrefixPool {
+    pub fn allocation_prefix_length(&self) -> u8 {
+        self.length
+    }
+
+    pub fn gateway(&self) -> Option<Ipv6Addr> {
+        self.gateway
+    }
+
+    /// The union of `prefixes`, before exclusions.
+    pub fn prefixes(&self) -> &AddressSet {
+        &self.prefixes
+    }
+
+    /// Every address of every allocatable sub-prefix (what overlap checks between pools
+    /// compare): `prefixes` minus each sub-prefix that an exclusion touches.
+    pub fn allocatable(&self) -> &AddressSet {
+        &self.allocatable
+    }
+
+    /// Number of allocatable sub-prefixes (see the [module docs](super) for its one saturation).
+    pub fn total(&self) -> u128 {
+        super::set::total_len(&self.blocks)
+    }
+}
+
+impl Intervals for ParsedPrefixPool {
+    fn intervals(&self) -> &[(u128, u128)] {
+        &self.blocks
+    }
+}
+
+impl PrefixPoolSpecInput {
+    /// Validates and normalises the spec, reporting every problem found. Never panics.
+    ///
+    /// Cost: O(E log E) for E entries; no prefix is enumerated.
+    pub fn parse(&self) -> Result<ParsedPrefixPool, SpecErrors> {
+        let mut errors = Vec::new();
+        if self.prefixes.is_empty() {
+            errors.push(SpecError::NoPrefixes);
+        }
+        let v6 = Some(Family::V6);
+        let prefixes = parse_entries(
+            &self.prefixes,
+            Field::Prefixes,
+            |text| parse_network(text).map(|network| network.range()),
+            v6,
+            &mut errors,
+        );
+        let length = self.check_length(&prefixes, &mut errors);
+        let excluded = parse_entries(
+            &self.excluded_prefixes,
+            Field::ExcludedPrefixes,
+            parse_entry,
+            v6,
+            &mut errors,
+        );
+        let gateway = parse_gateway(self.gateway.as_deref(), v6, &mut errors);
+        if let Some(errors) = SpecErrors::new(errors) {
+            return Err(errors);
+        }
+        let length = length.ok_or_else(|| SpecErrors::one(SpecError::NoPrefixes))?;
+
+        let prefixes = set_of(Family::V6, prefixes.into_iter().map(|(_, range)| range));
+        // Widen each exclusion to whole blocks: a sub-prefix it merely touches is skipped.
+        let mask = host_mask(Family::V6, length);
+        let touched = excluded.iter().map(|&(_, range)| {
+            let (first, last) = range.bounds();
+            AddrRange::from_bits(Family::V6, first & !mask, last | mask)
+        });
+        let allocatable = prefixes.difference(&set_of(Family::V6, touched));
+        // Every interval of `allocatable` is a run of whole blocks, so shifting keeps it
+        // normalised: adjacent blocks are adjacent addresses and the reverse.
+        let shift = block_shift(length);
+        let blocks = allocatable
+            .ranges()
+            .map(|range| {
+                let (first, last) = range.bounds();
+                (first >> shift, last >> shift)
+            })
+            .collect();
+        Ok(ParsedPrefixPool {
+            length,
+            gateway: gateway.and_then(|ip| match ip {
+                IpAddr::V6(v6) => Some(v6),
+                IpAddr::V4(_) => None,
+            }),
+            prefixes,
+            allocatable,
+            blocks,
+        })
+    }
+
+    /// The allocation length if it is 1..=128; each valid prefix must be no longer.
+    fn check_length(
+        &self,
+        prefixes: &[(usize, AddrRange)],
+        errors: &mut Vec<SpecError>,
+    ) -> Option<u8> {
+        let requested = self
+            .allocation_prefix_length
+            .unwrap_or(i64::from(DEFAULT_ALLOCATION_PREFIX_LENGTH));
+        let Some(length) = u8::try_from(requested)
+            .ok()
+            .filter(|length| (1..=128).contains(length))
+        else {
+            errors.push(SpecError::InvalidAllocationPrefixLength { length: requested });
+            return None;
+        };
+        // An aligned CIDR is longer than `length` exactly when it spans less than one block.
+        let block = host_mask(Family::V6, length);
+        for &(index, range) in prefixes {
+            let (first, last) = range.bounds();
+            if last - first < block {
+                errors.push(SpecError::LongerThanAllocation {
+                    field: Field::Prefixes(index),
+                    entry: self
+                        .prefixes
+                        .get(index)
+                        .map(|text| super::entry::shorten(text))
+                        .unwrap_or_default(),
+                    allocation: length,
+                });
+            }
+        }
+        Some(length)
+    }
+}
+
+/// Host bits of a sub-prefix of `length` (1..=128): 0..=127, so every shift is defined.
+fn block_shift(length: u8) -> u32 {
+    128 - u32::from(length)
+}
+
+/// Allocation state of one prefix pool: which sub-prefixes are in use, lowest first.
+///
+/// Sub-prefixes are [`Subnet`]s of the pool's allocation length (their first address is what an
+/// `IPAddress` carries in `spec.address`). Costs as the IP [`super::Allocator`]'s, with R, F and
+/// O counted in runs of sub-prefixes.
+#[derive(Clone, Debug)]
+pub struct PrefixAllocator {
+    slots: Slots<ParsedPrefixPool>,
+}
+
+impl PrefixAllocator {
+    /// Every sub-prefix of `pool` free. O(R).
+    pub fn new(pool: ParsedPrefixPool) -> PrefixAllocator {
+        PrefixAllocator {
+            slots: Slots::new(pool),
+        }
+    }
+
+    pub fn pool(&self) -> &ParsedPrefixPool {
+        self.slots.pool()
+    }
+
+    pub fn allocation_prefix_length(&self) -> u8 {
+        self.pool().length
+    }
+
+    /// Counts in sub-prefixes. O(1).
+    pub fn counts(&self) -> Counts {
+        self.slots.counts(0)
+    }
+
+    /// The sub-prefix [`PrefixAllocator::allocate_lowest`] would return, without taking it.
+    pub fn lowest_free(&self) -> Option<Subnet> {
+        self.slots.lowest_free().map(|block| self.sub_prefix(block))
+    }
+
+    /// The lowest free sub-prefix above `after` (`None` if `after` is not a sub-prefix of the
+    /// pool's length), to skip one that turned out to be taken elsewhere.
+    pub fn next_free_after(&self, after: Subnet) -> Option<Subnet> {
+        let next = self.block(after).ok()?.checked_add(1)?;
+        self.slots
+            .free_at_or_after(next)
+            .map(|block| self.sub_prefix(block))
+    }
+
+    /// Takes the lowest free sub-prefix (first fit, as the reference).
+    pub fn allocate_lowest(&mut self) -> Result<Subnet, PrefixAllocError> {
+        let block = self
+            .slots
+            .allocate_lowest()
+            .ok_or(PrefixAllocError::Exhausted)?;
+        Ok(self.sub_prefix(block))
+    }
+
+    /// Takes `sub_prefix`, which must be a free sub-prefix of the pool.
+    pub fn allocate(&mut self, sub_prefix: Subnet) -> Result<(), PrefixAllocError> {
+        let block = self.block(sub_prefix)?;
+        self.slots.allocate(block).map_err(|refusal| match refusal {
+            Refusal::NotInPool => PrefixAllocError::NotInPool(sub_prefix),
+            Refusal::InUse => PrefixAllocError::InUse(sub_prefix),
+        })
+    }
+
+    /// Records that `sub_prefix` is in use wherever it is (outside the pool: out of range).
+    /// Idempotent; whether it was not known to be in use. A network of another length or family
+    /// is refused: it is not one block, so it can be neither counted nor released.
+    pub fn mark_used(&mut self, sub_prefix: Subnet) -> Result<bool, PrefixAllocError> {
+        Ok(self.slots.mark_used(self.block(sub_prefix)?))
+    }
+
+    /// Gives `sub_prefix` back (an out-of-range one is forgotten); whether it was in use.
+    pub fn release(&mut self, sub_prefix: Subnet) -> bool {
+        self.block(sub_prefix)
+            .is_ok_and(|block| self.slots.release(block))
+    }
+
+    /// Whether `sub_prefix` is in use, in the pool or out of range.
+    pub fn is_used(&self, sub_prefix: Subnet) -> bool {
+        self.block(sub_prefix)
+            .is_ok_and(|block| self.slots.is_used(block))
+    }
+
+    /// Whether `sub_prefix` is a free sub-prefix of the pool.
+    pub fn is_free(&self, sub_prefix: Subnet) -> bool {
+        self.block(sub_prefix)
+            .is_ok_and(|block| self.slots.is_free(block))
+    }
+
+    /// Whether `sub_prefix` is in use but no longer allocatable.
+    pub fn is_out_of_range(&self, sub_prefix: Subnet) -> bool {
+        self.block(sub_prefix)
+            .is_ok_and(|block| self.slots.is_out_of_range(block))
+    }
+
+    /// The free sub-prefixes, as runs of addresses, lowest first.
+    pub fn free_ranges(&self) -> impl Iterator<Item = AddrRange> + '_ {
+        self.slots
+            .free_intervals()
+            .map(|(first, last)| self.addresses(first, last))
+    }
+
+    /// The used sub-prefixes that are not allocatable (outside `prefixes` or touched by an
+    /// exclusion), as runs of addresses, lowest first.
+    pub fn out_of_range_ranges(&self) -> impl Iterator<Item = AddrRange> + '_ {
+        self.slots
+            .out_of_range_intervals()
+            .map(|(first, last)| self.addresses(first, last))
+    }
+
+    /// Switches to a new spec (grown, shrunk, other exclusions). Every used sub-prefix stays
+    /// used; those no longer allocatable become out of range and are never handed out. The
+    /// allocation length cannot change (it is immutable in the CRD): that is refused and the
+    /// allocator left as it was.
+    pub fn resize(&mut self, pool: ParsedPrefixPool) -> Result<(), PrefixAllocError> {
+        let (from, to) = (self.allocation_prefix_length(), pool.length);
+        if from != to {
+            return Err(PrefixAllocError::LengthChanged { from, to });
+        }
+        self.slots.resize(pool);
+        Ok(())
+    }
+
+    /// B-tree entries held (free runs plus out-of-range runs), for memory estimates.
+    pub fn stored_ranges(&self) -> usize {
+        self.slots.stored_intervals()
+    }
+
+    fn block(&self, sub_prefix: Subnet) -> Result<u128, PrefixAllocError> {
+        let length = self.allocation_prefix_length();
+        if sub_prefix.family() == Family::V6 && sub_prefix.prefix() == length {
+            Ok(sub_prefix.network_bits() >> block_shift(length))
+        } else {
+            Err(PrefixAllocError::NotASubPrefix {
+                prefix: sub_prefix,
+                length,
+            })
+        }
+    }
+
+    fn sub_prefix(&self, block: u128) -> Subnet {
+        let length = self.allocation_prefix_length();
+        Subnet::from_bits(Family::V6, block << block_shift(length), length)
+    }
+
+    fn addresses(&self, first: u128, last: u128) -> AddrRange {
+        let length = self.allocation_prefix_length();
+        let shift = block_shift(length);
+        AddrRange::from_bits(
+            Family::V6,
+            first << shift,
+            (last << shift) | host_mask(Family::V6, length),
+        )
+    }
+}
