@@ -1,8 +1,12 @@
 //! inpool: a Cluster API IPAM provider that hands out addresses from in-cluster pools.
 //!
-//! Layout:
+//! Layout, from the bottom up (no module imports one above it):
 //! - [`api`]: Kubernetes types (CAPI IPAM kinds we read and write, our pool CRDs, conditions);
 //! - [`allocator`]: pure address arithmetic and allocation, no Kubernetes dependency;
+//! - [`controllers`]: the registry, the watches that feed it, the claim and pool reconcilers,
+//!   the audit;
+//! - [`cli`], [`leader`]: the binary's flags and leader election;
+//! - [`telemetry`]: logging, metrics and the health/metrics HTTP server;
 //! - [`testenv`]: the local control plane built from `testenv/`, for the tests and the demo.
 #![forbid(unsafe_code)]
 
