@@ -9,12 +9,14 @@
 //!   provider, with their validation as CEL rules inside the CRD.
 //! - [`conditions`]: upsert of `metav1.Condition` by type, and the mirror into CAPI's legacy
 //!   (v1beta1) condition shape.
+//! - [`key`]: [`PoolKey`], the one identity of a pool every layer uses.
 //!
 //! The constants below are the exact identifiers of the IPAM contract (see the README).
 
 pub mod capi;
 pub mod conditions;
 pub mod crds;
+pub mod key;
 pub mod pool;
 pub mod reservation;
 
@@ -28,6 +30,7 @@ pub use conditions::{
     ConditionStatus, DesiredCondition, LegacyCondition, LegacySeverity, find_condition,
     legacy_severity, mirror_to_legacy, set_condition, set_condition_at, to_legacy, upsert_legacy,
 };
+pub use key::{PoolKey, PoolKind, Scope};
 pub use pool::{
     GlobalInClusterIPPool, GlobalInClusterIPPoolSpec, IPAddressesStatus, IPPool, InClusterIPPool,
     InClusterIPPoolSpec, InClusterIPPoolStatus, pool_status_patch,

@@ -267,6 +267,8 @@ pub struct IPAddressesStatus {
 
 /// What the two pool kinds have in common.
 pub trait IPPool: Resource<DynamicType = ()> + Clone + Send + Sync + 'static {
+    /// The pool's identity.
+    fn key(&self) -> super::PoolKey;
     /// The shared spec.
     fn pool_spec(&self) -> &InClusterIPPoolSpec;
     /// The status, if any.
@@ -274,6 +276,10 @@ pub trait IPPool: Resource<DynamicType = ()> + Clone + Send + Sync + 'static {
 }
 
 impl IPPool for InClusterIPPool {
+    fn key(&self) -> super::PoolKey {
+        let namespace = self.metadata.namespace.as_deref().unwrap_or_default();
+        super::PoolKey::in_cluster(namespace, self.metadata.name.as_deref().unwrap_or_default())
+    }
     fn pool_spec(&self) -> &InClusterIPPoolSpec {
         &self.spec
     }
@@ -283,6 +289,9 @@ impl IPPool for InClusterIPPool {
 }
 
 impl IPPool for GlobalInClusterIPPool {
+    fn key(&self) -> super::PoolKey {
+        super::PoolKey::global(self.metadata.name.as_deref().unwrap_or_default())
+    }
     fn pool_spec(&self) -> &InClusterIPPoolSpec {
         &self.spec.0
     }

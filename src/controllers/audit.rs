@@ -31,10 +31,10 @@ use kube::{Resource, ResourceExt};
 
 use super::Context;
 use super::error::Error;
+use super::facts::{address_hold, address_key, pool_state};
 use super::registry::{Change, ObjectKey, PoolKind};
 use super::reservation::{IPAddressReservation, hold_of, is_released};
-use super::watch::{address_hold, apply_change, pool_state};
-use crate::api::{GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool};
+use crate::api::{GlobalInClusterIPPool, IPAddress, IPAddressClaim, IPPool, InClusterIPPool};
 
 /// How long the watches get to catch up with a list before a difference counts as drift.
 pub const SETTLE: Duration = Duration::from_secs(5);
@@ -97,7 +97,7 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
         for drift in suspects.into_iter().filter(|c| still.contains(c)) {
             tracing::warn!(kind = drift.kind(), change = ?drift, "state drift: the registry disagreed with the API server; corrected");
             ctx.metrics.state_drift(drift.kind());
-            apply_change(ctx, drift);
+            ctx.apply(drift);
             found.drift += 1;
         }
         second
@@ -145,7 +145,6 @@ impl Lists {
 
     /// The same lists the watches hand the registry on a re-list.
     fn as_changes(&self) -> [Change; 4] {
-        use super::pool::PoolObject;
         [
             Change::PoolsListed(
                 PoolKind::InCluster,
@@ -170,10 +169,7 @@ impl Lists {
             Change::AddressesListed(
                 self.addresses
                     .iter()
-                    .filter_map(|a| {
-                        let key = ObjectKey::new(&a.namespace().unwrap_or_default(), &a.name_any());
-                        Some((key, address_hold(a)?))
-                    })
+                    .filter_map(|a| Some((address_key(a), address_hold(a)?)))
                     .collect(),
             ),
         ]
@@ -196,10 +192,7 @@ async fn collect_strays(ctx: &Context, lists: &Lists) -> Result<usize, Error> {
         .addresses
         .iter()
         .filter(|a| a.meta().deletion_timestamp.is_none())
-        .map(|a| {
-            let key = ObjectKey::new(&a.namespace().unwrap_or_default(), &a.name_any());
-            (key, a)
-        })
+        .map(|a| (address_key(a), a))
         .collect();
     let mut collected = 0;
     for reservation in &lists.reservations {

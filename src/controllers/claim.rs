@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -18,41 +18,26 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::error::Error;
+use super::facts::{address_hold, address_key};
 use super::registry::{Change, Decision, ObjectKey, PoolKey, QueuedClaim, Unready};
 use super::reservation::{IPAddressReservation, hold_of, new_reservation};
-use super::watch::address_hold;
 use super::{Context, MANAGER, delete_if_present};
 use crate::allocator::canonical;
 use crate::api::{
     ADDRESS_FINALIZER, CLAIM_FINALIZER, CLUSTER_NAME_LABEL, ConditionStatus,
-    DELETE_FOR_MOVE_ANNOTATION, DesiredCondition, GLOBAL_IN_CLUSTER_IP_POOL_KIND,
-    IN_CLUSTER_IP_POOL_KIND, IPAM_GROUP, IPAddress, IPAddressClaim, IPAddressClaimReference,
-    IPAddressSpec, IPPoolReference, InClusterIPPoolSpec, PAUSED_ANNOTATION, READY_CONDITION,
+    DELETE_FOR_MOVE_ANNOTATION, DesiredCondition, IPAM_GROUP, IPAddress, IPAddressClaim,
+    IPAddressClaimReference, IPAddressSpec, PAUSED_ANNOTATION, READY_CONDITION,
     REASON_ADDRESS_ALLOCATED, REASON_ALLOCATION_FAILED, REASON_POOL_EXHAUSTED,
     REASON_POOL_NOT_READY, claim_status_patch, claim_status_with_ready, conditions::now,
 };
-use crate::telemetry::PoolKey as MetricsPoolKey;
 
 /// How often to try the next address when the API server says the chosen one is taken, before
 /// giving the watches time to catch up with another process.
 const MAX_TAKEN_RETRIES: usize = 16;
 
-/// The pool a reference names, when it is one of inpool's kinds; claims of other providers are
-/// never touched.
-pub fn pool_key(pool_ref: &IPPoolReference, namespace: &str) -> Option<PoolKey> {
-    if pool_ref.api_group != IPAM_GROUP {
-        return None;
-    }
-    match pool_ref.kind.as_str() {
-        IN_CLUSTER_IP_POOL_KIND => Some(PoolKey::in_cluster(namespace, &pool_ref.name)),
-        GLOBAL_IN_CLUSTER_IP_POOL_KIND => Some(PoolKey::global(&pool_ref.name)),
-        _ => None,
-    }
-}
-
 pub async fn reconcile(claim: Arc<IPAddressClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = claim.namespace().unwrap_or_default();
-    let Some(pool) = pool_key(&claim.spec.pool_ref, &namespace) else {
+    let Some(pool) = PoolKey::from_ref(&claim.spec.pool_ref, &namespace) else {
         return Ok(Action::await_change());
     };
     let key = ObjectKey::new(&namespace, &claim.name_any());
@@ -324,7 +309,7 @@ async fn create_address(
         Ok(created) => {
             learn_address(ctx, &created);
             ctx.registry().finish(pool, ip);
-            ctx.metrics.allocation(&metrics_key(pool));
+            ctx.metrics.allocation(pool);
             ready(claim, ctx, ip).await
         }
         Err(kube::Error::Api(status)) if status.code == 409 => {
@@ -496,7 +481,7 @@ async fn release(
                     None => delete_if_present(&reservations, &name).await?,
                 }
             }
-            ctx.metrics.release(&metrics_key(pool));
+            ctx.metrics.release(pool);
             publish(
                 ctx,
                 claim,
@@ -538,18 +523,14 @@ async fn delete_address(addresses: &Api<IPAddress>, address: &IPAddress) -> Resu
 /// (the event is then a no-op): an address is marked used only through such a record.
 fn learn_reservation(ctx: &Context, reservation: &IPAddressReservation) {
     if let Some(hold) = hold_of(reservation) {
-        super::watch::apply_change(ctx, Change::Reservation(reservation.name_any(), hold));
+        ctx.apply(Change::Reservation(reservation.name_any(), hold));
     }
 }
 
 /// The same for an `IPAddress`.
 fn learn_address(ctx: &Context, address: &IPAddress) {
     if let Some(hold) = address_hold(address) {
-        let key = ObjectKey::new(
-            &address.namespace().unwrap_or_default(),
-            &address.name_any(),
-        );
-        super::watch::apply_change(ctx, Change::Address(key, hold));
+        ctx.apply(Change::Address(address_key(address), hold));
     }
 }
 
@@ -609,40 +590,20 @@ fn build_address(
     Ok(address)
 }
 
-/// Reads the cached pool `pool` names, of either kind; `None` when it is not in the cache.
-fn read_pool<T>(
-    ctx: &Context,
-    pool: &PoolKey,
-    read: impl FnOnce(&ObjectMeta, &InClusterIPPoolSpec) -> T,
-) -> Option<T> {
-    match &pool.namespace {
-        Some(ns) => ctx
-            .stores
-            .pools
-            .get(&ObjectRef::new(&pool.name).within(ns))
-            .map(|p| read(&p.metadata, &p.spec)),
-        None => ctx
-            .stores
-            .global_pools
-            .get(&ObjectRef::new(&pool.name))
-            .map(|p| read(&p.metadata, &p.spec)),
-    }
-}
-
 fn pool_uid(ctx: &Context, pool: &PoolKey) -> Option<String> {
-    read_pool(ctx, pool, |meta, _| meta.uid.clone()).flatten()
+    ctx.stores.pool(pool)?.meta().uid.clone()
 }
 
 /// The pool's `addressReuseGracePeriodSeconds`, when positive and the pool is live: a pool that
 /// is gone or deleting frees addresses at once (its deletion must not wait on them).
 fn reuse_grace_period(ctx: &Context, pool: &PoolKey) -> Option<Duration> {
-    let seconds = read_pool(ctx, pool, |meta, spec| {
-        meta.deletion_timestamp
-            .is_none()
-            .then_some(spec.address_reuse_grace_period_seconds)
-            .flatten()
-    })
-    .flatten()?;
+    let cached = ctx.stores.pool(pool)?;
+    let seconds = cached
+        .meta()
+        .deletion_timestamp
+        .is_none()
+        .then_some(cached.spec().address_reuse_grace_period_seconds)
+        .flatten()?;
     u64::try_from(seconds)
         .ok()
         .filter(|s| *s > 0)
@@ -671,12 +632,9 @@ async fn keep_released(
 }
 
 fn pool_paused(ctx: &Context, pool: &PoolKey) -> bool {
-    read_pool(ctx, pool, |meta, _| {
-        meta.annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
-    })
-    .unwrap_or(false)
+    ctx.stores
+        .pool(pool)
+        .is_some_and(|p| p.annotations().contains_key(PAUSED_ANNOTATION))
 }
 
 fn not_ready_message(pool: &PoolKey, unready: &Unready) -> String {
@@ -850,13 +808,5 @@ async fn publish(
     };
     if let Err(e) = ctx.recorder.publish(&event, &reference).await {
         tracing::debug!(error = %e, "could not publish an event");
-    }
-}
-
-fn metrics_key(pool: &PoolKey) -> MetricsPoolKey {
-    MetricsPoolKey {
-        kind: super::reservation::pool_kind_name(pool.kind).to_string(),
-        namespace: pool.namespace.clone().unwrap_or_default(),
-        name: pool.name.clone(),
     }
 }

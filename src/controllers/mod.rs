@@ -9,10 +9,12 @@
 //! - [`reservation`]: the object whose name makes the API server enforce address uniqueness;
 //! - [`reuse_grace`]: frees a released claim's address once its pool's reuse grace period is over;
 //! - [`audit`]: checks the registry against the API server and collects stray reservations;
+//! - [`facts`]: what an API object tells the registry (a pool's state, an `IPAddress`'s hold);
 //! - [`error`]: the controllers' error type, backoff, and where failures are logged and counted.
 pub mod audit;
 pub mod claim;
 pub mod error;
+pub mod facts;
 pub mod own_writes;
 pub mod pool;
 pub mod registry;
@@ -97,6 +99,32 @@ impl Context {
     /// Locks the record of our own claim writes (never held across an await).
     pub fn own_writes(&self) -> std::sync::MutexGuard<'_, own_writes::OwnWrites> {
         self.own_writes.lock().expect("own-writes lock")
+    }
+
+    /// Applies one change to the registry and wakes the claims it concerns; a pool that was
+    /// paused and no longer is wakes its claims, which were not queued while it was paused and so
+    /// are found in the claim store.
+    pub fn apply(&self, change: registry::Change) {
+        let woken = {
+            let mut registry = self.registry();
+            let unpaused = match &change {
+                registry::Change::Pool(key, parsed) => {
+                    registry.is_paused(key) && !matches!(parsed, Err(registry::Unready::Paused))
+                }
+                registry::Change::PoolGone(key) => registry.is_paused(key),
+                _ => false,
+            }
+            .then(|| match &change {
+                registry::Change::Pool(key, _) | registry::Change::PoolGone(key) => key.clone(),
+                _ => unreachable!("only pool changes unpause"),
+            });
+            let mut woken = registry.apply(change);
+            if let Some(pool) = unpaused {
+                woken.extend(self.stores.claims_of_pool(&pool));
+            }
+            woken
+        };
+        self.wake(woken);
     }
 
     /// Asks for a pool's status to be brought up to date.

@@ -25,7 +25,6 @@ use crate::api::{
     InClusterIPPool, InClusterIPPoolStatus, PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION,
     REASON_POOL_EXHAUSTED, pool_status_patch,
 };
-use crate::telemetry::PoolKey as MetricsPoolKey;
 
 /// The shortest time between two status writes of one pool.
 pub const MIN_STATUS_INTERVAL: Duration = Duration::from_secs(1);
@@ -42,36 +41,22 @@ pub const ADDRESSES_IN_RANGE_CONDITION: &str = "AddressesInRange";
 /// How many out-of-range addresses or overlapping pools a message lists.
 const LISTED: usize = 10;
 
-/// What the controller needs to know of each pool kind.
+/// What the controller needs to know of each pool kind besides [`IPPool`]: where to write it.
 pub trait PoolObject:
     IPPool + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug
 {
-    fn key(&self) -> PoolKey;
     fn api(client: kube::Client, key: &PoolKey) -> Api<Self>;
-    fn metrics_key(key: &PoolKey) -> MetricsPoolKey;
 }
 
 impl PoolObject for InClusterIPPool {
-    fn key(&self) -> PoolKey {
-        PoolKey::in_cluster(&self.namespace().unwrap_or_default(), &self.name_any())
-    }
     fn api(client: kube::Client, key: &PoolKey) -> Api<Self> {
         Api::namespaced(client, key.namespace.as_deref().unwrap_or_default())
-    }
-    fn metrics_key(key: &PoolKey) -> MetricsPoolKey {
-        MetricsPoolKey::in_cluster(key.namespace.as_deref().unwrap_or_default(), &key.name)
     }
 }
 
 impl PoolObject for GlobalInClusterIPPool {
-    fn key(&self) -> PoolKey {
-        PoolKey::global(&self.name_any())
-    }
     fn api(client: kube::Client, _key: &PoolKey) -> Api<Self> {
         Api::all(client)
-    }
-    fn metrics_key(key: &PoolKey) -> MetricsPoolKey {
-        MetricsPoolKey::global(&key.name)
     }
 }
 
@@ -92,7 +77,7 @@ async fn reconcile_pool<P: PoolObject>(pool: &P, ctx: &Context) -> Result<Action
         free_released_addresses(ctx, &key).await?;
     }
     if deleting && !ctx.registry().has_own_holds(&key) {
-        ctx.metrics.forget_pool(&P::metrics_key(&key));
+        ctx.metrics.forget_pool(&key);
         set_finalizer(&api, pool, false).await?;
         return Ok(Action::await_change());
     }
@@ -103,7 +88,7 @@ async fn reconcile_pool<P: PoolObject>(pool: &P, ctx: &Context) -> Result<Action
         return Ok(Action::requeue(wait));
     }
     let status = desired_status(pool, &key, ctx);
-    publish_metrics::<P>(ctx, &key, status.ip_addresses.as_ref());
+    publish_metrics(ctx, &key, status.ip_addresses.as_ref());
     if !changed(pool.pool_status(), &status) {
         return Ok(Action::await_change());
     }
@@ -242,7 +227,7 @@ fn condition(
 }
 
 fn ready_condition<P: IPPool>(pool: &P, key: &PoolKey, out_of_range: usize) -> DesiredCondition {
-    match super::watch::pool_state(pool) {
+    match super::facts::pool_state(pool) {
         Ok(_) => condition(
             READY_CONDITION,
             ConditionStatus::True,
@@ -369,16 +354,11 @@ fn changed(current: Option<&InClusterIPPoolStatus>, desired: &InClusterIPPoolSta
     })
 }
 
-fn publish_metrics<P: PoolObject>(
-    ctx: &Context,
-    key: &PoolKey,
-    counts: Option<&IPAddressesStatus>,
-) {
-    let metrics_key = P::metrics_key(key);
+fn publish_metrics(ctx: &Context, key: &PoolKey, counts: Option<&IPAddressesStatus>) {
     let clamp = |v: i64| u64::try_from(v).unwrap_or(0);
     if let Some(c) = counts {
         ctx.metrics.pool_capacity(
-            &metrics_key,
+            key,
             clamp(c.total),
             clamp(c.used),
             clamp(c.free),
@@ -387,5 +367,5 @@ fn publish_metrics<P: PoolObject>(
     }
     let waiting = ctx.registry().waiting(key);
     ctx.metrics
-        .pool_waiting_claims(&metrics_key, u64::try_from(waiting).unwrap_or(u64::MAX));
+        .pool_waiting_claims(key, u64::try_from(waiting).unwrap_or(u64::MAX));
 }

@@ -25,64 +25,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
 use crate::allocator::{Allocator, ParsedPool};
-
-/// Which pool: kind, namespace (`None` for global pools) and name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PoolKey {
-    pub kind: PoolKind,
-    pub namespace: Option<String>,
-    pub name: String,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum PoolKind {
-    InCluster,
-    Global,
-}
-
-impl PoolKey {
-    pub fn in_cluster(namespace: &str, name: &str) -> PoolKey {
-        PoolKey {
-            kind: PoolKind::InCluster,
-            namespace: Some(namespace.to_string()),
-            name: name.to_string(),
-        }
-    }
-
-    pub fn global(name: &str) -> PoolKey {
-        PoolKey {
-            kind: PoolKind::Global,
-            namespace: None,
-            name: name.to_string(),
-        }
-    }
-
-    /// The uniqueness scope of the pool's addresses (see [`Scope`]).
-    pub fn scope(&self) -> Scope {
-        match &self.namespace {
-            Some(ns) => Scope::Namespace(ns.clone()),
-            None => Scope::Cluster,
-        }
-    }
-}
-
-impl std::fmt::Display for PoolKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (&self.kind, &self.namespace) {
-            (PoolKind::InCluster, Some(ns)) => write!(f, "InClusterIPPool {ns}/{}", self.name),
-            (PoolKind::InCluster, None) => write!(f, "InClusterIPPool {}", self.name),
-            (PoolKind::Global, _) => write!(f, "GlobalInClusterIPPool {}", self.name),
-        }
-    }
-}
-
-/// Where an address must be unique: within one namespace for namespaced pools (two namespaces
-/// may reuse the same private range), across the cluster for global pools.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Scope {
-    Namespace(String),
-    Cluster,
-}
+pub use crate::api::{PoolKey, PoolKind, Scope};
 
 /// A namespaced object's identity.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

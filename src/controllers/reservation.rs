@@ -46,7 +46,7 @@ pub fn new_reservation(
         &reservation_name(scope, ip),
         IPAddressReservationSpec {
             address: crate::allocator::canonical(ip),
-            pool_kind: pool_kind_name(pool.kind).to_string(),
+            pool_kind: pool.kind.name().to_string(),
             pool_namespace: pool.namespace.clone(),
             pool_name: pool.name.clone(),
             claim_namespace: claim.namespace.clone(),
@@ -62,13 +62,6 @@ pub fn new_reservation(
         .into(),
     );
     reservation
-}
-
-pub fn pool_kind_name(kind: PoolKind) -> &'static str {
-    match kind {
-        PoolKind::InCluster => crate::api::IN_CLUSTER_IP_POOL_KIND,
-        PoolKind::Global => crate::api::GLOBAL_IN_CLUSTER_IP_POOL_KIND,
-    }
 }
 
 /// The holder recorded for a released reservation (see [`RELEASED_LABEL`]): not a claim (the name
@@ -101,12 +94,11 @@ pub fn release_patch(until: Timestamp) -> serde_json::Value {
 /// What a reservation holds, or `None` when it cannot be read (never inpool's own objects).
 pub fn hold_of(reservation: &IPAddressReservation) -> Option<HoldRecord> {
     let spec = &reservation.spec;
-    let pool = match spec.pool_kind.as_str() {
-        k if k == crate::api::IN_CLUSTER_IP_POOL_KIND => {
+    let pool = match PoolKind::from_name(&spec.pool_kind)? {
+        PoolKind::InCluster => {
             PoolKey::in_cluster(spec.pool_namespace.as_deref()?, &spec.pool_name)
         }
-        k if k == crate::api::GLOBAL_IN_CLUSTER_IP_POOL_KIND => PoolKey::global(&spec.pool_name),
-        _ => return None,
+        PoolKind::Global => PoolKey::global(&spec.pool_name),
     };
     let name = reservation.metadata.name.as_deref()?;
     let scope = match name.rsplit_once(".ns.") {

@@ -14,12 +14,12 @@ use kube::{Client, ResourceExt};
 use tokio::sync::Notify;
 
 use super::Context;
-use super::registry::{Change, HoldRecord, ObjectKey, PoolKey, PoolKind, Unready};
+use super::facts::{address_hold, address_key, pool_state};
+use super::registry::{Change, ObjectKey, PoolKey, PoolKind};
 use super::reservation::{IPAddressReservation, hold_of};
-use crate::allocator::{ParsedPool, PoolSpecInput};
 use crate::api::{
     Cluster, GlobalInClusterIPPool, IPAddress, IPAddressClaim, IPPool, InClusterIPPool,
-    InClusterIPPoolSpec, PAUSED_ANNOTATION,
+    InClusterIPPoolSpec,
 };
 use crate::cli::Settings;
 
@@ -36,7 +36,64 @@ pub struct Stores {
     pub relisted: Arc<Notify>,
 }
 
+/// A cached pool of either kind.
+pub enum CachedPool {
+    InCluster(Arc<InClusterIPPool>),
+    Global(Arc<GlobalInClusterIPPool>),
+}
+
+impl CachedPool {
+    pub fn meta(&self) -> &kube::api::ObjectMeta {
+        match self {
+            CachedPool::InCluster(p) => &p.metadata,
+            CachedPool::Global(p) => &p.metadata,
+        }
+    }
+
+    pub fn spec(&self) -> &InClusterIPPoolSpec {
+        match self {
+            CachedPool::InCluster(p) => p.pool_spec(),
+            CachedPool::Global(p) => p.pool_spec(),
+        }
+    }
+
+    pub fn annotations(&self) -> &std::collections::BTreeMap<String, String> {
+        match self {
+            CachedPool::InCluster(p) => p.annotations(),
+            CachedPool::Global(p) => p.annotations(),
+        }
+    }
+}
+
 impl Stores {
+    /// The cached claims of a pool.
+    pub fn claims_of_pool(&self, pool: &PoolKey) -> Vec<ObjectKey> {
+        self.claims
+            .state()
+            .iter()
+            .filter_map(|c| {
+                let namespace = c.namespace().unwrap_or_default();
+                (PoolKey::from_ref(&c.spec.pool_ref, &namespace).as_ref() == Some(pool))
+                    .then(|| ObjectKey::new(&namespace, &c.name_any()))
+            })
+            .collect()
+    }
+
+    /// The cached pool `key` names, of either kind; `None` when it is not in the cache.
+    pub fn pool(&self, key: &PoolKey) -> Option<CachedPool> {
+        match (key.kind, &key.namespace) {
+            (PoolKind::InCluster, Some(ns)) => self
+                .pools
+                .get(&reflector::ObjectRef::new(&key.name).within(ns))
+                .map(CachedPool::InCluster),
+            (PoolKind::Global, _) => self
+                .global_pools
+                .get(&reflector::ObjectRef::new(&key.name))
+                .map(CachedPool::Global),
+            (PoolKind::InCluster, None) => None,
+        }
+    }
+
     /// Waits until every store and feed has seen its initial list (the claim store excepted:
     /// the claim controller itself fills it once it runs).
     pub async fn wait_until_ready(&self) -> anyhow::Result<()> {
@@ -134,7 +191,7 @@ where
 }
 
 /// The registry change for a pool update.
-fn pool_change<P: super::pool::PoolObject>(kind: PoolKind, update: Update<P>) -> Fed {
+fn pool_change<P: IPPool>(kind: PoolKind, update: Update<P>) -> Fed {
     Fed::Registry(match update {
         Update::Applied(p) => Change::Pool(p.key(), pool_state(&p)),
         Update::Deleted(p) => Change::PoolGone(p.key()),
@@ -215,13 +272,13 @@ pub fn start(
         |update| {
             Fed::Registry(match update {
                 Update::Applied(a) => match address_hold(&a) {
-                    Some(hold) => Change::Address(key_of(&a), hold),
-                    None => Change::AddressGone(key_of(&a)),
+                    Some(hold) => Change::Address(address_key(&a), hold),
+                    None => Change::AddressGone(address_key(&a)),
                 },
-                Update::Deleted(a) => Change::AddressGone(key_of(&a)),
+                Update::Deleted(a) => Change::AddressGone(address_key(&a)),
                 Update::Listed(list) => Change::AddressesListed(
                     list.iter()
-                        .filter_map(|a| Some((key_of(a), address_hold(a)?)))
+                        .filter_map(|a| Some((address_key(a), address_hold(a)?)))
                         .collect(),
                 ),
             })
@@ -275,7 +332,7 @@ fn apply(ctx: &Context, fed: Fed) {
         Change::AddressesListed(_) => Some(&ctx.stores.holds_listed.addresses),
         Change::PoolsListed(..) => None,
         _ => {
-            apply_change(ctx, change);
+            ctx.apply(change);
             return;
         }
     };
@@ -289,91 +346,12 @@ fn apply(ctx: &Context, fed: Fed) {
         );
     }
     for correction in corrections {
-        apply_change(ctx, correction);
+        ctx.apply(correction);
     }
     match listed {
         Some(latch) if !ctx.stores.holds_listed.is_open() => ctx.stores.holds_listed.open(latch),
         _ => ctx.stores.relisted.notify_one(),
     }
-}
-
-/// Applies one change; a pool that was paused and no longer is wakes its claims, which were not
-/// queued while it was paused and so are found in the claim store.
-pub fn apply_change(ctx: &Context, change: Change) {
-    let woken = {
-        let mut registry = ctx.registry();
-        let unpaused = match &change {
-            Change::Pool(key, parsed) => {
-                registry.is_paused(key) && !matches!(parsed, Err(Unready::Paused))
-            }
-            Change::PoolGone(key) => registry.is_paused(key),
-            _ => false,
-        }
-        .then(|| match &change {
-            Change::Pool(key, _) | Change::PoolGone(key) => key.clone(),
-            _ => unreachable!("only pool changes unpause"),
-        });
-        let mut woken = registry.apply(change);
-        if let Some(pool) = unpaused {
-            woken.extend(claims_of_pool(&ctx.stores.claims, &pool));
-        }
-        woken
-    };
-    ctx.wake(woken);
-}
-
-/// What the pool can do now: its parsed spec, or why it cannot hand out addresses.
-pub fn pool_state<P: IPPool>(pool: &P) -> Result<ParsedPool, Unready> {
-    if pool.meta().deletion_timestamp.is_some() {
-        return Err(Unready::Deleting);
-    }
-    if pool.annotations().contains_key(PAUSED_ANNOTATION) {
-        return Err(Unready::Paused);
-    }
-    spec_input(pool.pool_spec())
-        .parse()
-        .map_err(|errors| Unready::Invalid(errors.to_string()))
-}
-
-pub fn spec_input(spec: &InClusterIPPoolSpec) -> PoolSpecInput {
-    PoolSpecInput {
-        addresses: spec.addresses.clone(),
-        prefix: i64::from(spec.prefix),
-        gateway: spec.gateway.clone(),
-        excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
-        allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
-    }
-}
-
-fn key_of(address: &IPAddress) -> ObjectKey {
-    ObjectKey::new(
-        &address.namespace().unwrap_or_default(),
-        &address.name_any(),
-    )
-}
-
-/// What an `IPAddress` holds, if it belongs to one of inpool's pool kinds.
-pub fn address_hold(address: &IPAddress) -> Option<HoldRecord> {
-    let namespace = address.namespace().unwrap_or_default();
-    let pool = super::claim::pool_key(&address.spec.pool_ref, &namespace)?;
-    Some(HoldRecord {
-        scope: pool.scope(),
-        pool,
-        ip: address.spec.address.parse().ok()?,
-        claim: ObjectKey::new(&namespace, &address.spec.claim_ref.name),
-    })
-}
-
-fn claims_of_pool(claims: &Store<IPAddressClaim>, pool: &PoolKey) -> Vec<ObjectKey> {
-    claims
-        .state()
-        .iter()
-        .filter_map(|c| {
-            let namespace = c.namespace().unwrap_or_default();
-            (super::claim::pool_key(&c.spec.pool_ref, &namespace).as_ref() == Some(pool))
-                .then(|| ObjectKey::new(&namespace, &c.name_any()))
-        })
-        .collect()
 }
 
 fn claims_of_cluster(claims: &Store<IPAddressClaim>, cluster: &ObjectKey) -> Vec<ObjectKey> {

@@ -31,35 +31,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-/// Identifies a pool in metric labels.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PoolKey {
-    /// `InClusterIPPool` or `GlobalInClusterIPPool`.
-    pub kind: String,
-    /// The pool's namespace; `""` for a global pool.
-    pub namespace: String,
-    pub name: String,
-}
-
-impl PoolKey {
-    /// A namespaced `InClusterIPPool`.
-    pub fn in_cluster(namespace: &str, name: &str) -> PoolKey {
-        PoolKey {
-            kind: crate::api::IN_CLUSTER_IP_POOL_KIND.to_string(),
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        }
-    }
-
-    /// A cluster-scoped `GlobalInClusterIPPool`.
-    pub fn global(name: &str) -> PoolKey {
-        PoolKey {
-            kind: crate::api::GLOBAL_IN_CLUSTER_IP_POOL_KIND.to_string(),
-            namespace: String::new(),
-            name: name.to_string(),
-        }
-    }
-}
+use crate::api::PoolKey;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct PoolLabels {
@@ -68,11 +40,12 @@ struct PoolLabels {
     pool_name: String,
 }
 
+/// A global pool's `pool_namespace` is `""`.
 impl From<&PoolKey> for PoolLabels {
     fn from(key: &PoolKey) -> PoolLabels {
         PoolLabels {
-            pool_kind: key.kind.clone(),
-            pool_namespace: key.namespace.clone(),
+            pool_kind: key.kind.name().to_string(),
+            pool_namespace: key.namespace.clone().unwrap_or_default(),
             pool_name: key.name.clone(),
         }
     }

@@ -10,5 +10,5 @@ pub mod metrics;
 pub mod server;
 
 pub use logging::LogFormat;
-pub use metrics::{Metrics, PoolKey};
+pub use metrics::Metrics;
 pub use server::{HealthState, serve};

@@ -1,0 +1,94 @@
+//! Identities shared by every layer: which pool ([`PoolKey`]), of which kind ([`PoolKind`]), and
+//! where its addresses must be unique ([`Scope`]). The controllers key their state by it, the
+//! metrics derive their labels from it, and both pool kinds produce it ([`super::IPPool::key`]).
+use super::{GLOBAL_IN_CLUSTER_IP_POOL_KIND, IN_CLUSTER_IP_POOL_KIND, IPAM_GROUP, IPPoolReference};
+
+/// Which pool: kind, namespace (`None` for global pools) and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    pub kind: PoolKind,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+/// The pool kinds inpool serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PoolKind {
+    InCluster,
+    Global,
+}
+
+impl PoolKind {
+    /// The kind's name, as in `spec.poolRef.kind`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolKind::InCluster => IN_CLUSTER_IP_POOL_KIND,
+            PoolKind::Global => GLOBAL_IN_CLUSTER_IP_POOL_KIND,
+        }
+    }
+
+    /// The kind a name means, if it is one of inpool's.
+    pub fn from_name(name: &str) -> Option<PoolKind> {
+        match name {
+            IN_CLUSTER_IP_POOL_KIND => Some(PoolKind::InCluster),
+            GLOBAL_IN_CLUSTER_IP_POOL_KIND => Some(PoolKind::Global),
+            _ => None,
+        }
+    }
+}
+
+impl PoolKey {
+    pub fn in_cluster(namespace: &str, name: &str) -> PoolKey {
+        PoolKey {
+            kind: PoolKind::InCluster,
+            namespace: Some(namespace.to_string()),
+            name: name.to_string(),
+        }
+    }
+
+    pub fn global(name: &str) -> PoolKey {
+        PoolKey {
+            kind: PoolKind::Global,
+            namespace: None,
+            name: name.to_string(),
+        }
+    }
+
+    /// The pool a claim's or an `IPAddress`'s reference names (references carry no namespace:
+    /// a namespaced pool is in the referrer's), when it is one of inpool's kinds; claims of other
+    /// providers are never touched.
+    pub fn from_ref(pool_ref: &IPPoolReference, namespace: &str) -> Option<PoolKey> {
+        if pool_ref.api_group != IPAM_GROUP {
+            return None;
+        }
+        Some(match PoolKind::from_name(&pool_ref.kind)? {
+            PoolKind::InCluster => PoolKey::in_cluster(namespace, &pool_ref.name),
+            PoolKind::Global => PoolKey::global(&pool_ref.name),
+        })
+    }
+
+    /// The uniqueness scope of the pool's addresses (see [`Scope`]).
+    pub fn scope(&self) -> Scope {
+        match &self.namespace {
+            Some(ns) => Scope::Namespace(ns.clone()),
+            None => Scope::Cluster,
+        }
+    }
+}
+
+impl std::fmt::Display for PoolKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.kind.name(), self.name),
+            None => write!(f, "{} {}", self.kind.name(), self.name),
+        }
+    }
+}
+
+/// Where an address must be unique: within one namespace for namespaced pools (two namespaces
+/// may reuse the same private range), across the cluster for global pools.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Namespace(String),
+    Cluster,
+}

@@ -1,0 +1,50 @@
+//! What an API object tells the registry: a pool's state, what an `IPAddress` holds. Pure
+//! functions of the objects, shared by the watches, the reconcilers and the audit.
+use kube::ResourceExt;
+
+use super::registry::{HoldRecord, ObjectKey, Unready};
+use crate::allocator::{ParsedPool, PoolSpecInput};
+use crate::api::{IPAddress, IPPool, InClusterIPPoolSpec, PAUSED_ANNOTATION, PoolKey};
+
+/// What the pool can do now: its parsed spec, or why it cannot hand out addresses.
+pub fn pool_state<P: IPPool>(pool: &P) -> Result<ParsedPool, Unready> {
+    if pool.meta().deletion_timestamp.is_some() {
+        return Err(Unready::Deleting);
+    }
+    if pool.annotations().contains_key(PAUSED_ANNOTATION) {
+        return Err(Unready::Paused);
+    }
+    spec_input(pool.pool_spec())
+        .parse()
+        .map_err(|errors| Unready::Invalid(errors.to_string()))
+}
+
+pub fn spec_input(spec: &InClusterIPPoolSpec) -> PoolSpecInput {
+    PoolSpecInput {
+        addresses: spec.addresses.clone(),
+        prefix: i64::from(spec.prefix),
+        gateway: spec.gateway.clone(),
+        excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
+        allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
+    }
+}
+
+/// An `IPAddress`'s namespace/name (also its claim's).
+pub fn address_key(address: &IPAddress) -> ObjectKey {
+    ObjectKey::new(
+        &address.namespace().unwrap_or_default(),
+        &address.name_any(),
+    )
+}
+
+/// What an `IPAddress` holds, if it belongs to one of inpool's pool kinds.
+pub fn address_hold(address: &IPAddress) -> Option<HoldRecord> {
+    let namespace = address.namespace().unwrap_or_default();
+    let pool = PoolKey::from_ref(&address.spec.pool_ref, &namespace)?;
+    Some(HoldRecord {
+        scope: pool.scope(),
+        pool,
+        ip: address.spec.address.parse().ok()?,
+        claim: ObjectKey::new(&namespace, &address.spec.claim_ref.name),
+    })
+}
