@@ -1,9 +1,16 @@
 //! The `IPAddressClaim` reconciler: the IPAM contract, with a `Ready` condition that tells the
 //! truth about every claim (see the README's "Contract" section).
 //!
-//! A live claim goes through: ownership filter → pause and Cluster checks → finalizer →
-//! adopt an existing `IPAddress` or reservation, else allocate → `Ready`. A deleted claim
-//! releases its address (unless paused or moving) and then lets go of its finalizer.
+//! It decides nothing about addresses itself: [`super::plan`] does, from the registry. It runs
+//! the claim's lifecycle and performs each step against the API server:
+//!
+//! - a live claim: ownership filter → pause and Cluster checks → finalizer (`realise`'s
+//!   lifecycle part); then [`plan::plan`] → `Ready`, or a live look-up that adopts an existing
+//!   `IPAddress` (`adopt`); else [`plan::plan_allocation`] → recover a reservation
+//!   (`is_claims_reservation`), or reserve an address (`reserve`), then `create_address`
+//!   and `Ready`; or `Ready=False` with why it waits (`fail`);
+//! - a deleted claim (`release`): unless paused or moving, delete its `IPAddress` and let go of
+//!   the reservations [`plan::release`] names, then of the claim's finalizer.
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +26,8 @@ use serde_json::json;
 
 use super::error::Error;
 use super::facts::{address_hold, address_key};
-use super::registry::{Change, Decision, ObjectKey, PoolKey, QueuedClaim, Unready};
+use super::plan::{self, Allocation, Step};
+use super::registry::{Change, ObjectKey, PoolKey, QueuedClaim, Scope, Unready};
 use super::reservation::{IPAddressReservation, hold_of, new_reservation};
 use super::{Context, MANAGER, delete_if_present};
 use crate::allocator::canonical;
@@ -35,6 +43,7 @@ use crate::api::{
 /// giving the watches time to catch up with another process.
 const MAX_TAKEN_RETRIES: usize = 16;
 
+#[tracing::instrument(skip_all, fields(claim = %claim.name_any(), namespace = claim.namespace().unwrap_or_default()))]
 pub async fn reconcile(claim: Arc<IPAddressClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = claim.namespace().unwrap_or_default();
     let Some(pool) = PoolKey::from_ref(&claim.spec.pool_ref, &namespace) else {
@@ -94,6 +103,7 @@ async fn realise(
     pool: &PoolKey,
     ctx: &Context,
 ) -> Result<Action, Error> {
+    // Lifecycle: pause, Cluster, finalizer.
     match gate(claim, ctx) {
         Gate::Open => {}
         Gate::Paused => {
@@ -115,80 +125,15 @@ async fn realise(
     }
     ensure_finalizer(claim, ctx).await?;
 
-    // Already realised: its IPAddress and its reservation are both known.
-    let realised = {
-        let registry = ctx.registry();
-        registry
-            .address_of(key)
-            .filter(|h| &h.pool == pool)
-            .map(|h| h.ip)
-            .filter(|ip| {
-                registry
-                    .reservations_of(key)
-                    .iter()
-                    .any(|(_, r)| r.ip == *ip)
-            })
-    };
-    if let Some(ip) = realised {
+    // Allocation: plan, act, report; plan again while a step did not settle the claim.
+    let step = plan::plan(&ctx.registry(), key, pool);
+    if let Step::Ready(ip) = step {
         return ready(claim, ctx, ip).await;
     }
     let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
     if let Some(existing) = addresses.get_opt(&key.name).await? {
         return adopt(claim, key, pool, ctx, &existing).await;
     }
-    let (ip, reservation) = match recover(claim, key, pool, ctx).await? {
-        Some((name, ip)) => {
-            ctx.registry().hold_in_flight(pool, key, ip);
-            (ip, name)
-        }
-        None => match reserve(claim, key, pool, ctx).await? {
-            Reserved::Address(ip, name) => (ip, name),
-            Reserved::Nothing(action) => return Ok(action),
-        },
-    };
-    create_address(claim, key, pool, ctx, ip, &reservation).await
-}
-
-/// A reservation this claim already holds in the pool, with no `IPAddress` yet: a crash (or an
-/// `IPAddress` deleted under the claim) came between the two creates. The cache may be behind,
-/// so the reservation is read from the API server: it must still exist and record this claim,
-/// and no other claim of the same name (a claim deleted and created again has a new UID).
-async fn recover(
-    claim: &IPAddressClaim,
-    key: &ObjectKey,
-    pool: &PoolKey,
-    ctx: &Context,
-) -> Result<Option<(String, IpAddr)>, Error> {
-    let candidates = ctx.registry().reservations_of(key);
-    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
-    for (name, hold) in candidates.into_iter().filter(|(_, h)| &h.pool == pool) {
-        let Some(live) = reservations.get_opt(&name).await? else {
-            continue;
-        };
-        let uid_matches = match (&live.spec.claim_uid, claim.uid()) {
-            (Some(recorded), Some(uid)) => *recorded == uid,
-            _ => true,
-        };
-        if hold_of(&live).as_ref() == Some(&hold) && uid_matches {
-            return Ok(Some((name, hold.ip)));
-        }
-    }
-    Ok(None)
-}
-
-enum Reserved {
-    /// The address and the name of its reservation.
-    Address(IpAddr, String),
-    Nothing(Action),
-}
-
-/// Picks an address and makes the API server record it as held (the reservation object).
-async fn reserve(
-    claim: &IPAddressClaim,
-    key: &ObjectKey,
-    pool: &PoolKey,
-    ctx: &Context,
-) -> Result<Reserved, Error> {
     let queued = QueuedClaim {
         created: claim
             .creation_timestamp()
@@ -196,95 +141,112 @@ async fn reserve(
             .unwrap_or_default(),
         claim: key.clone(),
     };
-    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+    let mut rejected = Vec::new();
     for _ in 0..MAX_TAKEN_RETRIES {
-        let decision = {
+        let allocation = {
             let mut registry = ctx.registry();
-            let decision = registry.try_allocate(pool, queued.clone());
-            if let Decision::Exhausted { .. } = decision {
-                // Claims that vanished without a final reconcile must not hold the queue.
-                registry.prune_waiting(pool, |c| {
-                    ctx.stores
-                        .claims
-                        .get(&ObjectRef::new(&c.name).within(&c.namespace))
-                        .is_some()
-                });
-                registry.try_allocate(pool, queued.clone())
-            } else {
-                decision
-            }
+            plan::plan_allocation(&mut registry, &queued, pool, &rejected, |c| {
+                ctx.stores
+                    .claims
+                    .get(&ObjectRef::new(&c.name).within(&c.namespace))
+                    .is_some()
+            })
         };
-        let ip = match decision {
-            Decision::Allocate(ip) => ip,
-            Decision::AlreadyHeld => {
-                // Another process realised this claim since the live check: adopt its address.
-                return Ok(Reserved::Nothing(Action::requeue(Duration::from_millis(
-                    100,
-                ))));
+        match allocation {
+            Allocation::Recover { reservation, ip } => {
+                if is_claims_reservation(claim, ctx, &reservation).await? {
+                    return create_address(claim, key, pool, ctx, ip, &reservation).await;
+                }
+                ctx.wake(ctx.registry().finish(pool, ip));
+                rejected.push(reservation);
             }
-            Decision::Exhausted { total, .. } => {
+            Allocation::Reserve { ip, scope } => {
+                if let Some(reservation) = reserve(claim, key, pool, ctx, ip, &scope).await? {
+                    return create_address(claim, key, pool, ctx, ip, &reservation).await;
+                }
+            }
+            Allocation::Adopt => {
+                // Another process realised this claim since the look-up: adopt its address.
+                return Ok(Action::requeue(Duration::from_millis(100)));
+            }
+            Allocation::Exhausted { total, .. } => {
                 let message = format!(
                     "{pool} has no free address: all {total} of its addresses are in use. The claim \
                      gets the next address that is released or added, in order of creation."
                 );
-                set_ready(
-                    claim,
-                    ctx,
-                    ConditionStatus::False,
-                    REASON_POOL_EXHAUSTED,
-                    message,
-                    None,
-                )
-                .await?;
-                return Ok(Reserved::Nothing(Action::await_change()));
+                return fail(claim, ctx, REASON_POOL_EXHAUSTED, message).await;
             }
-            Decision::NotReady(unready) => {
-                set_ready(
-                    claim,
-                    ctx,
-                    ConditionStatus::False,
-                    REASON_POOL_NOT_READY,
-                    not_ready_message(pool, &unready),
-                    None,
-                )
-                .await?;
-                return Ok(Reserved::Nothing(Action::await_change()));
-            }
-        };
-        let scope = ctx.registry().reservation_scope(pool, ip);
-        let reservation = new_reservation(&scope, pool, key, claim.uid(), ip);
-        let name = reservation.name_any();
-        match reservations
-            .create(&PostParams::default(), &reservation)
-            .await
-        {
-            Ok(created) => {
-                learn_reservation(ctx, &created);
-                return Ok(Reserved::Address(ip, name));
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                // Taken by a holder the watch has not shown yet: learn it now, so that the
-                // address stays used exactly as long as that holder exists.
-                let holder = reservations.get_opt(&name).await;
-                if let Ok(Some(holder)) = &holder {
-                    learn_reservation(ctx, holder);
-                }
-                let woken = ctx.registry().finish(pool, ip);
-                ctx.wake(woken);
-                holder?;
-            }
-            Err(e) => {
-                let woken = ctx.registry().finish(pool, ip);
-                ctx.wake(woken);
-                return Err(e.into());
+            Allocation::NotReady(unready) => {
+                let message = not_ready_message(pool, &unready);
+                return fail(claim, ctx, REASON_POOL_NOT_READY, message).await;
             }
         }
     }
     // Another process is allocating from this pool at the same time; its reservations reach
     // this process's watch shortly.
-    Ok(Reserved::Nothing(Action::requeue(Duration::from_millis(
-        200,
-    ))))
+    Ok(Action::requeue(Duration::from_millis(200)))
+}
+
+/// Whether a reservation the registry says the claim holds still exists on the API server and
+/// records this claim, and no other claim of the same name (a claim deleted and created again has
+/// a new UID). The cache may be behind: a crash, or an `IPAddress` deleted under the claim, is
+/// recovered only from a reservation that is really there.
+async fn is_claims_reservation(
+    claim: &IPAddressClaim,
+    ctx: &Context,
+    name: &str,
+) -> Result<bool, Error> {
+    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+    let Some(live) = reservations.get_opt(name).await? else {
+        return Ok(false);
+    };
+    let uid_matches = match (&live.spec.claim_uid, claim.uid()) {
+        (Some(recorded), Some(uid)) => *recorded == uid,
+        _ => true,
+    };
+    let records_claim = live.spec.claim_name == claim.name_any()
+        && Some(&live.spec.claim_namespace) == claim.namespace().as_ref();
+    Ok(records_claim && uid_matches && !super::reservation::is_released(&live))
+}
+
+/// Makes the API server record `ip` as held for the claim (the reservation object). Returns the
+/// reservation's name, or `None` when the address turned out taken: its holder is learnt, so the
+/// next plan picks another.
+async fn reserve(
+    claim: &IPAddressClaim,
+    key: &ObjectKey,
+    pool: &PoolKey,
+    ctx: &Context,
+    ip: IpAddr,
+    scope: &Scope,
+) -> Result<Option<String>, Error> {
+    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+    let reservation = new_reservation(scope, pool, key, claim.uid(), ip);
+    let name = reservation.name_any();
+    match reservations
+        .create(&PostParams::default(), &reservation)
+        .await
+    {
+        Ok(created) => {
+            learn_reservation(ctx, &created);
+            Ok(Some(name))
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            // Taken by a holder the watch has not shown yet: learn it now, so that the address
+            // stays used exactly as long as that holder exists.
+            let holder = reservations.get_opt(&name).await;
+            if let Ok(Some(holder)) = &holder {
+                learn_reservation(ctx, holder);
+            }
+            ctx.wake(ctx.registry().finish(pool, ip));
+            holder?;
+            Ok(None)
+        }
+        Err(e) => {
+            ctx.wake(ctx.registry().finish(pool, ip));
+            Err(e.into())
+        }
+    }
 }
 
 async fn create_address(
@@ -454,7 +416,7 @@ async fn release(
     pool: &PoolKey,
     ctx: &Context,
 ) -> Result<Action, Error> {
-    forget(ctx, pool, key);
+    let held = plan::release(&mut ctx.registry(), key, pool);
     if !claim.finalizers().iter().any(|f| f == CLAIM_FINALIZER) {
         return Ok(Action::await_change());
     }
@@ -472,10 +434,9 @@ async fn release(
             if let Some(address) = address.filter(|a| a.spec.claim_ref.name == key.name) {
                 delete_address(&addresses, &address).await?;
             }
-            let held = ctx.registry().reservations_of(key);
             let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
             let grace = reuse_grace_period(ctx, pool);
-            for (name, _) in held {
+            for name in held {
                 match grace {
                     Some(grace) => keep_released(&reservations, &name, grace).await?,
                     None => delete_if_present(&reservations, &name).await?,

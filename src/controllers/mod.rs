@@ -3,6 +3,7 @@
 //! - [`registry`]: the pure in-memory picture of pools, held addresses and waiting claims;
 //! - [`watch`]: tasks that feed the registry from pools, reservations and `IPAddress`es (re-lists
 //!   included), and wake claims when capacity appears or their `IPAddress` vanished;
+//! - [`plan`]: what a claim needs next, decided from the registry alone (pure);
 //! - [`claim`]: the `IPAddressClaim` reconciler (the IPAM contract and its `Ready` condition);
 //! - [`pool`]: pool status, conditions and deletion protection;
 //! - [`own_writes`]: which cached claim versions inpool's own writes have replaced;
@@ -16,6 +17,7 @@ pub mod claim;
 pub mod error;
 pub mod facts;
 pub mod own_writes;
+pub mod plan;
 pub mod pool;
 pub mod registry;
 pub mod reservation;
@@ -124,7 +126,16 @@ impl Context {
             }
             woken
         };
-        self.wake(woken);
+        // A deleting claim waits for nothing and has nothing to heal: its own release deletes its
+        // IPAddress and reservations, and waking it for that would run the release again (one more
+        // finalizer patch and Event per claim, measured by the scale harness).
+        let deleting = |claim: &registry::ObjectKey| {
+            self.stores
+                .claims
+                .get(&ObjectRef::new(&claim.name).within(&claim.namespace))
+                .is_some_and(|c| c.meta().deletion_timestamp.is_some())
+        };
+        self.wake(woken.into_iter().filter(|claim| !deleting(claim)));
     }
 
     /// Asks for a pool's status to be brought up to date.

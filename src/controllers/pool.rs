@@ -60,6 +60,7 @@ impl PoolObject for GlobalInClusterIPPool {
     }
 }
 
+#[tracing::instrument(skip_all, fields(pool = %pool.key()))]
 pub async fn reconcile<P: PoolObject>(pool: Arc<P>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconcile("pool");
     let result = reconcile_pool(&*pool, &ctx).await;

@@ -19,7 +19,7 @@ use super::registry::{Change, ObjectKey, PoolKey, PoolKind};
 use super::reservation::{IPAddressReservation, hold_of};
 use crate::api::{
     Cluster, GlobalInClusterIPPool, IPAddress, IPAddressClaim, IPPool, InClusterIPPool,
-    InClusterIPPoolSpec,
+    InClusterIPPoolSpec, PAUSED_ANNOTATION,
 };
 use crate::cli::Settings;
 
@@ -31,6 +31,7 @@ pub struct Stores {
     pub global_pools: Store<GlobalInClusterIPPool>,
     pub clusters: Store<Cluster>,
     holds_listed: Arc<Latch>,
+    cluster_pauses: Arc<ClusterPauses>,
     /// Notified when a watch that feeds the registry listed again after its first list: the
     /// audit then checks soon that the registry agrees with the API.
     pub relisted: Arc<Notify>,
@@ -170,10 +171,57 @@ where
         .filter_map(futures::future::ready)
 }
 
-/// What the feed hands on: a change for the registry, or Clusters whose claims to wake.
+/// What the feed hands on: a change for the registry, or Clusters whose claims may need waking.
 enum Fed {
     Registry(Change),
-    Clusters(Vec<ObjectKey>),
+    /// Clusters and whether each is paused (`None`: deleted); `complete` when this is a whole
+    /// (re-)list, so that a Cluster missing from it is gone.
+    Clusters {
+        seen: Vec<(ObjectKey, Option<bool>)>,
+        complete: bool,
+    },
+}
+
+/// The pause state of every Cluster as last seen, so that claims are woken only when it changes:
+/// Clusters change status often (CAPI's own controllers write it), and a claim cares only for
+/// whether its Cluster exists and is paused.
+#[derive(Default)]
+pub struct ClusterPauses(std::sync::Mutex<std::collections::HashMap<ObjectKey, bool>>);
+
+impl ClusterPauses {
+    /// Records what was seen; returns the Clusters whose existence or pause state changed.
+    fn update(&self, seen: Vec<(ObjectKey, Option<bool>)>, complete: bool) -> Vec<ObjectKey> {
+        let mut known = self.0.lock().expect("cluster pauses lock");
+        let mut changed = Vec::new();
+        if complete {
+            let listed: std::collections::HashSet<&ObjectKey> =
+                seen.iter().map(|(k, _)| k).collect();
+            let gone: Vec<ObjectKey> = known
+                .keys()
+                .filter(|k| !listed.contains(k))
+                .cloned()
+                .collect();
+            for key in gone {
+                known.remove(&key);
+                changed.push(key);
+            }
+        }
+        for (key, paused) in seen {
+            let before = match paused {
+                Some(paused) => known.insert(key.clone(), paused),
+                None => known.remove(&key),
+            };
+            if before != paused {
+                changed.push(key);
+            }
+        }
+        changed
+    }
+}
+
+/// Whether the Cluster holds its claims: `spec.paused` or the paused annotation.
+fn cluster_paused(cluster: &Cluster) -> bool {
+    cluster.is_paused() || cluster.annotations().contains_key(PAUSED_ANNOTATION)
 }
 
 pub struct Feeds(SelectAll<BoxStream<'static, Result<Fed, watcher::Error>>>);
@@ -240,10 +288,23 @@ pub fn start(
         |update| {
             let key =
                 |c: &Cluster| ObjectKey::new(&c.namespace().unwrap_or_default(), &c.name_any());
-            Fed::Clusters(match update {
-                Update::Applied(c) | Update::Deleted(c) => vec![key(&c)],
-                Update::Listed(list) => list.iter().map(key).collect(),
-            })
+            match update {
+                Update::Applied(c) => Fed::Clusters {
+                    seen: vec![(key(&c), Some(cluster_paused(&c)))],
+                    complete: false,
+                },
+                Update::Deleted(c) => Fed::Clusters {
+                    seen: vec![(key(&c), None)],
+                    complete: false,
+                },
+                Update::Listed(list) => Fed::Clusters {
+                    seen: list
+                        .iter()
+                        .map(|c| (key(c), Some(cluster_paused(c))))
+                        .collect(),
+                    complete: true,
+                },
+            }
         },
     ));
 
@@ -291,6 +352,7 @@ pub fn start(
         global_pools,
         clusters,
         holds_listed: Arc::new(Latch::default()),
+        cluster_pauses: Arc::new(ClusterPauses::default()),
         relisted: Arc::new(Notify::new()),
     };
     (stores, Feeds(feeds))
@@ -317,8 +379,11 @@ pub async fn feed(ctx: Arc<Context>, Feeds(mut feeds): Feeds) -> anyhow::Result<
 
 fn apply(ctx: &Context, fed: Fed) {
     let change = match fed {
-        Fed::Clusters(clusters) => {
-            let woken = clusters
+        Fed::Clusters { seen, complete } => {
+            let woken = ctx
+                .stores
+                .cluster_pauses
+                .update(seen, complete)
                 .iter()
                 .flat_map(|c| claims_of_cluster(&ctx.stores.claims, c))
                 .collect::<Vec<_>>();
@@ -364,4 +429,36 @@ fn claims_of_cluster(claims: &Store<IPAddressClaim>, cluster: &ObjectKey) -> Vec
         })
         .map(|c| ObjectKey::new(&cluster.namespace, &c.name_any()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new("ns", name)
+    }
+
+    #[test]
+    fn claims_are_woken_only_when_a_cluster_appears_goes_or_changes_its_pause() {
+        let pauses = ClusterPauses::default();
+        let first = pauses.update(vec![(key("a"), Some(false)), (key("b"), Some(true))], true);
+        assert_eq!(first, vec![key("a"), key("b")], "new clusters");
+        assert!(
+            pauses
+                .update(vec![(key("a"), Some(false))], false)
+                .is_empty(),
+            "a status update: nothing changed for the claims"
+        );
+        assert_eq!(
+            pauses.update(vec![(key("a"), Some(true))], false),
+            vec![key("a")]
+        );
+        assert_eq!(pauses.update(vec![(key("b"), None)], false), vec![key("b")]);
+        assert_eq!(
+            pauses.update(vec![(key("c"), Some(false))], true),
+            vec![key("a"), key("c")],
+            "a re-list without a: gone"
+        );
+    }
 }
