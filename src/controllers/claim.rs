@@ -130,6 +130,17 @@ async fn realise(
     if let Step::Ready(ip) = step {
         return ready(claim, ctx, ip).await;
     }
+    if claim
+        .status
+        .as_ref()
+        .is_some_and(|s| s.address_ref.is_some())
+        && !is_live(claim, ctx).await?
+    {
+        // A realised claim whose address vanished is healed only if it still exists: the cache
+        // can hold a claim that was removed while the watch was away (finalizers cleared by
+        // hand), and allocating for it would create an address no claim will ever release.
+        return Ok(Action::await_change());
+    }
     let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
     if let Some(existing) = addresses.get_opt(&key.name).await? {
         return adopt(claim, key, pool, ctx, &existing).await;
@@ -185,6 +196,15 @@ async fn realise(
     // Another process is allocating from this pool at the same time; its reservations reach
     // this process's watch shortly.
     Ok(Action::requeue(Duration::from_millis(200)))
+}
+
+/// Whether the claim exists on the API server, not deleting, with the cached object's UID.
+async fn is_live(claim: &IPAddressClaim, ctx: &Context) -> Result<bool, Error> {
+    let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace().unwrap_or_default());
+    Ok(claims
+        .get_opt(&claim.name_any())
+        .await?
+        .is_some_and(|live| live.uid() == claim.uid() && live.meta().deletion_timestamp.is_none()))
 }
 
 /// Whether a reservation the registry says the claim holds still exists on the API server and
