@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::Api;
+use kube::api::{Api, DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 
+use super::Context;
 use super::error::Error;
 use super::reservation::{IPAddressReservation, reusable_after};
-use super::{Context, delete_if_present};
 
 pub async fn reconcile(
     reservation: Arc<IPAddressReservation>,
@@ -33,7 +33,22 @@ async fn free_when_due(reservation: &IPAddressReservation, ctx: &Context) -> Res
         tracing::warn!(reservation = %name, "released reservation has no readable reusable-after time; freeing its address now");
     }
     let api: Api<IPAddressReservation> = Api::all(ctx.client.clone());
-    delete_if_present(&api, &name).await?;
+    // Only this released reservation: once it is gone, a claim may reserve the address under the
+    // same name at once, and a late second reconcile from the cache must not delete that one.
+    let this_one = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: reservation.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&name, &this_one).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
+            return Ok(Action::await_change());
+        }
+        Err(e) => return Err(e.into()),
+    }
     tracing::info!(reservation = %name, address = %reservation.spec.address, "reuse grace period over; address freed");
     Ok(Action::await_change())
 }
