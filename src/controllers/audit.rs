@@ -26,14 +26,13 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::Context;
 use super::error::Error;
 use super::facts::{address_hold, address_key, pool_state};
 use super::registry::{Change, ObjectKey, PoolKind};
-use super::reservation::{IPAddressReservation, hold_of, is_released};
+use super::reservation::{IPAddressReservation, hold_of, is_released, records_claim};
 use crate::api::{GlobalInClusterIPPool, IPAddress, IPAddressClaim, IPPool, InClusterIPPool};
 
 /// How long the watches get to catch up with a list before a difference counts as drift.
@@ -258,15 +257,11 @@ fn looks_stray(
     claim: &ObjectKey,
     address: Option<&IPAddress>,
 ) -> bool {
-    let cached = ctx
-        .stores
-        .claims
-        .get(&ObjectRef::new(&claim.name).within(&claim.namespace));
-    match cached {
+    match ctx.stores.claim(claim) {
         // Not in this process's cache: gone, or outside its watch filter. Ask the API server.
         None => true,
         Some(cached) => {
-            another_claim(reservation, &cached) || holds_another_address(reservation, address)
+            !records_claim(reservation, &cached) || holds_another_address(reservation, address)
         }
     }
 }
@@ -281,7 +276,7 @@ async fn is_stray(
     let Some(live) = claims.get_opt(&claim.name).await? else {
         return Ok(true);
     };
-    if another_claim(reservation, &live) {
+    if !records_claim(reservation, &live) {
         return Ok(true);
     }
     let addresses: Api<IPAddress> = ctx.namespaced(&claim.namespace);
@@ -292,15 +287,6 @@ async fn is_stray(
     Ok(holds_another_address(reservation, address.as_ref()))
 }
 
-/// The claim of that name is not the one the reservation was made for.
-fn another_claim(reservation: &IPAddressReservation, claim: &IPAddressClaim) -> bool {
-    reservation
-        .spec
-        .claim_uid
-        .as_ref()
-        .is_some_and(|uid| claim.uid().as_ref() != Some(uid))
-}
-
 /// The claim's `IPAddress` holds a different address than the reservation.
 fn holds_another_address(reservation: &IPAddressReservation, address: Option<&IPAddress>) -> bool {
     let reserved = reservation.spec.address.parse::<IpAddr>().ok();
@@ -308,12 +294,7 @@ fn holds_another_address(reservation: &IPAddressReservation, address: Option<&IP
 }
 
 fn forget_what_is_gone(ctx: &Context) {
-    let claims = &ctx.stores.claims;
-    let live = |key: &ObjectKey| {
-        claims
-            .get(&ObjectRef::new(&key.name).within(&key.namespace))
-            .is_some()
-    };
+    let live = |key: &ObjectKey| ctx.stores.claim(key).is_some();
     let known_pools = {
         let mut registry = ctx.registry();
         registry.prune_waiting_everywhere(live);

@@ -28,7 +28,7 @@ use super::error::Error;
 use super::facts::{address_hold, address_key};
 use super::plan::{self, Allocation, Step};
 use super::registry::{Change, ObjectKey, PoolKey, QueuedClaim, Scope, Unready};
-use super::reservation::{IPAddressReservation, hold_of, new_reservation};
+use super::reservation::{IPAddressReservation, hold_of, new_reservation, records_claim};
 use super::{Context, MANAGER, delete_if_present};
 use crate::allocator::canonical;
 use crate::api::{
@@ -157,10 +157,7 @@ async fn realise(
         let allocation = {
             let mut registry = ctx.registry();
             plan::plan_allocation(&mut registry, &queued, pool, &rejected, |c| {
-                ctx.stores
-                    .claims
-                    .get(&ObjectRef::new(&c.name).within(&c.namespace))
-                    .is_some()
+                ctx.stores.claim(c).is_some()
             })
         };
         match allocation {
@@ -220,13 +217,7 @@ async fn is_claims_reservation(
     let Some(live) = reservations.get_opt(name).await? else {
         return Ok(false);
     };
-    let uid_matches = match (&live.spec.claim_uid, claim.uid()) {
-        (Some(recorded), Some(uid)) => *recorded == uid,
-        _ => true,
-    };
-    let records_claim = live.spec.claim_name == claim.name_any()
-        && Some(&live.spec.claim_namespace) == claim.namespace().as_ref();
-    Ok(records_claim && uid_matches && !super::reservation::is_released(&live))
+    Ok(records_claim(&live, claim) && !super::reservation::is_released(&live))
 }
 
 /// Makes the API server record `ip` as held for the claim (the reservation object). Returns the

@@ -110,16 +110,14 @@ impl Context {
         let woken = {
             let mut registry = self.registry();
             let unpaused = match &change {
-                registry::Change::Pool(key, parsed) => {
-                    registry.is_paused(key) && !matches!(parsed, Err(registry::Unready::Paused))
+                registry::Change::Pool(key, parsed)
+                    if !matches!(parsed, Err(registry::Unready::Paused)) =>
+                {
+                    registry.is_paused(key).then(|| key.clone())
                 }
-                registry::Change::PoolGone(key) => registry.is_paused(key),
-                _ => false,
-            }
-            .then(|| match &change {
-                registry::Change::Pool(key, _) | registry::Change::PoolGone(key) => key.clone(),
-                _ => unreachable!("only pool changes unpause"),
-            });
+                registry::Change::PoolGone(key) => registry.is_paused(key).then(|| key.clone()),
+                _ => None,
+            };
             let mut woken = registry.apply(change);
             if let Some(pool) = unpaused {
                 woken.extend(self.stores.claims_of_pool(&pool));
@@ -131,8 +129,7 @@ impl Context {
         // finalizer patch and Event per claim, measured by the scale harness).
         let deleting = |claim: &registry::ObjectKey| {
             self.stores
-                .claims
-                .get(&ObjectRef::new(&claim.name).within(&claim.namespace))
+                .claim(claim)
                 .is_some_and(|c| c.meta().deletion_timestamp.is_some())
         };
         self.wake(woken.into_iter().filter(|claim| !deleting(claim)));

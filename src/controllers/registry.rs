@@ -305,24 +305,18 @@ impl Registry {
                     .map(|(key, parsed)| Change::Pool(key.clone(), parsed.clone()));
                 sorted(gone.chain(changed))
             }
-            Change::ReservationsListed(list) => sorted(
-                diff_records(
-                    &self.reservations,
-                    list,
-                    |name| Change::ReservationGone(name.clone()),
-                    |name, record| Change::Reservation(name.clone(), record.clone()),
-                )
-                .into_iter(),
-            ),
-            Change::AddressesListed(list) => sorted(
-                diff_records(
-                    &self.addresses,
-                    list,
-                    |key| Change::AddressGone(key.clone()),
-                    |key, record| Change::Address(key.clone(), record.clone()),
-                )
-                .into_iter(),
-            ),
+            Change::ReservationsListed(list) => sorted(diff_records(
+                &self.reservations,
+                list,
+                |name| Change::ReservationGone(name.clone()),
+                |name, record| Change::Reservation(name.clone(), record.clone()),
+            )),
+            Change::AddressesListed(list) => sorted(diff_records(
+                &self.addresses,
+                list,
+                |key| Change::AddressGone(key.clone()),
+                |key, record| Change::Address(key.clone(), record.clone()),
+            )),
             _ => Vec::new(),
         }
     }
@@ -750,8 +744,8 @@ fn diff_records<K: Clone + Eq + std::hash::Hash>(
 
 /// A deterministic order (removals first, then by their text), so that two diffs of the same
 /// lists compare equal.
-fn sorted(changes: impl Iterator<Item = Change>) -> Vec<Change> {
-    let mut changes: Vec<Change> = changes.collect();
+fn sorted(changes: impl IntoIterator<Item = Change>) -> Vec<Change> {
+    let mut changes: Vec<Change> = changes.into_iter().collect();
     changes.sort_by_cached_key(|c| {
         let removal = matches!(
             c,

@@ -64,6 +64,22 @@ pub fn new_reservation(
     reservation
 }
 
+/// Whether the reservation was made for this claim: same namespace and name, and the same UID
+/// when it records one (a claim deleted and created again under the same name is another claim;
+/// reservations of inpool 0.1.0 record no UID).
+pub fn records_claim(
+    reservation: &IPAddressReservation,
+    claim: &crate::api::IPAddressClaim,
+) -> bool {
+    let spec = &reservation.spec;
+    spec.claim_name == claim.name_any()
+        && Some(&spec.claim_namespace) == claim.namespace().as_ref()
+        && spec
+            .claim_uid
+            .as_ref()
+            .is_none_or(|uid| claim.uid().as_ref() == Some(uid))
+}
+
 /// The holder recorded for a released reservation (see [`RELEASED_LABEL`]): not a claim (the name
 /// is not a valid object name), so no claim recovers or releases it; only its expiry frees it.
 pub const RELEASED_HOLDER: &str = "(released)";
@@ -191,5 +207,45 @@ mod tests {
                 scope
             }
         );
+    }
+
+    #[test]
+    fn a_reservation_records_the_claim_of_its_name_and_uid() {
+        let pool = PoolKey::in_cluster("ns", "pool");
+        let key = ObjectKey::new("ns", "claim");
+        let ip: IpAddr = "10.1.2.3".parse().unwrap();
+        let mut claim = crate::api::IPAddressClaim::new(
+            "claim",
+            crate::api::IPAddressClaimSpec {
+                cluster_name: None,
+                pool_ref: crate::api::IPPoolReference::new(
+                    crate::api::IPAM_GROUP,
+                    "InClusterIPPool",
+                    "pool",
+                ),
+            },
+        );
+        claim.metadata.namespace = Some("ns".into());
+        claim.metadata.uid = Some("uid-1".into());
+        let with_uid = new_reservation(&pool.scope(), &pool, &key, Some("uid-1".into()), ip);
+        let without_uid = new_reservation(&pool.scope(), &pool, &key, None, ip);
+        assert!(records_claim(&with_uid, &claim));
+        assert!(
+            records_claim(&without_uid, &claim),
+            "0.1.0 reservations record no UID"
+        );
+        claim.metadata.uid = Some("uid-2".into());
+        assert!(
+            !records_claim(&with_uid, &claim),
+            "created again under the same name"
+        );
+        let other = new_reservation(
+            &pool.scope(),
+            &pool,
+            &ObjectKey::new("ns", "other"),
+            None,
+            ip,
+        );
+        assert!(!records_claim(&other, &claim));
     }
 }

@@ -67,6 +67,12 @@ impl CachedPool {
 }
 
 impl Stores {
+    /// The cached claim of that namespace/name.
+    pub fn claim(&self, key: &ObjectKey) -> Option<Arc<IPAddressClaim>> {
+        self.claims
+            .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace))
+    }
+
     /// The cached claims of a pool.
     pub fn claims_of_pool(&self, pool: &PoolKey) -> Vec<ObjectKey> {
         self.claims
