@@ -7,8 +7,8 @@
 //! ```
 //!
 //! It starts its own control plane (`inpool-testenv`, the one the tests use; built by Go on first
-//! use), with the CAPI CRDs from `../shared/fixtures/capi/` when present, else inpool's local
-//! copies from `config/local-capi/`, and inpool's own CRDs from `crds/`. Then, in order:
+//! use), with CAPI's CRDs from the Cluster API Go module (as the tests) and inpool's own CRDs
+//! from `crds/`. Then, in order:
 //!
 //! 1. the floor: the same claims, realised by an ideal provider inside the harness that only
 //!    writes (see `harness::FLOOR_DEFINITION`);
@@ -104,28 +104,9 @@ fn repo_root() -> PathBuf {
     support::repo_root()
 }
 
-/// CAPI CRDs from `../shared` when present, else the local-use copies; then inpool's own.
+/// CAPI's CRDs (from the Cluster API Go module) and inpool's own, as the tests install them.
 fn crd_files() -> Vec<PathBuf> {
-    if support::shared_dir().join("fixtures").join("capi").is_dir() {
-        return support::crd_files();
-    }
-    let mut files = Vec::new();
-    for dir in [
-        repo_root().join("config").join("local-capi"),
-        repo_root().join("crds"),
-    ] {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .map(|entries| {
-                entries
-                    .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        found.sort();
-        files.extend(found);
-    }
-    files
+    support::crd_files()
 }
 
 /// `cargo build --release --bin inpool`, with the cargo that runs this example.

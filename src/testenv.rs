@@ -20,7 +20,12 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub mod capi;
 use kube::{Client, Config};
+
+/// The Kubernetes release `testenv/go.mod` builds (etcd 3.6, kube-apiserver and the controllers).
+pub const KUBERNETES_VERSION: &str = "v1.36.3";
 
 /// How long a cold control plane may take to announce itself ready.
 pub const START_TIMEOUT: Duration = Duration::from_secs(240);
@@ -61,30 +66,70 @@ pub fn testenv_binary() -> Result<PathBuf, String> {
 }
 
 fn build_testenv() -> Result<PathBuf, String> {
+    let binary = testenv_dir().join("inpool-testenv");
+    // The version the API server reports: Cluster API and clusterctl refuse a server whose
+    // version they cannot parse (a plain `go build` reports v0.0.0-master).
+    go_build(
+        &repo_root().join("testenv"),
+        ".",
+        &version_ldflags("k8s.io/component-base/version", KUBERNETES_VERSION),
+        &binary,
+        "building the local control plane (testenv/, once) — the first build downloads the \
+         Kubernetes modules and compiles kube-apiserver: about 20 minutes on 2 cores",
+    )?;
+    Ok(binary)
+}
+
+/// The `-ldflags` that stamp `version` (`vMAJOR.MINOR.PATCH`) into a Go `package` that keeps it
+/// in `gitMajor`, `gitMinor`, `gitVersion` and `gitTreeState` (Kubernetes' and Cluster API's
+/// version packages do), as their release builds do.
+pub(crate) fn version_ldflags(package: &str, version: &str) -> String {
+    let mut numbers = version.trim_start_matches('v').split('.');
+    let major = numbers.next().unwrap_or_default();
+    let minor = numbers.next().unwrap_or_default();
+    [
+        ("gitMajor", major),
+        ("gitMinor", minor),
+        ("gitVersion", version),
+        ("gitTreeState", "clean"),
+    ]
+    .map(|(var, value)| format!("-X {package}.{var}={value}"))
+    .join(" ")
+}
+
+/// Runs `go build -ldflags ldflags -o out package` in the Go module `module` under a file lock
+/// beside `out`, so that concurrent processes wait for one build; Go's build cache makes a
+/// rebuild of unchanged sources a no-op. `first_time` is printed when `out` does not exist yet.
+pub(crate) fn go_build(
+    module: &Path,
+    package: &str,
+    ldflags: &str,
+    out: &Path,
+    first_time: &str,
+) -> Result<(), String> {
     check_go_toolchain(&std::env::var("PATH").unwrap_or_default())?;
-    let dir = testenv_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let dir = out.parent().expect("an output file has a directory");
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let lock = std::fs::File::create(dir.join("build.lock")).map_err(|e| e.to_string())?;
     lock.lock()
-        .map_err(|e| format!("locking the testenv build: {e}"))?;
-    let binary = dir.join("inpool-testenv");
-    if !binary.exists() {
-        eprintln!(
-            "building the local control plane (testenv/, once) — the first build downloads the \
-             Kubernetes modules and compiles kube-apiserver: about 20 minutes on 2 cores"
-        );
+        .map_err(|e| format!("locking the build in {}: {e}", dir.display()))?;
+    if !out.exists() {
+        eprintln!("{first_time}");
     }
     let status = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&binary)
-        .arg(".")
-        .current_dir(repo_root().join("testenv"))
+        .args(["build", "-ldflags", ldflags, "-o"])
+        .arg(out)
+        .arg(package)
+        .current_dir(module)
         .status()
-        .map_err(|e| format!("running go build: {e}"))?;
+        .map_err(|e| format!("running go build in {}: {e}", module.display()))?;
     if !status.success() {
-        return Err(format!("go build of testenv/ failed ({status})"));
+        return Err(format!(
+            "go build of {package} in {} failed ({status})",
+            module.display()
+        ));
     }
-    Ok(binary)
+    Ok(())
 }
 
 /// How to start a [`ControlPlane`].

@@ -1,8 +1,11 @@
 //! Test support: a real Kubernetes control plane (etcd + kube-apiserver + the garbage-collector
 //! and namespace controllers) built from `testenv/` and shared by all tests of one test binary.
 //!
-//! - [`env`] starts the shared control plane on first use with the CAPI fixture CRDs and
-//!   inpool's own CRDs installed and established.
+//! - [`env`] starts the shared control plane on first use with CAPI's Cluster, IPAddressClaim and
+//!   IPAddress CRDs (from the Cluster API Go module, see [`inpool::testenv::capi`]) and inpool's
+//!   own CRDs installed and established.
+//! - [`capi_env`] instead starts it with every CAPI CRD and CAPI core's manager running: its
+//!   validating, mutating and conversion webhooks are in the path of every request.
 //! - [`TestEnv::namespace`] gives each test a fresh namespace and an admin client.
 //! - [`ControlPlane`] runs an extra, separately controlled instance (restart and fault tests).
 //!
@@ -16,7 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use inpool::testenv;
+use inpool::testenv::{self, capi};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -92,29 +95,58 @@ pub async fn client_from_kubeconfig(path: &Path, impersonate: Option<(&str, &[&s
 
 /// The control plane shared by the tests of one test binary, with all CRDs installed.
 pub struct TestEnv {
+    // Declared first: the manager stops before the control plane.
+    capi: Option<capi::Manager>,
     plane: ControlPlane,
 }
 
 /// Starts (once per test binary) and returns the shared control plane.
 pub fn env() -> &'static TestEnv {
     static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
-    let env = ENV.get_or_init(TestEnv::start);
+    let env = ENV.get_or_init(|| TestEnv::start(false));
     match env {
         Ok(env) => env,
         Err(e) => panic!("test control plane unavailable: {e}"),
     }
 }
 
+/// Starts (once per test binary) and returns the shared control plane with CAPI core's manager
+/// running and its webhooks registered. A test binary uses either this or [`env`].
+pub fn capi_env() -> &'static TestEnv {
+    static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+    let env = ENV.get_or_init(|| TestEnv::start(true));
+    match env {
+        Ok(env) => env,
+        Err(e) => panic!("test control plane with Cluster API unavailable: {e}"),
+    }
+}
+
 impl TestEnv {
-    fn start() -> Result<TestEnv, String> {
+    fn start(with_capi: bool) -> Result<TestEnv, String> {
         let data_dir = std::env::temp_dir().join(format!(
             "inpool-testenv-{}-{}",
             std::process::id(),
             test_binary_name()
         ));
         let _ = std::fs::remove_dir_all(&data_dir);
-        let plane = ControlPlane::start_with_crds(&data_dir, true, &crd_files())?;
-        Ok(TestEnv { plane })
+        let mut crds = if with_capi {
+            capi::all_crd_files()?
+        } else {
+            capi::contract_crd_files()?
+        };
+        crds.extend(yaml_files(&repo_root().join("crds")));
+        let plane = ControlPlane::start_with_crds(&data_dir, true, &crds)?;
+        let capi = if with_capi {
+            Some(start_capi(&plane)?)
+        } else {
+            None
+        };
+        Ok(TestEnv { capi, plane })
+    }
+
+    /// CAPI core's manager, when started by [`capi_env`].
+    pub fn capi(&self) -> Option<&capi::Manager> {
+        self.capi.as_ref()
     }
 
     pub fn kubeconfig(&self) -> &Path {
@@ -162,11 +194,50 @@ fn test_binary_name() -> String {
         .unwrap_or_else(|| "tests".into())
 }
 
-/// The CAPI fixture CRDs and every CRD inpool generates into `crds/`.
+/// CAPI's Cluster, IPAddressClaim and IPAddress CRDs and every CRD inpool generates into
+/// `crds/`.
 pub fn crd_files() -> Vec<PathBuf> {
-    let mut files = yaml_files(&shared_dir().join("fixtures").join("capi"));
+    let mut files = capi::contract_crd_files().expect("CAPI's CRDs from its Go module");
     files.extend(yaml_files(&repo_root().join("crds")));
     files
+}
+
+/// Starts CAPI core's manager for `plane` on a thread of its own: the shared environment is
+/// created inside whichever test's runtime asks first, and cannot block that runtime.
+fn start_capi(plane: &testenv::ControlPlane) -> Result<capi::Manager, String> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?
+                    .block_on(capi::Manager::start(plane))
+                    .map_err(|e| format!("{e:#}"))
+            })
+            .join()
+            .unwrap_or_else(|_| Err("starting CAPI's manager panicked".into()))
+    })
+}
+
+/// The reference provider's files in `../shared/fixtures/<dir>` (no Go module or registry serves
+/// that module), or `None` with a line on stderr naming the test that does not run and why: a
+/// bare clone has no `../shared`.
+pub fn reference_fixtures(dir: &str, test: &str) -> Option<PathBuf> {
+    let path = shared_dir().join("fixtures").join(dir);
+    if path.is_dir() {
+        Some(path)
+    } else {
+        // Past libtest's capture of print macros, so that the line shows for a passing test.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOT RUN: {test}: it compares with the reference provider's files, expected in {} \
+             (present in CI; no registry serves that module)",
+            path.display()
+        );
+        None
+    }
 }
 
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {
