@@ -1,5 +1,9 @@
 //! The claim controller on the real control plane: the IPAM contract, the `Ready` condition,
 //! fair and event-driven waiting, release, adoption, pause, and uniqueness with two processes.
+//!
+//! CAPI core's manager runs beside it (`support::capi_env`): every `IPAddress` inpool writes, and
+//! every Cluster and claim the tests write, passes CAPI's own webhooks, and CAPI's Cluster
+//! controller reconciles the Clusters whose pause the claims follow.
 
 #[path = "common/ipam.rs"]
 mod ipam;
@@ -12,7 +16,7 @@ use inpool::api::{Cluster, IPAddress, IPAddressClaim, IPPoolReference, InCluster
 use inpool::controllers::reservation::IPAddressReservation;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -20,7 +24,7 @@ use ipam::*;
 
 #[tokio::test]
 async fn a_claim_is_realised_with_an_address_that_follows_the_contract() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
@@ -33,17 +37,7 @@ async fn a_claim_is_realised_with_an_address_that_follows_the_contract() {
     c.metadata.labels = Some([("cluster.x-k8s.io/cluster-name".into(), "c1".into())].into());
     // The cluster label names a Cluster that must exist.
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
-    clusters
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "c1"}, "spec": {"paused": false}
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    create(&clusters, &cluster("c1", false)).await;
     let created = create(&claims, &c).await;
 
     let claim = wait_reason(&claims, "machine-0", "AddressAllocated").await;
@@ -133,7 +127,7 @@ async fn a_claim_is_realised_with_an_address_that_follows_the_contract() {
 
 #[tokio::test]
 async fn exhaustion_then_release_serves_the_oldest_waiting_claim() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
@@ -169,7 +163,7 @@ async fn exhaustion_then_release_serves_the_oldest_waiting_claim() {
 
 #[tokio::test]
 async fn growing_the_pool_realises_every_waiting_claim() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
@@ -211,7 +205,7 @@ async fn growing_the_pool_realises_every_waiting_claim() {
 
 #[tokio::test]
 async fn a_missing_pool_is_not_ready_until_it_is_created() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
@@ -230,7 +224,7 @@ async fn a_missing_pool_is_not_ready_until_it_is_created() {
 
 #[tokio::test]
 async fn claims_of_other_providers_are_never_touched() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
     let mut foreign = claim("foreign", "x");
@@ -248,7 +242,7 @@ async fn claims_of_other_providers_are_never_touched() {
 
 #[tokio::test]
 async fn an_ipaddress_created_by_hand_is_adopted() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
@@ -293,12 +287,7 @@ async fn an_ipaddress_created_by_hand_is_adopted() {
 
 async fn create_cluster(client: &Client, ns: &str, name: &str, paused: bool) {
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), ns);
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-        "metadata": { "name": name }, "spec": { "paused": paused }
-    }))
-    .unwrap();
-    create(&clusters, &cluster).await;
+    create(&clusters, &cluster(name, paused)).await;
 }
 
 fn claim_of_cluster(name: &str, pool: &str, cluster: &str) -> IPAddressClaim {
@@ -309,7 +298,7 @@ fn claim_of_cluster(name: &str, pool: &str, cluster: &str) -> IPAddressClaim {
 
 #[tokio::test]
 async fn a_paused_cluster_freezes_its_claims_until_unpaused() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
@@ -347,7 +336,7 @@ where
 
 #[tokio::test]
 async fn the_paused_annotation_on_a_claim_its_pool_or_its_cluster_freezes_the_claim() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
@@ -358,13 +347,9 @@ async fn the_paused_annotation_on_a_claim_its_pool_or_its_cluster_freezes_the_cl
     let mut frozen_pool = pool("frozen", &["10.7.1.0/24"], 24, None);
     frozen_pool.metadata.annotations = Some(paused());
     create(&pools, &frozen_pool).await;
-    let mut cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-        "metadata": { "name": "annotated" }, "spec": { "paused": false }
-    }))
-    .unwrap();
-    cluster.metadata.annotations = Some(paused());
-    create(&clusters, &cluster).await;
+    let mut annotated = cluster("annotated", false);
+    annotated.metadata.annotations = Some(paused());
+    create(&clusters, &annotated).await;
 
     let mut by_claim = claim("by-claim", "open");
     by_claim.metadata.annotations = Some(paused());
@@ -413,7 +398,7 @@ fn graced_pool(address: &str, seconds: i32) -> InClusterIPPool {
 
 #[tokio::test]
 async fn a_released_address_is_not_handed_out_again_within_the_reuse_grace_period() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
@@ -485,7 +470,7 @@ async fn a_released_address_is_not_handed_out_again_within_the_reuse_grace_perio
 
 #[tokio::test]
 async fn deleting_a_pool_does_not_wait_for_the_reuse_grace_period_of_released_addresses() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
@@ -535,7 +520,7 @@ async fn deleting_a_pool_does_not_wait_for_the_reuse_grace_period_of_released_ad
 
 #[tokio::test]
 async fn claims_finish_deleting_after_their_cluster_is_gone() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
@@ -564,7 +549,7 @@ async fn claims_finish_deleting_after_their_cluster_is_gone() {
 
 #[tokio::test]
 async fn a_claim_deleted_for_move_keeps_its_address() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
@@ -599,7 +584,7 @@ async fn a_claim_deleted_for_move_keeps_its_address() {
 
 #[tokio::test]
 async fn an_infrastructure_machine_gets_three_addresses_and_gc_releases_them() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
@@ -669,9 +654,9 @@ async fn an_infrastructure_machine_gets_three_addresses_and_gc_releases_them() {
 
 #[tokio::test]
 async fn two_controllers_at_once_never_hand_out_an_address_twice() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _a = start_controller(&client, &ns);
-    let _b = start_controller(&support::env().client().await, &ns);
+    let _b = start_controller(&support::capi_env().client().await, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
     // 10.20.0.1 - 10.20.1.44: 300 addresses.
@@ -715,7 +700,7 @@ async fn two_controllers_at_once_never_hand_out_an_address_twice() {
 
 #[tokio::test]
 async fn released_addresses_go_to_the_oldest_waiting_claims() {
-    let (client, ns) = support::env().namespace().await;
+    let (client, ns) = support::capi_env().namespace().await;
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);

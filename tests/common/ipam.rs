@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use inpool::api::{
-    IPAddress, IPAddressClaim, IPAddressClaimSpec, IPPoolReference, InClusterIPPool,
+    Cluster, IPAddress, IPAddressClaim, IPAddressClaimSpec, IPPoolReference, InClusterIPPool,
     InClusterIPPoolSpec,
 };
 use inpool::cli::Settings;
@@ -94,6 +94,21 @@ pub fn claim(name: &str, pool: &str) -> IPAddressClaim {
             pool_ref: IPPoolReference::new(GROUP, "InClusterIPPool", pool),
         },
     )
+}
+
+/// A Cluster that CAPI's webhooks admit (they require a reference to its infrastructure; the
+/// referenced object need not exist).
+pub fn cluster(name: &str, paused: bool) -> Cluster {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": name},
+        "spec": {
+            "paused": paused,
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                  "kind": "VSphereCluster", "name": name},
+        },
+    }))
+    .expect("a Cluster")
 }
 
 pub async fn create<K>(api: &Api<K>, object: &K) -> K
