@@ -305,44 +305,38 @@ where
 {
     /// A controller of every object of the watch, reading the watch's own store.
     fn every(store: Store<K>) -> (Subscriber<K>, Subscription<K>) {
-        let (tx, rx) = mpsc::unbounded();
-        let subscriber = Subscriber {
-            selects: |_| true,
-            own_store: None,
-            triggers: tx,
-        };
-        (
-            subscriber,
-            Subscription {
-                store,
-                triggers: rx,
-            },
-        )
+        Self::new(|_| true, None, store)
     }
 
     /// A controller of the objects `selects` picks, with a store of just those.
     fn only(selects: fn(&K) -> bool) -> (Subscriber<K>, Subscription<K>) {
-        let (tx, rx) = mpsc::unbounded();
         let writer = Writer::default();
         let store = writer.as_reader();
+        Self::new(selects, Some(writer), store)
+    }
+
+    fn new(
+        selects: fn(&K) -> bool,
+        own_store: Option<Writer<K>>,
+        store: Store<K>,
+    ) -> (Subscriber<K>, Subscription<K>) {
+        let (triggers, rx) = mpsc::unbounded();
         let subscriber = Subscriber {
             selects,
-            own_store: Some(writer),
-            triggers: tx,
+            own_store,
+            triggers,
         };
-        (
-            subscriber,
-            Subscription {
-                store,
-                triggers: rx,
-            },
-        )
+        let subscription = Subscription {
+            store,
+            triggers: rx,
+        };
+        (subscriber, subscription)
     }
 
     /// Brings the controller's own store up to date with `update`; returns what sends the
-    /// triggers (every selected object applied or listed, as the watch of a `Controller::new`
-    /// would).
-    fn take(&mut self, update: &Update<K>) -> Box<dyn FnOnce() + Send> {
+    /// triggers, if any (every selected object applied or listed, as the watch of a
+    /// `Controller::new` would).
+    fn take(&mut self, update: &Update<K>) -> Option<Box<dyn FnOnce() + Send>> {
         let selects = self.selects;
         if let Some(store) = &mut self.own_store {
             let was_kept = |o: &K| store.as_reader().get(&ObjectRef::from_obj(o)).is_some();
@@ -372,13 +366,16 @@ where
                 .map(|o| Arc::new(o.clone()))
                 .collect(),
         };
+        if selected.is_empty() {
+            return None;
+        }
         let triggers = self.triggers.clone();
-        Box::new(move || {
+        Some(Box::new(move || {
             for object in selected {
                 // The controller is gone only when the whole run is ending.
                 let _ = triggers.unbounded_send(object);
             }
-        })
+        }))
     }
 }
 
@@ -403,7 +400,7 @@ where
     };
     updates(events)
         .map_ok(move |update| {
-            let triggers = subscriber.as_mut().map(|s| s.take(&update));
+            let triggers = subscriber.as_mut().and_then(|s| s.take(&update));
             Handed {
                 fed: fed(update),
                 triggers,
@@ -633,10 +630,80 @@ fn claims_of_cluster(claims: &Store<IPAddressClaim>, cluster: &ObjectKey) -> Vec
 
 #[cfg(test)]
 mod tests {
+    use futures::FutureExt;
+
     use super::*;
 
     fn key(name: &str) -> ObjectKey {
         ObjectKey::new("ns", name)
+    }
+
+    fn config_map(name: &str, released: bool) -> k8s_openapi::api::core::v1::ConfigMap {
+        let mut map = k8s_openapi::api::core::v1::ConfigMap::default();
+        map.metadata.name = Some(name.into());
+        if released {
+            map.labels_mut().insert("released".into(), "true".into());
+        }
+        map
+    }
+
+    #[test]
+    fn a_subscriber_keeps_and_triggers_only_what_it_selects() {
+        let (mut subscriber, mut subscription) =
+            Subscriber::only(|m: &k8s_openapi::api::core::v1::ConfigMap| {
+                m.labels().contains_key("released")
+            });
+        let mut step = |update| {
+            if let Some(send) = subscriber.take(&update) {
+                send();
+            }
+            let mut kept: Vec<String> = subscription
+                .store
+                .state()
+                .iter()
+                .map(|m| m.name_any())
+                .collect();
+            kept.sort();
+            let mut triggered = Vec::new();
+            while let Ok(m) = subscription.triggers.try_recv() {
+                triggered.push(m.name_any());
+            }
+            (kept, triggered)
+        };
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            step(Update::Listed(vec![
+                config_map("a", true),
+                config_map("b", false)
+            ])),
+            (names(&["a"]), names(&["a"])),
+            "a list: only the selected ones"
+        );
+        assert!(
+            subscription
+                .store
+                .wait_until_ready()
+                .now_or_never()
+                .is_some()
+        );
+        assert_eq!(
+            step(Update::Applied(config_map("b", true))),
+            (names(&["a", "b"]), names(&["b"]))
+        );
+        assert_eq!(
+            step(Update::Applied(config_map("a", false))),
+            (names(&["b"]), names(&[])),
+            "no longer selected: dropped, not triggered"
+        );
+        assert_eq!(
+            step(Update::Deleted(config_map("b", true))),
+            (names(&[]), names(&[]))
+        );
+        assert_eq!(
+            step(Update::Listed(vec![config_map("c", true)])),
+            (names(&["c"]), names(&["c"])),
+            "a re-list replaces the store"
+        );
     }
 
     #[test]
