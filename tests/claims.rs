@@ -1,5 +1,6 @@
 //! The claim controller on the real control plane: the IPAM contract, the `Ready` condition,
-//! fair and event-driven waiting, release, adoption, pause, and uniqueness with two processes.
+//! fair and event-driven waiting, release, adoption, pause, uniqueness with two processes, and
+//! one watch per kind.
 //!
 //! CAPI core's manager runs beside it (`support::capi_env`): every `IPAddress` inpool writes, and
 //! every Cluster and claim the tests write, passes CAPI's own webhooks, and CAPI's Cluster
@@ -736,4 +737,67 @@ async fn released_addresses_go_to_the_oldest_waiting_claims() {
         newly, expected,
         "exactly the 100 oldest waiting claims were realised"
     );
+}
+
+/// Issue 13: every kind inpool reads is watched once, and that one watch serves the registry, the
+/// stores and every controller (pool status, reuse grace).
+#[tokio::test]
+async fn every_kind_is_watched_once() {
+    let (client, ns) = support::capi_env().namespace().await;
+    let (counting, watches) = client_counting_watches().await;
+    let _controller = start_controller(&counting, &ns);
+    // A pool with counts and a Ready claim: every controller is running.
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("pool", &["10.0.0.0/24"], 24, None)).await;
+    create(&claims, &claim("machine-0", "pool")).await;
+    wait_reason(&claims, "machine-0", "AddressAllocated").await;
+    wait_for("the pool's counts", Duration::from_secs(30), || async {
+        let status = pools.get("pool").await.ok()?.status?;
+        (status.ip_addresses?.used == 1).then_some(())
+    })
+    .await;
+    let watched = watches.lock().unwrap().clone();
+    eprintln!("watch requests by resource: {watched:?}");
+    let kinds = [
+        "clusters",
+        "globalinclusterippools",
+        "inclusterippools",
+        "ipaddressclaims",
+        "ipaddresses",
+        "ipaddressreservations",
+    ];
+    let once: BTreeMap<String, usize> = kinds.into_iter().map(|r| (r.to_string(), 1)).collect();
+    assert_eq!(watched, once);
+}
+
+type WatchCounts = std::sync::Arc<std::sync::Mutex<BTreeMap<String, usize>>>;
+
+/// An admin client that counts its `watch=true` requests by resource (the path's last segment).
+async fn client_counting_watches() -> (Client, WatchCounts) {
+    let watches = WatchCounts::default();
+    let kubeconfig = kube::config::Kubeconfig::read_from(support::capi_env().kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let counts = watches.clone();
+    let layer = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+        let uri = req.uri();
+        let watch = uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "watch=true"));
+        if let (true, Some(resource)) = (watch, uri.path().rsplit('/').next()) {
+            *counts
+                .lock()
+                .unwrap()
+                .entry(resource.to_string())
+                .or_default() += 1;
+        }
+        req
+    });
+    let client = kube::client::ClientBuilder::try_from(config)
+        .unwrap()
+        .with_layer(&layer)
+        .build();
+    (client, watches)
 }

@@ -1,8 +1,10 @@
 //! The controllers and their wiring.
 //!
 //! - [`registry`]: the pure in-memory picture of pools, held addresses and waiting claims;
-//! - [`watch`]: tasks that feed the registry from pools, reservations and `IPAddress`es (re-lists
-//!   included), and wake claims when capacity appears or their `IPAddress` vanished;
+//! - [`watch`]: one watch per kind, shared by the stores, the registry feed and the controllers;
+//!   it feeds the registry from pools, reservations and `IPAddress`es (re-lists included), wakes
+//!   claims when capacity appears or their `IPAddress` vanished, and triggers the pool and
+//!   reuse-grace controllers;
 //! - [`plan`]: what a claim needs next, decided from the registry alone (pure);
 //! - [`claim`]: the `IPAddressClaim` reconciler (the IPAM contract and its `Ready` condition);
 //! - [`pool`]: pool status, conditions and deletion protection;
@@ -200,8 +202,10 @@ where
     }
 }
 
-/// Runs the claim controller and the watch tasks that feed it until the future is dropped (for
-/// example when the leader lease is lost) or a task fails.
+/// Runs the controllers and the watches that feed them until the future is dropped (for example
+/// when the leader lease is lost) or a task fails. One watch per kind: the claims' here, driven by
+/// the claim controller; the others in [`watch::start`], shared with the pool and reuse-grace
+/// controllers.
 pub async fn run(
     client: Client,
     settings: Settings,
@@ -222,7 +226,7 @@ pub async fn run(
     let controller = Controller::for_stream(claims, claim_store.clone())
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .reconcile_on(wake_rx);
-    let (stores, feeds) = watch::start(&client, &settings, claim_store);
+    let (stores, feeds, subscriptions) = watch::start(&client, &settings, claim_store);
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), Reporter::from(MANAGER)),
         client: client.clone(),
@@ -249,36 +253,29 @@ pub async fn run(
             "claim",
             controller.run(claim::reconcile, claim::error_policy, ctx.clone()),
         );
+        // The pool and reuse-grace controllers share the feed's watches (see `watch`).
         let pools = error::drain(
             &ctx,
             "pool",
-            Controller::new(
-                scoped::<InClusterIPPool>(&client, &settings),
-                watcher::Config::default().any_semantic(),
-            )
-            .reconcile_on(pool_wake_rx)
-            .run(pool::reconcile, pool::error_policy, ctx.clone()),
+            subscriptions
+                .pools
+                .controller()
+                .reconcile_on(pool_wake_rx)
+                .run(pool::reconcile, pool::error_policy, ctx.clone()),
         );
         let global_pools = error::drain(
             &ctx,
             "pool",
-            Controller::new(
-                Api::<GlobalInClusterIPPool>::all(client.clone()),
-                watcher::Config::default().any_semantic(),
-            )
-            .reconcile_on(global_pool_wake_rx)
-            .run(pool::reconcile, pool::error_policy, ctx.clone()),
+            subscriptions
+                .global_pools
+                .controller()
+                .reconcile_on(global_pool_wake_rx)
+                .run(pool::reconcile, pool::error_policy, ctx.clone()),
         );
         let released = error::drain(
             &ctx,
             "reuse-grace",
-            Controller::new(
-                Api::<reservation::IPAddressReservation>::all(client.clone()),
-                watcher::Config::default()
-                    .any_semantic()
-                    .labels(reservation::RELEASED_LABEL),
-            )
-            .run(
+            subscriptions.released.controller().run(
                 reuse_grace::reconcile,
                 reuse_grace::error_policy,
                 ctx.clone(),

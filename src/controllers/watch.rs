@@ -1,22 +1,53 @@
-//! Watch tasks: keep the stores the reconciler reads (pools, Clusters, claims) and feed the
-//! [`Registry`](super::registry::Registry) from pools, reservations and `IPAddress`es, waking the
-//! claims that a change can serve. Event-driven: nothing here polls.
+//! The watches: one per kind, each shared by everything that reads that kind. They keep the
+//! stores the reconcilers read (pools, Clusters, claims), feed the
+//! [`Registry`](super::registry::Registry) from pools, reservations and `IPAddress`es, wake the
+//! claims that a change can serve, and trigger the pool and reuse-grace controllers. Event-driven:
+//! nothing here polls.
+//!
+//! Who reads each watch:
+//! - `InClusterIPPool`, `GlobalInClusterIPPool`: the store, the registry, the pool controller;
+//! - `Cluster`: the store, and the pause record (claims are woken only when a pause changes);
+//! - `IPAddressReservation`: the registry, and the reuse-grace controller (the released ones,
+//!   kept in a store of their own);
+//! - `IPAddress`: the registry;
+//! - `IPAddressClaim`: the store and the claim controller, its only reader (opened in
+//!   `controllers::run`, where the controller drives it).
+//!
+//! Each watch of [`start`] is one [`watch`] pipeline: watcher, backoff, store, then [`updates`]
+//! (a re-list handed on whole), then [`feed`] applies it to the registry and only after that sends
+//! the controller triggers. A controller gets a [`Subscription`]: the watch's store (or a store of
+//! the objects it reconciles) and an unbounded channel of triggers, for
+//! `Controller::for_shared_stream`; it opens no watch of its own.
+//!
+//! Why not kube-runtime's `reflect_shared` + `Writer::subscribe` (kube-runtime 5.0.0,
+//! `reflector/dispatcher.rs`): its subscribers get object references from a bounded broadcast
+//! channel and look each one up in the store; a reference whose object is gone by then makes
+//! `ReflectHandle::poll_next` return `Pending` without registering a waker, so that subscriber
+//! stalls; and a subscriber that does not read (a controller starts only once the stores are
+//! ready, after the initial lists) fills the channel, which then blocks the writer, hence the
+//! registry feed and every store. Here the fan-out never waits: the triggers are objects, not
+//! references, their channels are unbounded (a pool controller gets one per pool update; the
+//! reuse-grace controller one per released reservation update), and a trigger whose object is gone
+//! by the time it is reconciled is the runtime's harmless `ObjectNotFound`.
+use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use futures::channel::mpsc;
 use futures::stream::{BoxStream, SelectAll};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tokio::sync::Notify;
 
 use super::Context;
 use super::facts::{address_hold, address_key, pool_state};
 use super::registry::{Change, ObjectKey, PoolKey, PoolKind};
-use super::reservation::{IPAddressReservation, hold_of};
+use super::reservation::{IPAddressReservation, hold_of, is_released};
 use crate::api::{
     Cluster, GlobalInClusterIPPool, IPAddress, IPAddressClaim, IPPool, InClusterIPPool,
     InClusterIPPoolSpec, PAUSED_ANNOTATION,
@@ -230,18 +261,152 @@ fn cluster_paused(cluster: &Cluster) -> bool {
     cluster.is_paused() || cluster.annotations().contains_key(PAUSED_ANNOTATION)
 }
 
-pub struct Feeds(SelectAll<BoxStream<'static, Result<Fed, watcher::Error>>>);
+/// What one update of a watch hands to [`feed`]: what it tells the registry (or the Cluster pause
+/// record), then the controller triggers it makes, sent only once that is applied, so that a pool
+/// controller woken by a pool's update counts from a registry that already has it.
+struct Handed {
+    fed: Fed,
+    triggers: Option<Box<dyn FnOnce() + Send>>,
+}
 
-/// One watch's updates, mapped to what the feed applies.
-fn feed_of<K, S>(
-    events: S,
-    fed: impl Fn(Update<K>) -> Fed + Send + 'static,
-) -> BoxStream<'static, Result<Fed, watcher::Error>>
+/// The watches, one per kind, merged; [`feed`] drives them.
+pub struct Feeds(SelectAll<BoxStream<'static, Result<Handed, watcher::Error>>>);
+
+/// A controller's share of a kind's one watch: the store it reconciles from, and the objects the
+/// watch applied or (re-)listed, as triggers. It never opens a watch of its own.
+pub struct Subscription<K: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    triggers: mpsc::UnboundedReceiver<Arc<K>>,
+}
+
+impl<K> Subscription<K>
 where
-    K: Send + 'static,
-    S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync,
+    K: serde::de::DeserializeOwned + 'static,
 {
-    updates(events).map_ok(fed).boxed()
+    /// A controller fed by this subscription (add `reconcile_on`, then `run` it).
+    pub fn controller(self) -> Controller<K> {
+        Controller::for_shared_stream(self.triggers, self.store)
+    }
+}
+
+/// The watch's side of a [`Subscription`].
+struct Subscriber<K: Resource<DynamicType = ()> + Clone + 'static> {
+    /// The objects the controller reconciles.
+    selects: fn(&K) -> bool,
+    /// The controller's own store of the selected objects, when it does not share the watch's.
+    own_store: Option<Writer<K>>,
+    triggers: mpsc::UnboundedSender<Arc<K>>,
+}
+
+impl<K> Subscriber<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    /// A controller of every object of the watch, reading the watch's own store.
+    fn every(store: Store<K>) -> (Subscriber<K>, Subscription<K>) {
+        Self::new(|_| true, None, store)
+    }
+
+    /// A controller of the objects `selects` picks, with a store of just those.
+    fn only(selects: fn(&K) -> bool) -> (Subscriber<K>, Subscription<K>) {
+        let writer = Writer::default();
+        let store = writer.as_reader();
+        Self::new(selects, Some(writer), store)
+    }
+
+    fn new(
+        selects: fn(&K) -> bool,
+        own_store: Option<Writer<K>>,
+        store: Store<K>,
+    ) -> (Subscriber<K>, Subscription<K>) {
+        let (triggers, rx) = mpsc::unbounded();
+        let subscriber = Subscriber {
+            selects,
+            own_store,
+            triggers,
+        };
+        let subscription = Subscription {
+            store,
+            triggers: rx,
+        };
+        (subscriber, subscription)
+    }
+
+    /// Brings the controller's own store up to date with `update`; returns what sends the
+    /// triggers, if any (every selected object applied or listed, as the watch of a
+    /// `Controller::new` would).
+    fn take(&mut self, update: &Update<K>) -> Option<Box<dyn FnOnce() + Send>> {
+        let selects = self.selects;
+        if let Some(store) = &mut self.own_store {
+            let was_kept = |o: &K| store.as_reader().get(&ObjectRef::from_obj(o)).is_some();
+            match update {
+                Update::Applied(o) if selects(o) => {
+                    store.apply_watcher_event(&Event::Apply(o.clone()))
+                }
+                Update::Applied(o) | Update::Deleted(o) if was_kept(o) => {
+                    store.apply_watcher_event(&Event::Delete(o.clone()))
+                }
+                Update::Applied(_) | Update::Deleted(_) => {}
+                Update::Listed(list) => {
+                    store.apply_watcher_event(&Event::Init);
+                    for o in list.iter().filter(|o| selects(o)) {
+                        store.apply_watcher_event(&Event::InitApply(o.clone()));
+                    }
+                    store.apply_watcher_event(&Event::InitDone);
+                }
+            }
+        }
+        let selected: Vec<Arc<K>> = match update {
+            Update::Applied(o) if selects(o) => vec![Arc::new(o.clone())],
+            Update::Applied(_) | Update::Deleted(_) => Vec::new(),
+            Update::Listed(list) => list
+                .iter()
+                .filter(|o| selects(o))
+                .map(|o| Arc::new(o.clone()))
+                .collect(),
+        };
+        if selected.is_empty() {
+            return None;
+        }
+        let triggers = self.triggers.clone();
+        Some(Box::new(move || {
+            for object in selected {
+                // The controller is gone only when the whole run is ending.
+                let _ = triggers.unbounded_send(object);
+            }
+        }))
+    }
+}
+
+/// The one watch of kind `K`: kept in `store` (if any), then folded into [`Update`]s that
+/// `fed` turns into what the registry is told, and handed to the `subscriber`'s controller.
+fn watch<K>(
+    api: Api<K>,
+    store: Option<Writer<K>>,
+    mut subscriber: Option<Subscriber<K>>,
+    fed: impl Fn(Update<K>) -> Fed + Send + 'static,
+) -> BoxStream<'static, Result<Handed, watcher::Error>>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync,
+    K: serde::de::DeserializeOwned + 'static,
+{
+    let events = watcher::watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(drop_managed_fields);
+    let events = match store {
+        Some(writer) => events.reflect(writer).left_stream(),
+        None => events.right_stream(),
+    };
+    updates(events)
+        .map_ok(move |update| {
+            let triggers = subscriber.as_mut().and_then(|s| s.take(&update));
+            Handed {
+                fed: fed(update),
+                triggers,
+            }
+        })
+        .boxed()
 }
 
 /// The registry change for a pool update.
@@ -256,100 +421,116 @@ fn pool_change<P: IPPool>(kind: PoolKind, update: Update<P>) -> Fed {
     })
 }
 
-/// Opens the watches. Nothing runs until [`feed`] drives the returned streams.
+/// What the Clusters' watch tells: whether each is paused.
+fn cluster_pauses(update: Update<Cluster>) -> Fed {
+    let key = |c: &Cluster| ObjectKey::new(&c.namespace().unwrap_or_default(), &c.name_any());
+    match update {
+        Update::Applied(c) => Fed::Clusters {
+            seen: vec![(key(&c), Some(cluster_paused(&c)))],
+            complete: false,
+        },
+        Update::Deleted(c) => Fed::Clusters {
+            seen: vec![(key(&c), None)],
+            complete: false,
+        },
+        Update::Listed(list) => Fed::Clusters {
+            seen: list
+                .iter()
+                .map(|c| (key(c), Some(cluster_paused(c))))
+                .collect(),
+            complete: true,
+        },
+    }
+}
+
+/// The registry change for a reservation update.
+fn reservation_change(update: Update<IPAddressReservation>) -> Fed {
+    Fed::Registry(match update {
+        Update::Applied(r) => match hold_of(&r) {
+            Some(hold) => Change::Reservation(r.name_any(), hold),
+            None => Change::ReservationGone(r.name_any()),
+        },
+        Update::Deleted(r) => Change::ReservationGone(r.name_any()),
+        Update::Listed(list) => Change::ReservationsListed(
+            list.iter()
+                .filter_map(|r| Some((r.name_any(), hold_of(r)?)))
+                .collect(),
+        ),
+    })
+}
+
+/// The registry change for an `IPAddress` update.
+fn address_change(update: Update<IPAddress>) -> Fed {
+    Fed::Registry(match update {
+        Update::Applied(a) => match address_hold(&a) {
+            Some(hold) => Change::Address(address_key(&a), hold),
+            None => Change::AddressGone(address_key(&a)),
+        },
+        Update::Deleted(a) => Change::AddressGone(address_key(&a)),
+        Update::Listed(list) => Change::AddressesListed(
+            list.iter()
+                .filter_map(|a| Some((address_key(a), address_hold(a)?)))
+                .collect(),
+        ),
+    })
+}
+
+/// The controllers that share the watches instead of opening their own.
+pub struct Subscriptions {
+    pub pools: Subscription<InClusterIPPool>,
+    pub global_pools: Subscription<GlobalInClusterIPPool>,
+    /// Reservations labelled released (the reuse-grace controller).
+    pub released: Subscription<IPAddressReservation>,
+}
+
+/// Opens one watch per kind the registry and the controllers read (the claims excepted: the claim
+/// controller drives their watch). Nothing runs until [`feed`] drives the returned streams.
 pub fn start(
     client: &Client,
     settings: &Settings,
     claims: Store<IPAddressClaim>,
-) -> (Stores, Feeds) {
+) -> (Stores, Feeds, Subscriptions) {
     let mut feeds = SelectAll::new();
 
     let (pools, writer) = reflector::store();
-    let api = super::scoped::<InClusterIPPool>(client, settings);
-    feeds.push(feed_of(
-        watcher::watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
-            .modify(drop_managed_fields)
-            .reflect(writer),
+    let (subscriber, pools_subscription) = Subscriber::every(pools.clone());
+    feeds.push(watch(
+        super::scoped::<InClusterIPPool>(client, settings),
+        Some(writer),
+        Some(subscriber),
         |update| pool_change(PoolKind::InCluster, update),
     ));
 
     let (global_pools, writer) = reflector::store();
-    let api = Api::<GlobalInClusterIPPool>::all(client.clone());
-    feeds.push(feed_of(
-        watcher::watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
-            .modify(drop_managed_fields)
-            .reflect(writer),
+    let (subscriber, global_pools_subscription) = Subscriber::every(global_pools.clone());
+    feeds.push(watch(
+        Api::<GlobalInClusterIPPool>::all(client.clone()),
+        Some(writer),
+        Some(subscriber),
         |update| pool_change(PoolKind::Global, update),
     ));
 
     let (clusters, writer) = reflector::store();
-    let api = super::scoped::<Cluster>(client, settings);
-    feeds.push(feed_of(
-        watcher::watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
-            .modify(drop_managed_fields)
-            .reflect(writer),
-        |update| {
-            let key =
-                |c: &Cluster| ObjectKey::new(&c.namespace().unwrap_or_default(), &c.name_any());
-            match update {
-                Update::Applied(c) => Fed::Clusters {
-                    seen: vec![(key(&c), Some(cluster_paused(&c)))],
-                    complete: false,
-                },
-                Update::Deleted(c) => Fed::Clusters {
-                    seen: vec![(key(&c), None)],
-                    complete: false,
-                },
-                Update::Listed(list) => Fed::Clusters {
-                    seen: list
-                        .iter()
-                        .map(|c| (key(c), Some(cluster_paused(c))))
-                        .collect(),
-                    complete: true,
-                },
-            }
-        },
+    feeds.push(watch(
+        super::scoped::<Cluster>(client, settings),
+        Some(writer),
+        None,
+        cluster_pauses,
     ));
 
-    let api = Api::<IPAddressReservation>::all(client.clone());
-    feeds.push(feed_of(
-        watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff(),
-        |update| {
-            Fed::Registry(match update {
-                Update::Applied(r) => match hold_of(&r) {
-                    Some(hold) => Change::Reservation(r.name_any(), hold),
-                    None => Change::ReservationGone(r.name_any()),
-                },
-                Update::Deleted(r) => Change::ReservationGone(r.name_any()),
-                Update::Listed(list) => Change::ReservationsListed(
-                    list.iter()
-                        .filter_map(|r| Some((r.name_any(), hold_of(r)?)))
-                        .collect(),
-                ),
-            })
-        },
+    let (subscriber, released) = Subscriber::only(is_released);
+    feeds.push(watch(
+        Api::<IPAddressReservation>::all(client.clone()),
+        None,
+        Some(subscriber),
+        reservation_change,
     ));
 
-    let api = super::scoped::<IPAddress>(client, settings);
-    feeds.push(feed_of(
-        watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff(),
-        |update| {
-            Fed::Registry(match update {
-                Update::Applied(a) => match address_hold(&a) {
-                    Some(hold) => Change::Address(address_key(&a), hold),
-                    None => Change::AddressGone(address_key(&a)),
-                },
-                Update::Deleted(a) => Change::AddressGone(address_key(&a)),
-                Update::Listed(list) => Change::AddressesListed(
-                    list.iter()
-                        .filter_map(|a| Some((address_key(a), address_hold(a)?)))
-                        .collect(),
-                ),
-            })
-        },
+    feeds.push(watch(
+        super::scoped::<IPAddress>(client, settings),
+        None,
+        None,
+        address_change,
     ));
 
     let stores = Stores {
@@ -361,7 +542,12 @@ pub fn start(
         cluster_pauses: Arc::new(ClusterPauses::default()),
         relisted: Arc::new(Notify::new()),
     };
-    (stores, Feeds(feeds))
+    let subscriptions = Subscriptions {
+        pools: pools_subscription,
+        global_pools: global_pools_subscription,
+        released,
+    };
+    (stores, Feeds(feeds), subscriptions)
 }
 
 /// Cached objects keep everything but `metadata.managedFields`: nothing here reads them, and
@@ -374,9 +560,14 @@ pub fn drop_managed_fields<K: ResourceExt>(object: &mut K) {
 /// Applies every change to the registry and wakes the claims it can serve. Runs until a watch
 /// fails for good (the default backoff retries transient errors).
 pub async fn feed(ctx: Arc<Context>, Feeds(mut feeds): Feeds) -> anyhow::Result<()> {
-    while let Some(fed) = feeds.next().await {
-        match fed {
-            Ok(fed) => apply(&ctx, fed),
+    while let Some(handed) = feeds.next().await {
+        match handed {
+            Ok(Handed { fed, triggers }) => {
+                apply(&ctx, fed);
+                if let Some(send) = triggers {
+                    send();
+                }
+            }
             Err(e) => super::error::watch_failed(&ctx, "feed", &e),
         }
     }
@@ -439,10 +630,80 @@ fn claims_of_cluster(claims: &Store<IPAddressClaim>, cluster: &ObjectKey) -> Vec
 
 #[cfg(test)]
 mod tests {
+    use futures::FutureExt;
+
     use super::*;
 
     fn key(name: &str) -> ObjectKey {
         ObjectKey::new("ns", name)
+    }
+
+    fn config_map(name: &str, released: bool) -> k8s_openapi::api::core::v1::ConfigMap {
+        let mut map = k8s_openapi::api::core::v1::ConfigMap::default();
+        map.metadata.name = Some(name.into());
+        if released {
+            map.labels_mut().insert("released".into(), "true".into());
+        }
+        map
+    }
+
+    #[test]
+    fn a_subscriber_keeps_and_triggers_only_what_it_selects() {
+        let (mut subscriber, mut subscription) =
+            Subscriber::only(|m: &k8s_openapi::api::core::v1::ConfigMap| {
+                m.labels().contains_key("released")
+            });
+        let mut step = |update| {
+            if let Some(send) = subscriber.take(&update) {
+                send();
+            }
+            let mut kept: Vec<String> = subscription
+                .store
+                .state()
+                .iter()
+                .map(|m| m.name_any())
+                .collect();
+            kept.sort();
+            let mut triggered = Vec::new();
+            while let Ok(m) = subscription.triggers.try_recv() {
+                triggered.push(m.name_any());
+            }
+            (kept, triggered)
+        };
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            step(Update::Listed(vec![
+                config_map("a", true),
+                config_map("b", false)
+            ])),
+            (names(&["a"]), names(&["a"])),
+            "a list: only the selected ones"
+        );
+        assert!(
+            subscription
+                .store
+                .wait_until_ready()
+                .now_or_never()
+                .is_some()
+        );
+        assert_eq!(
+            step(Update::Applied(config_map("b", true))),
+            (names(&["a", "b"]), names(&["b"]))
+        );
+        assert_eq!(
+            step(Update::Applied(config_map("a", false))),
+            (names(&["b"]), names(&[])),
+            "no longer selected: dropped, not triggered"
+        );
+        assert_eq!(
+            step(Update::Deleted(config_map("b", true))),
+            (names(&[]), names(&[]))
+        );
+        assert_eq!(
+            step(Update::Listed(vec![config_map("c", true)])),
+            (names(&["c"]), names(&["c"])),
+            "a re-list replaces the store"
+        );
     }
 
     #[test]
