@@ -21,7 +21,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use inpool::api::{Cluster, IPAddress, IPAddressClaim, InClusterIPPool};
+use inpool::api::{
+    Cluster, GlobalInClusterIPPool, GlobalInClusterIPPoolSpec, IPAddress, IPAddressClaim,
+    IPPoolReference, InClusterIPPool, InClusterIPPoolSpec,
+};
 use inpool::controllers::reservation::IPAddressReservation;
 use inpool::testenv::capi;
 use k8s_openapi::api::core::v1::Namespace;
@@ -306,17 +309,33 @@ async fn clusterctl_init_installs_inpool_and_move_keeps_every_address() {
         uid: cluster.uid().unwrap(),
         ..Default::default()
     };
+    // A global pool is cluster-scoped: clusterctl copies it to the target and leaves it on the
+    // source (other clusters may draw from it), with the address of the moved claim.
+    let global = GlobalInClusterIPPool::new(
+        "shared",
+        GlobalInClusterIPPoolSpec(InClusterIPPoolSpec::new(["10.20.0.10-10.20.0.19"], 24)),
+    );
+    create(&Api::<GlobalInClusterIPPool>::all(src.clone()), &global).await;
     let claims: Api<IPAddressClaim> = Api::namespaced(src.clone(), ns);
-    for i in 0..3 {
-        let mut c = claim(&format!("machine-{i}"), "pool");
+    for (name, pool_ref) in [
+        ("machine-0", claim("", "pool").spec.pool_ref),
+        ("machine-1", claim("", "pool").spec.pool_ref),
+        ("machine-2", claim("", "pool").spec.pool_ref),
+        (
+            "machine-g",
+            IPPoolReference::new(GROUP, "GlobalInClusterIPPool", "shared"),
+        ),
+    ] {
+        let mut c = claim(name, "");
+        c.spec.pool_ref = pool_ref;
         c.spec.cluster_name = Some("c1".into());
         c.metadata.owner_references = Some(vec![owner.clone()]);
         create(&claims, &c).await;
     }
-    wait_counts(&claims, 3, 0).await;
+    wait_counts(&claims, 4, 0).await;
     let before = addresses_by_claim(&src, ns).await;
-    assert_eq!(before.len(), 3);
-    assert_eq!(reservations_of(&src, ns).await.len(), 3);
+    assert_eq!(before.len(), 4);
+    assert_eq!(reservations_of(&src, ns).await.len(), 4);
 
     // What CAPI's controllers would report once the infrastructure and control plane are up.
     let provisioned = json!({"status": {
@@ -345,7 +364,7 @@ async fn clusterctl_init_installs_inpool_and_move_keeps_every_address() {
     // The target: inpool adopts every moved address (moved objects arrive without status), no
     // second allocation, a reservation for each.
     let moved: Api<IPAddressClaim> = Api::namespaced(dst.clone(), ns);
-    wait_counts(&moved, 3, 0).await;
+    wait_counts(&moved, 4, 0).await;
     assert_eq!(
         addresses_by_claim(&dst, ns).await,
         before,
@@ -362,6 +381,8 @@ async fn clusterctl_init_installs_inpool_and_move_keeps_every_address() {
     )
     .await;
     assert_eq!(names::<InClusterIPPool>(&dst, ns).await, ["pool"]);
+    let global_pools: Api<GlobalInClusterIPPool> = Api::all(dst.clone());
+    assert!(global_pools.get_opt("shared").await.unwrap().is_some());
     assert_eq!(names::<Cluster>(&dst, ns).await, ["c1"]);
 
     // The source: emptied, nothing left on a finalizer, its reservations collected.
@@ -384,6 +405,19 @@ async fn clusterctl_init_installs_inpool_and_move_keeps_every_address() {
         "the source's reservations to be collected",
         Duration::from_secs(60),
         || async { reservations_of(&src, ns).await.is_empty().then_some(()) },
+    )
+    .await;
+    // The global pool stays on the source (clusterctl never deletes global objects), and the
+    // address the moved claim held there is free again (inpool's audit releases the IPAddress
+    // that move leaves behind; see controllers::audit).
+    let shared: Api<GlobalInClusterIPPool> = Api::all(src.clone());
+    wait_for(
+        "the source's global pool to have every address free",
+        Duration::from_secs(60),
+        || async {
+            let status = shared.get("shared").await.ok()?.status?;
+            (status.ip_addresses?.used == 0).then_some(())
+        },
     )
     .await;
     for client in [&src, &dst] {

@@ -17,6 +17,13 @@
 //! against the API server (never the cache alone) and deleted with its UID and resourceVersion
 //! as preconditions, so a reservation that changed meanwhile is left alone.
 //!
+//! It releases **orphaned addresses**: an `IPAddress` of one of inpool's pools, carrying inpool's
+//! finalizer, older than the same age, whose claim is gone (confirmed live). `clusterctl move`
+//! leaves one on the source for each moved claim on a `GlobalInClusterIPPool`: the global pool
+//! stays (other clusters draw from it), so the garbage collector only drops the claim from the
+//! address's owners, and the address would stay used forever. Its reservation is then a stray
+//! reservation and goes with it.
+//!
 //! And it lets go of memory kept for objects that are gone: pools no longer referred to, claims
 //! that no longer wait, the records of own writes and status-write times.
 use std::collections::HashMap;
@@ -33,7 +40,10 @@ use super::error::Error;
 use super::facts::{address_hold, address_key, pool_state};
 use super::registry::{Change, ObjectKey, PoolKind};
 use super::reservation::{IPAddressReservation, hold_of, is_released, records_claim};
-use crate::api::{GlobalInClusterIPPool, IPAddress, IPAddressClaim, IPPool, InClusterIPPool};
+use crate::api::{
+    ADDRESS_FINALIZER, DELETE_FOR_MOVE_ANNOTATION, GlobalInClusterIPPool, IPAddress,
+    IPAddressClaim, IPPool, InClusterIPPool,
+};
 
 /// How long the watches get to catch up with a list before a difference counts as drift.
 pub const SETTLE: Duration = Duration::from_secs(5);
@@ -57,7 +67,8 @@ pub async fn run(ctx: Arc<Context>) {
                     tracing::warn!(
                         drift = found.drift,
                         strays = found.strays,
-                        "audit: corrected drift and collected stray reservations"
+                        orphans = found.orphans,
+                        "audit: corrected drift, collected stray reservations, released orphaned addresses"
                     );
                 }
             }
@@ -74,6 +85,7 @@ pub async fn run(ctx: Arc<Context>) {
 pub struct Found {
     pub drift: usize,
     pub strays: usize,
+    pub orphans: usize,
 }
 
 impl Found {
@@ -106,7 +118,10 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
         ctx.metrics.state_drift("allocator");
         found.drift += 1;
     }
-    found.strays = collect_strays(ctx, &lists).await?;
+    // Orphaned addresses first: their reservations are strays in the same audit.
+    let orphans = release_orphans(ctx, &lists).await?;
+    found.orphans = orphans.len();
+    found.strays = collect_strays(ctx, &lists, &orphans).await?;
     forget_what_is_gone(ctx);
     Ok(found)
 }
@@ -183,14 +198,63 @@ impl Lists {
     }
 }
 
+/// Releases the orphaned addresses (see the module docs); returns their keys.
+async fn release_orphans(ctx: &Context, lists: &Lists) -> Result<Vec<ObjectKey>, Error> {
+    let now = Timestamp::now();
+    let mut released = Vec::new();
+    for address in &lists.addresses {
+        let key = address_key(address);
+        let claim = ObjectKey::new(&key.namespace, &address.spec.claim_ref.name);
+        let ours = address_hold(address).is_some()
+            && address.finalizers().iter().any(|f| f == ADDRESS_FINALIZER);
+        // clusterctl deletes what it marks for move itself.
+        let moving = address
+            .annotations()
+            .contains_key(DELETE_FOR_MOVE_ANNOTATION);
+        if !ours
+            || moving
+            || !old_enough(address, now, ctx.settings.stray_reservation_age)
+            || ctx.stores.claim(&claim).is_some()
+        {
+            continue;
+        }
+        let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace);
+        if claims.get_opt(&claim.name).await?.is_some() {
+            continue;
+        }
+        let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
+        match super::claim::delete_address(&addresses, address).await {
+            Ok(()) => {
+                tracing::info!(
+                    address = %address.spec.address,
+                    ipaddress = %key,
+                    %claim,
+                    pool = %address.spec.pool_ref.name,
+                    "released an orphaned IPAddress: its claim is gone"
+                );
+                ctx.metrics.orphan_address_released();
+                released.push(key);
+            }
+            // Changed since it was listed (its finalizer patch carries the resourceVersion).
+            Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(released)
+}
+
 /// Deletes the stray reservations (see the module docs); returns how many.
-async fn collect_strays(ctx: &Context, lists: &Lists) -> Result<usize, Error> {
+async fn collect_strays(
+    ctx: &Context,
+    lists: &Lists,
+    orphans: &[ObjectKey],
+) -> Result<usize, Error> {
     let now = Timestamp::now();
     let min_age = ctx.settings.stray_reservation_age;
     let addresses: HashMap<ObjectKey, &IPAddress> = lists
         .addresses
         .iter()
-        .filter(|a| a.meta().deletion_timestamp.is_none())
+        .filter(|a| a.meta().deletion_timestamp.is_none() && !orphans.contains(&address_key(a)))
         .map(|a| (address_key(a), a))
         .collect();
     let mut collected = 0;
@@ -242,12 +306,16 @@ async fn collect_strays(ctx: &Context, lists: &Lists) -> Result<usize, Error> {
     Ok(collected)
 }
 
-fn old_enough(reservation: &IPAddressReservation, now: Timestamp, min_age: Duration) -> bool {
-    reservation.creation_timestamp().is_some_and(|created| {
-        now.duration_since(created.0)
-            .try_into()
-            .is_ok_and(|age: Duration| age >= min_age)
-    })
+fn old_enough(object: &impl Resource, now: Timestamp, min_age: Duration) -> bool {
+    object
+        .meta()
+        .creation_timestamp
+        .as_ref()
+        .is_some_and(|created| {
+            now.duration_since(created.0)
+                .try_into()
+                .is_ok_and(|age: Duration| age >= min_age)
+        })
 }
 
 /// The cheap test, from the cache and the list: might this reservation be stray?

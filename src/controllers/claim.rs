@@ -469,7 +469,11 @@ async fn release(
     Ok(Action::await_change())
 }
 
-async fn delete_address(addresses: &Api<IPAddress>, address: &IPAddress) -> Result<(), Error> {
+/// Lets go of inpool's finalizer on `address`, then deletes it.
+pub(super) async fn delete_address(
+    addresses: &Api<IPAddress>,
+    address: &IPAddress,
+) -> Result<(), Error> {
     if address.finalizers().iter().any(|f| f == ADDRESS_FINALIZER) {
         let remaining: Vec<&String> = address
             .finalizers()

@@ -100,6 +100,7 @@ struct Inner {
     reconcile_errors: Family<ErrorLabels, Counter>,
     state_drift: Family<KindLabels, Counter>,
     stray_reservations: Counter,
+    orphan_addresses: Counter,
     audits: Counter,
     leader: Gauge,
 }
@@ -139,6 +140,7 @@ impl Metrics {
         let leader = Gauge::default();
         let state_drift = Family::<KindLabels, Counter>::default();
         let stray_reservations = Counter::default();
+        let orphan_addresses = Counter::default();
         let audits = Counter::default();
 
         registry.register(
@@ -199,6 +201,11 @@ impl Metrics {
             "Reservations the audit deleted because their claim was gone or held another address (left by a crash between two writes)",
             stray_reservations.clone(),
         );
+        registry.register(
+            "orphan_addresses_released",
+            "IPAddresses of inpool's pools the audit released because their claim was gone (left behind by clusterctl move of a claim on a global pool, or a restore)",
+            orphan_addresses.clone(),
+        );
         registry.register("audits", "Audits completed", audits.clone());
         registry.register(
             "leader",
@@ -229,6 +236,7 @@ impl Metrics {
                 reconcile_errors,
                 state_drift,
                 stray_reservations,
+                orphan_addresses,
                 audits,
                 leader,
             }),
@@ -354,6 +362,11 @@ impl Metrics {
                 kind: kind.to_string(),
             })
             .inc();
+    }
+
+    /// The audit released an `IPAddress` whose claim was gone.
+    pub fn orphan_address_released(&self) {
+        self.inner.orphan_addresses.inc();
     }
 
     /// The audit deleted a stray reservation.
