@@ -97,9 +97,15 @@ pub(crate) fn version_ldflags(package: &str, version: &str) -> String {
     .join(" ")
 }
 
-/// Runs `go build -ldflags ldflags -o out package` in the Go module `module` under a file lock
+/// How often a long Go build says that it is still working.
+const BUILD_PROGRESS_EVERY: Duration = Duration::from_secs(15);
+
+/// Runs `go build -v -ldflags ldflags -o out package` in the Go module `module` under a file lock
 /// beside `out`, so that concurrent processes wait for one build; Go's build cache makes a
 /// rebuild of unchanged sources a no-op. `first_time` is printed when `out` does not exist yet.
+/// Go's output goes to `out` + `.build.log`; while the build runs, a line every
+/// [`BUILD_PROGRESS_EVERY`] says how long it has taken and how far it is, so that a first run is
+/// never silent for minutes.
 pub(crate) fn go_build(
     module: &Path,
     package: &str,
@@ -111,25 +117,81 @@ pub(crate) fn go_build(
     let dir = out.parent().expect("an output file has a directory");
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let lock = std::fs::File::create(dir.join("build.lock")).map_err(|e| e.to_string())?;
-    lock.lock()
-        .map_err(|e| format!("locking the build in {}: {e}", dir.display()))?;
-    if !out.exists() {
-        eprintln!("{first_time}");
+    if lock.try_lock().is_err() {
+        say(&format!(
+            "waiting for another process that is building in {}",
+            dir.display()
+        ));
+        lock.lock()
+            .map_err(|e| format!("locking the build in {}: {e}", dir.display()))?;
     }
-    let status = Command::new("go")
-        .args(["build", "-ldflags", ldflags, "-o"])
+    if !out.exists() {
+        say(first_time);
+    }
+    let mut log_path = out.as_os_str().to_owned();
+    log_path.push(".build.log");
+    let log_path = PathBuf::from(log_path);
+    let log = std::fs::File::create(&log_path)
+        .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
+    let mut child = Command::new("go")
+        .args(["build", "-v", "-ldflags", ldflags, "-o"])
         .arg(out)
         .arg(package)
         .current_dir(module)
-        .status()
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .spawn()
         .map_err(|e| format!("running go build in {}: {e}", module.display()))?;
+    let what = match package {
+        "." => module.display().to_string(),
+        package => package.to_string(),
+    };
+    let started = std::time::Instant::now();
+    let mut next_report = BUILD_PROGRESS_EVERY;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        if started.elapsed() >= next_report {
+            next_report += BUILD_PROGRESS_EVERY;
+            say(&format!(
+                "… still building {what}: {}s, {} (log: {})",
+                started.elapsed().as_secs(),
+                build_progress(&log_path),
+                log_path.display()
+            ));
+        }
+    };
     if !status.success() {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
         return Err(format!(
-            "go build of {package} in {} failed ({status})",
-            module.display()
+            "go build of {package} in {} failed ({status}); the end of {}:\n{}",
+            module.display(),
+            log_path.display(),
+            lines[lines.len().saturating_sub(30)..].join("\n")
         ));
     }
     Ok(())
+}
+
+/// What `go build -v`'s log shows so far: modules downloaded, packages compiled.
+fn build_progress(log: &Path) -> String {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    let downloads = log
+        .lines()
+        .filter(|l| l.starts_with("go: downloading"))
+        .count();
+    let packages = log.lines().count() - downloads;
+    format!("{downloads} modules downloaded, {packages} packages compiled")
+}
+
+/// A line on stderr that shows even inside a test: libtest captures the print macros, not
+/// writes to the stream itself.
+fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// How to start a [`ControlPlane`].
