@@ -14,7 +14,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use inpool::api::conditions::{ConditionStatus, DesiredCondition, LegacyCondition};
-use inpool::api::crds::{generated_files, local_capi_crds, pool_crds, stale_files};
+use inpool::api::crds::{
+    generated_files, local_capi_crds, pool_crds, prefix_pool_crds, stale_files,
+};
 use inpool::api::{
     GlobalInClusterIPPool, IPAddress, IPAddressClaim, IPAddressClaimReference, IPAddressClaimSpec,
     IPAddressClaimStatus, IPAddressSpec, IPPoolReference, InClusterIPPool, InClusterIPPoolSpec,
@@ -635,7 +637,11 @@ fn check_structural(schema: &Value, path: &str, problems: &mut Vec<String>) {
 
 #[test]
 fn generated_crds_are_structural() {
-    for crd in pool_crds().into_iter().chain(local_capi_crds()) {
+    for crd in pool_crds()
+        .into_iter()
+        .chain(prefix_pool_crds())
+        .chain(local_capi_crds())
+    {
         let v = serde_json::to_value(&crd).unwrap();
         for version in v["spec"]["versions"].as_array().unwrap() {
             let mut problems = vec![];
@@ -711,6 +717,76 @@ fn pool_crds_match_the_reference_names_and_fields() {
 
 /// Every property of the reference exists in ours with the same type, format and
 /// required-ness, and no stricter bounds than the reference's except where documented.
+#[test]
+fn prefix_pool_crds_match_the_reference_names_and_fields() {
+    let test = "prefix_pool_crds_match_the_reference_names_and_fields";
+    let Some(reference_dir) = support::reference_fixtures("in-cluster-prefix", test) else {
+        return;
+    };
+    for (ours, file) in prefix_pool_crds().into_iter().zip([
+        "ipam.cluster.x-k8s.io_inclusterprefixpools.yaml",
+        "ipam.cluster.x-k8s.io_globalinclusterprefixpools.yaml",
+    ]) {
+        let reference = read_yaml(&reference_dir.join(file));
+        let ours = serde_json::to_value(&ours).unwrap();
+        let name = ours["metadata"]["name"].as_str().unwrap().to_string();
+        assert_eq!(ours["metadata"]["name"], reference["metadata"]["name"]);
+        assert_eq!(ours["spec"]["group"], reference["spec"]["group"]);
+        assert_eq!(ours["spec"]["scope"], reference["spec"]["scope"], "{name}");
+        for key in ["kind", "plural", "singular", "categories", "shortNames"] {
+            assert_eq!(
+                ours["spec"]["names"][key], reference["spec"]["names"][key],
+                "{name}: names.{key}"
+            );
+        }
+        assert_eq!(
+            ours["metadata"]["labels"]["clusterctl.cluster.x-k8s.io/move-hierarchy"],
+            ""
+        );
+        let ours_v = version_of(&ours, "v1alpha2");
+        assert_eq!(ours_v["served"], true);
+        assert_eq!(ours_v["storage"], true);
+        assert_eq!(ours_v["subresources"], json!({"status": {}}));
+        // The reference's printer columns first, in its order; inpool adds Ready and Age.
+        let columns = |v: &Value| -> Vec<(String, String)> {
+            v["additionalPrinterColumns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        c["name"].as_str().unwrap().to_string(),
+                        c["jsonPath"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect()
+        };
+        let reference_columns = columns(version_of(&reference, "v1alpha2"));
+        let our_columns = columns(ours_v);
+        assert_eq!(
+            our_columns[..reference_columns.len()],
+            reference_columns[..]
+        );
+        let rs = version_schema(&reference, "v1alpha2");
+        let os = version_schema(&ours, "v1alpha2");
+        assert_eq!(
+            os["properties"]["spec"]["properties"]["allocationPrefixLength"]["default"],
+            rs["properties"]["spec"]["properties"]["allocationPrefixLength"]["default"],
+            "{name}: the default allocation length"
+        );
+        let mut diffs = vec![];
+        for part in ["spec", "status"] {
+            compare_reference_fields(
+                &rs["properties"][part],
+                &os["properties"][part],
+                part,
+                &mut diffs,
+            );
+        }
+        assert!(diffs.is_empty(), "{name}: {diffs:#?}");
+    }
+}
+
 fn compare_reference_fields(reference: &Value, ours: &Value, path: &str, diffs: &mut Vec<String>) {
     for key in ["type", "format"] {
         if reference[key] != ours[key] {

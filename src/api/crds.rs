@@ -1,6 +1,7 @@
 //! The CRD files generated from the Rust types (written and checked by `src/bin/crdgen.rs`).
 //!
-//! - `crds/`: inpool's pool CRDs, installed with inpool.
+//! - `crds/`: inpool's pool CRDs (IP pools and prefix pools) and its reservation CRD, installed
+//!   with inpool.
 //! - `config/local-capi/`: CRDs for CAPI's `IPAddressClaim`, `IPAddress` (v1beta2 only) and the
 //!   part of `Cluster` inpool reads, derived from inpool's own types of those kinds, **for local
 //!   use only** (a demo without CAPI). CAPI core installs the real ones; never install these
@@ -9,7 +10,10 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use super::{Cluster, GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool};
+use super::{
+    Cluster, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim,
+    InClusterIPPool, InClusterPrefixPool,
+};
 
 /// The command that regenerates the files (named in their header).
 pub const GENERATE_COMMAND: &str = "cargo run --bin crdgen";
@@ -28,6 +32,14 @@ pub fn pool_crds() -> Vec<CustomResourceDefinition> {
     vec![
         tidy(InClusterIPPool::crd()),
         tidy(GlobalInClusterIPPool::crd()),
+    ]
+}
+
+/// The prefix pool CRDs (as installed).
+pub fn prefix_pool_crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        tidy(InClusterPrefixPool::crd()),
+        tidy(GlobalInClusterPrefixPool::crd()),
     ]
 }
 
@@ -109,6 +121,17 @@ pub fn generated_files() -> Vec<GeneratedFile> {
         files.push(GeneratedFile {
             path,
             content: format!("{pool_header}---\n{}", to_yaml(crd)),
+        });
+    }
+    let prefix_header = pool_header.replace("src/api/pool.rs", "src/api/prefix_pool.rs");
+    let prefix_paths = [
+        "crds/ipam.cluster.x-k8s.io_inclusterprefixpools.yaml",
+        "crds/ipam.cluster.x-k8s.io_globalinclusterprefixpools.yaml",
+    ];
+    for (path, crd) in prefix_paths.into_iter().zip(&prefix_pool_crds()) {
+        files.push(GeneratedFile {
+            path,
+            content: format!("{prefix_header}---\n{}", to_yaml(crd)),
         });
     }
     for (path, crd) in capi_paths.into_iter().zip(&capi) {

@@ -7,6 +7,8 @@
 //! - [`pool`]: `ipam.cluster.x-k8s.io/v1alpha2` [`InClusterIPPool`] (namespaced) and
 //!   [`GlobalInClusterIPPool`] (cluster-scoped), field-compatible with the reference in-cluster
 //!   provider, with their validation as CEL rules inside the CRD.
+//! - [`prefix_pool`]: `ipam.cluster.x-k8s.io/v1alpha2` [`InClusterPrefixPool`] and
+//!   [`GlobalInClusterPrefixPool`], the reference's prefix pools (IPv6 sub-prefixes), likewise.
 //! - [`conditions`]: upsert of `metav1.Condition` by type, and the mirror into CAPI's legacy
 //!   (v1beta1) condition shape.
 //! - [`key`]: [`PoolKey`], the one identity of a pool every layer uses.
@@ -18,6 +20,7 @@ pub mod conditions;
 pub mod crds;
 pub mod key;
 pub mod pool;
+pub mod prefix_pool;
 pub mod reservation;
 
 pub use capi::{
@@ -34,6 +37,10 @@ pub use key::{PoolKey, PoolKind, Scope};
 pub use pool::{
     GlobalInClusterIPPool, GlobalInClusterIPPoolSpec, IPAddressesStatus, IPPool, InClusterIPPool,
     InClusterIPPoolSpec, InClusterIPPoolStatus, pool_status_patch,
+};
+pub use prefix_pool::{
+    GlobalInClusterPrefixPool, GlobalInClusterPrefixPoolSpec, InClusterPrefixPool,
+    InClusterPrefixPoolSpec,
 };
 
 /// API group of the CAPI IPAM kinds and of inpool's pools.

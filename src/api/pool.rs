@@ -395,7 +395,7 @@ fn excluded_addresses_schema(_: &mut schemars::SchemaGenerator) -> schemars::Sch
 pub mod rules {
     use super::*;
 
-    fn rule(rule: String, message_expression: String, field_path: Option<&str>) -> Rule {
+    pub(crate) fn rule(rule: String, message_expression: String, field_path: Option<&str>) -> Rule {
         let mut r = Rule::new(rule).message(Message::Expression(message_expression));
         if let Some(p) = field_path {
             r = r.field_path(p);
@@ -403,7 +403,7 @@ pub mod rules {
         r
     }
 
-    fn to_json(r: Rule) -> Value {
+    pub(crate) fn to_json(r: Rule) -> Value {
         serde_json::to_value(r).expect("rule serialises")
     }
 
@@ -411,7 +411,7 @@ pub mod rules {
     const FIRST: &str = "self.addresses[0]";
 
     /// `['0', '1', ..., '128']`: the text of a prefix length, by index.
-    fn numbers() -> String {
+    pub(crate) fn numbers() -> String {
         let items: Vec<String> = (0..=128).map(|i| format!("'{i}'")).collect();
         format!("[{}]", items.join(", "))
     }
