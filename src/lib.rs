@@ -6,6 +6,7 @@
 //! - [`controllers`]: the registry, the watches that feed it, the claim and pool reconcilers,
 //!   the audit;
 //! - [`cli`], [`leader`]: the binary's flags and leader election;
+//! - [`inspect`]: read-only views of pools and claims from the API (the demo, `kubectl inpool`);
 //! - [`telemetry`]: logging, metrics and the health/metrics HTTP server;
 //! - [`testenv`]: the local control plane built from `testenv/`, for the tests and the demo.
 #![forbid(unsafe_code)]
@@ -14,6 +15,7 @@ pub mod allocator;
 pub mod api;
 pub mod cli;
 pub mod controllers;
+pub mod inspect;
 pub mod leader;
 pub mod telemetry;
 pub mod testenv;

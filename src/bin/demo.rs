@@ -20,25 +20,20 @@
 //! a file instead of over the picture.
 
 use std::io::{IsTerminal, Write};
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::Client;
+use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::discovery::{Scope, pinned_kind};
-use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use inpool::allocator::{Allocator, Family, PoolSpecInput};
-use inpool::api::{
-    GlobalInClusterIPPool, IPAM_GROUP, IPAddress, IPAddressClaim, IPPool, InClusterIPPool,
-    REASON_ADDRESS_ALLOCATED, REASON_POOL_EXHAUSTED,
-};
 use inpool::cli::Settings;
+use inpool::inspect::Snapshot;
 use inpool::telemetry::{HealthState, Metrics, server};
 use inpool::testenv::{self, ControlPlane, StartOptions};
 
@@ -221,7 +216,7 @@ async fn demo(
                 bail!("inpool's controllers stopped: {result:?} (log: {})", log_path.display());
             }
         }
-        let snapshot = Snapshot::fetch(&client).await?;
+        let snapshot = Snapshot::fetch(&client, None).await?;
         let picture = snapshot.render();
         let changed = previous.as_deref() != Some(picture.as_str());
         screen.show(&picture, changed);
@@ -361,350 +356,6 @@ async fn grow_pools(client: &Client, grow: &[PathBuf], screen: &mut Screen) -> a
             .join(", ")
     ));
     apply_all(client, &objects).await
-}
-
-// ------------------------------------------------------------------------------------------
-// The picture
-// ------------------------------------------------------------------------------------------
-
-struct PoolRow {
-    kind: &'static str,
-    namespace: Option<String>,
-    name: String,
-    family: String,
-    counts: Result<(i64, i64, i64), String>,
-    source: &'static str,
-    waiting: usize,
-    /// Claims of the pool that hold an address (Ready=True).
-    realised: usize,
-    conditions: String,
-}
-
-struct ClaimRow {
-    namespace: String,
-    name: String,
-    pool: String,
-    ready: String,
-    reason: String,
-    address: String,
-}
-
-struct Snapshot {
-    pools: Vec<PoolRow>,
-    claims: Vec<ClaimRow>,
-}
-
-impl Snapshot {
-    async fn fetch(client: &Client) -> anyhow::Result<Snapshot> {
-        let lp = ListParams::default();
-        let pools = Api::<InClusterIPPool>::all(client.clone())
-            .list(&lp)
-            .await?;
-        let global_pools = Api::<GlobalInClusterIPPool>::all(client.clone())
-            .list(&lp)
-            .await?;
-        let claims = Api::<IPAddressClaim>::all(client.clone()).list(&lp).await?;
-        let addresses = Api::<IPAddress>::all(client.clone()).list(&lp).await?;
-
-        let mut claim_rows: Vec<ClaimRow> = claims
-            .items
-            .iter()
-            .map(|claim| claim_row(claim, &addresses.items))
-            .collect();
-        claim_rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-
-        let mut pool_rows = Vec::new();
-        for pool in &pools.items {
-            let namespace = pool.namespace().unwrap_or_default();
-            pool_rows.push(pool_row(
-                pool,
-                "InClusterIPPool",
-                Some(namespace.clone()),
-                &addresses.items,
-                &claims.items,
-            ));
-        }
-        for pool in &global_pools.items {
-            pool_rows.push(pool_row(
-                pool,
-                "GlobalInClusterIPPool",
-                None,
-                &addresses.items,
-                &claims.items,
-            ));
-        }
-        Ok(Snapshot {
-            pools: pool_rows,
-            claims: claim_rows,
-        })
-    }
-
-    /// Every claim has a Ready condition, each is realised or waiting for an address, and the
-    /// pools' counts agree with the claims.
-    fn settled(&self) -> bool {
-        !self.claims.is_empty()
-            && self.claims.iter().all(|c| {
-                c.reason == REASON_ADDRESS_ALLOCATED
-                    || (c.ready == "False" && c.reason == REASON_POOL_EXHAUSTED)
-            })
-            && self.pools_agree()
-    }
-
-    /// Every claim is Ready and the pools' counts agree with the claims.
-    fn all_ready(&self) -> bool {
-        !self.claims.is_empty()
-            && self
-                .claims
-                .iter()
-                .all(|c| c.ready == "True" && c.reason == REASON_ADDRESS_ALLOCATED)
-            && self.pools_agree()
-    }
-
-    /// Each pool counts as used exactly the addresses of its realised claims (its status, written
-    /// by inpool's pool controller, may lag a moment behind the claims).
-    fn pools_agree(&self) -> bool {
-        self.pools.iter().all(|p| match p.counts {
-            Ok((_, used, _)) => usize::try_from(used).is_ok_and(|u| u == p.realised),
-            Err(_) => true,
-        })
-    }
-
-    /// (claims Ready, claims PoolExhausted)
-    fn tally(&self) -> (usize, usize) {
-        let ready = self.claims.iter().filter(|c| c.ready == "True").count();
-        let exhausted = self
-            .claims
-            .iter()
-            .filter(|c| c.reason == REASON_POOL_EXHAUSTED)
-            .count();
-        (ready, exhausted)
-    }
-
-    fn render(&self) -> String {
-        let mut out = String::new();
-        out.push_str("POOLS\n");
-        let rows: Vec<Vec<String>> = self
-            .pools
-            .iter()
-            .map(|p| {
-                let (total, used, free) = match &p.counts {
-                    Ok((t, u, f)) => (t.to_string(), u.to_string(), f.to_string()),
-                    Err(_) => ("-".into(), "-".into(), "-".into()),
-                };
-                let conditions = match &p.counts {
-                    Err(e) => format!("{} ({e})", p.conditions),
-                    Ok(_) => p.conditions.clone(),
-                };
-                vec![
-                    p.kind.to_string(),
-                    p.namespace.clone().unwrap_or_else(|| "-".into()),
-                    p.name.clone(),
-                    p.family.clone(),
-                    total,
-                    used,
-                    free,
-                    p.waiting.to_string(),
-                    p.source.to_string(),
-                    conditions,
-                ]
-            })
-            .collect();
-        out.push_str(&table(
-            &[
-                "KIND",
-                "NAMESPACE",
-                "NAME",
-                "FAMILY",
-                "TOTAL",
-                "USED",
-                "FREE",
-                "WAITING",
-                "COUNTS FROM",
-                "CONDITIONS",
-            ],
-            &rows,
-        ));
-        out.push('\n');
-        let (ready, exhausted) = self.tally();
-        out.push_str(&format!(
-            "CLAIMS ({} in all: {ready} Ready, {exhausted} PoolExhausted)\n",
-            self.claims.len()
-        ));
-        let rows: Vec<Vec<String>> = self
-            .claims
-            .iter()
-            .map(|c| {
-                vec![
-                    c.namespace.clone(),
-                    c.name.clone(),
-                    c.pool.clone(),
-                    c.ready.clone(),
-                    c.reason.clone(),
-                    c.address.clone(),
-                ]
-            })
-            .collect();
-        out.push_str(&table(
-            &["NAMESPACE", "NAME", "POOL", "READY", "REASON", "ADDRESS"],
-            &rows,
-        ));
-        out
-    }
-}
-
-fn claim_row(claim: &IPAddressClaim, addresses: &[IPAddress]) -> ClaimRow {
-    let namespace = claim.namespace().unwrap_or_default();
-    let ready = claim.conditions().iter().find(|c| c.type_ == "Ready");
-    let address_ref = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.address_ref.as_ref())
-        .map(|r| r.name.clone());
-    let address = match address_ref {
-        None => "-".to_string(),
-        Some(name) => addresses
-            .iter()
-            .find(|a| a.namespace().as_deref() == Some(namespace.as_str()) && a.name_any() == name)
-            .map(|a| format!("{}/{}", a.spec.address, a.spec.prefix))
-            .unwrap_or_else(|| format!("{name}?")),
-    };
-    let pool_ref = &claim.spec.pool_ref;
-    ClaimRow {
-        namespace,
-        name: claim.name_any(),
-        pool: format!("{}/{}", pool_ref.kind, pool_ref.name),
-        ready: ready.map_or("-".to_string(), |c| c.status.clone()),
-        reason: ready.map_or("-".to_string(), |c| c.reason.clone()),
-        address,
-    }
-}
-
-/// A pool's row: counts from `status.ipAddresses` when the pool controller has written them,
-/// else counted here from the spec and the `IPAddress`es that name the pool.
-fn pool_row<P: IPPool>(
-    pool: &P,
-    kind: &'static str,
-    namespace: Option<String>,
-    addresses: &[IPAddress],
-    claims: &[IPAddressClaim],
-) -> PoolRow {
-    let name = pool.name_any();
-    let names_pool = |pool_ref: &inpool::api::IPPoolReference, object_namespace: Option<String>| {
-        pool_ref.api_group == IPAM_GROUP
-            && pool_ref.kind == kind
-            && pool_ref.name == name
-            && (namespace.is_none() || object_namespace == namespace)
-    };
-    let spec = pool.pool_spec();
-    let input = PoolSpecInput {
-        addresses: spec.addresses.clone(),
-        prefix: i64::from(spec.prefix),
-        gateway: spec.gateway.clone(),
-        excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
-        allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
-    };
-    let parsed = input.parse();
-    let family = match parsed.as_ref().map(|p| p.family()) {
-        Ok(Family::V4) => "IPv4",
-        Ok(Family::V6) => "IPv6",
-        Err(_) => "?",
-    }
-    .to_string();
-    let status = pool.pool_status();
-    let (counts, source) = match status.and_then(|s| s.ip_addresses) {
-        Some(c) => (Ok((c.total, c.used, c.free)), "status"),
-        None => {
-            let counted = match parsed {
-                Ok(parsed) => {
-                    let mut allocator = Allocator::new(parsed.into_allocatable());
-                    for a in addresses {
-                        if names_pool(&a.spec.pool_ref, a.namespace())
-                            && a.metadata.deletion_timestamp.is_none()
-                            && let Ok(ip) = a.spec.address.parse::<IpAddr>()
-                        {
-                            allocator.mark_used(ip);
-                        }
-                    }
-                    let c = allocator.counts().to_status();
-                    Ok((c.total, c.used, c.free))
-                }
-                Err(e) => Err(format!("invalid spec: {e}")),
-            };
-            (counted, "IPAddresses")
-        }
-    };
-    let ready_reasons: Vec<(String, String)> = claims
-        .iter()
-        .filter(|c| names_pool(&c.spec.pool_ref, c.namespace()))
-        .filter_map(|c| {
-            let ready = c.conditions().iter().find(|r| r.type_ == "Ready")?;
-            Some((ready.status.clone(), ready.reason.clone()))
-        })
-        .collect();
-    let waiting = ready_reasons
-        .iter()
-        .filter(|(_, reason)| reason == REASON_POOL_EXHAUSTED)
-        .count();
-    let realised = ready_reasons
-        .iter()
-        .filter(|(status, reason)| status == "True" && reason == REASON_ADDRESS_ALLOCATED)
-        .count();
-    let conditions = status
-        .and_then(|s| s.conditions.as_ref())
-        .filter(|c| !c.is_empty())
-        .map(|list| {
-            list.iter()
-                .map(|c| {
-                    if c.status == "True" {
-                        format!("{}=True", c.type_)
-                    } else {
-                        format!("{}={} ({})", c.type_, c.status, c.reason)
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_else(|| "(none yet)".to_string());
-    PoolRow {
-        kind,
-        namespace,
-        name,
-        family,
-        counts,
-        source,
-        waiting,
-        realised,
-        conditions,
-    }
-}
-
-/// Plain-text columns, left-aligned, two spaces apart.
-fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (i, cell) in row.iter().enumerate() {
-            widths[i] = widths[i].max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut text = String::new();
-        for (i, cell) in cells.iter().enumerate() {
-            if i + 1 == cells.len() {
-                text.push_str(cell);
-            } else {
-                text.push_str(&format!("{cell:<width$}  ", width = widths[i]));
-            }
-        }
-        text.trim_end().to_string() + "\n"
-    };
-    let mut out = line(headers.to_vec());
-    if rows.is_empty() {
-        out.push_str("(none)\n");
-    }
-    for row in rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
-    }
-    out
 }
 
 /// Where the picture goes: redrawn in place on a terminal; printed as a snapshot whenever it
@@ -898,22 +549,5 @@ impl Drop for AbortOnDrop {
         for handle in &self.0 {
             handle.abort();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tables_align_their_columns() {
-        let text = table(
-            &["A", "LONGER"],
-            &[
-                vec!["wide cell".into(), "x".into()],
-                vec!["y".into(), "z".into()],
-            ],
-        );
-        assert_eq!(text, "A          LONGER\nwide cell  x\ny          z\n");
     }
 }

@@ -1,0 +1,727 @@
+//! Read-only views of inpool's pools and claims, built from the API alone (no access to a running
+//! inpool): the demo's live picture and the `kubectl inpool` plugin (`src/bin/kubectl-inpool.rs`)
+//! share them.
+//!
+//! - [`Snapshot`]: every pool (counts, waiting claims, conditions) and every claim (Ready, reason,
+//!   message, address, place in its pool's queue), cluster-wide or in one namespace.
+//! - [`who_has`]: which claim, `IPAddress` and reservation hold an address.
+//! - [`why`]: what a claim is waiting for: its condition, its pool, its Cluster's pause.
+//!
+//! A waiting claim's place in the queue is computed as inpool's registry orders it: by creation
+//! time, then namespace and name (first come, first served).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use serde::Serialize;
+
+use crate::allocator::{Allocator, Family, PoolSpecInput};
+use crate::api::{
+    Cluster, GlobalInClusterIPPool, IPAM_GROUP, IPAddress, IPAddressClaim, IPPool, IPPoolReference,
+    InClusterIPPool, PAUSED_ANNOTATION, REASON_ADDRESS_ALLOCATED, REASON_POOL_EXHAUSTED,
+};
+use crate::controllers::reservation::{IPAddressReservation, is_released, reusable_after};
+
+/// One pool, as `kubectl inpool pools` shows it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolRow {
+    pub kind: &'static str,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub family: String,
+    pub total: Option<i64>,
+    pub used: Option<i64>,
+    pub free: Option<i64>,
+    /// Where the counts come from: the pool's `status` (written by inpool), or counted here from
+    /// the spec and the `IPAddress`es when inpool has not written a status yet.
+    pub counts_from: &'static str,
+    /// Why the counts are missing (an invalid spec).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// Claims of the pool waiting for an address (`PoolExhausted`).
+    pub waiting: usize,
+    /// Claims of the pool that hold an address (`Ready=True`).
+    pub realised: usize,
+    /// The pool's conditions, `Type=True` or `Type=False (Reason)`.
+    pub conditions: String,
+}
+
+/// One claim, as `kubectl inpool claims` shows it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimRow {
+    pub namespace: String,
+    pub name: String,
+    /// `Kind/name` of the pool it names.
+    pub pool: String,
+    pub ready: String,
+    pub reason: String,
+    pub message: String,
+    /// `address/prefix` of its `IPAddress`, when it has one.
+    pub address: Option<String>,
+    /// Its place in its pool's queue (1 is served first), while it waits.
+    pub position: Option<usize>,
+}
+
+impl ClaimRow {
+    pub fn is_waiting(&self) -> bool {
+        self.reason == REASON_POOL_EXHAUSTED
+    }
+}
+
+/// Pools and claims at one moment.
+#[derive(Clone, Debug, Serialize)]
+pub struct Snapshot {
+    pub pools: Vec<PoolRow>,
+    pub claims: Vec<ClaimRow>,
+}
+
+impl Snapshot {
+    /// Reads pools, claims and `IPAddress`es: everywhere, or in `namespace` (its namespaced
+    /// pools, and the global pools its claims may use).
+    pub async fn fetch(client: &Client, namespace: Option<&str>) -> anyhow::Result<Snapshot> {
+        let lp = ListParams::default();
+        let pools = scoped::<InClusterIPPool>(client, namespace)
+            .list(&lp)
+            .await?;
+        let global_pools = Api::<GlobalInClusterIPPool>::all(client.clone())
+            .list(&lp)
+            .await?;
+        let claims = scoped::<IPAddressClaim>(client, namespace)
+            .list(&lp)
+            .await?
+            .items;
+        let addresses = scoped::<IPAddress>(client, namespace)
+            .list(&lp)
+            .await?
+            .items;
+
+        let positions = queue_positions(&claims);
+        let mut claim_rows: Vec<ClaimRow> = claims
+            .iter()
+            .map(|claim| claim_row(claim, &addresses, &positions))
+            .collect();
+        claim_rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+
+        let mut pool_rows = Vec::new();
+        for pool in &pools.items {
+            let namespace = pool.namespace().unwrap_or_default();
+            pool_rows.push(pool_row(
+                pool,
+                "InClusterIPPool",
+                Some(namespace),
+                &addresses,
+                &claims,
+            ));
+        }
+        for pool in &global_pools.items {
+            pool_rows.push(pool_row(
+                pool,
+                "GlobalInClusterIPPool",
+                None,
+                &addresses,
+                &claims,
+            ));
+        }
+        Ok(Snapshot {
+            pools: pool_rows,
+            claims: claim_rows,
+        })
+    }
+
+    /// Every claim has a Ready condition, each is realised or waiting for an address, and the
+    /// pools' counts agree with the claims.
+    pub fn settled(&self) -> bool {
+        !self.claims.is_empty()
+            && self.claims.iter().all(|c| {
+                c.reason == REASON_ADDRESS_ALLOCATED
+                    || (c.ready == "False" && c.reason == REASON_POOL_EXHAUSTED)
+            })
+            && self.pools_agree()
+    }
+
+    /// Every claim is Ready and the pools' counts agree with the claims.
+    pub fn all_ready(&self) -> bool {
+        !self.claims.is_empty()
+            && self
+                .claims
+                .iter()
+                .all(|c| c.ready == "True" && c.reason == REASON_ADDRESS_ALLOCATED)
+            && self.pools_agree()
+    }
+
+    /// Each pool counts as used exactly the addresses of its realised claims (its status, written
+    /// by inpool's pool controller, may lag a moment behind the claims).
+    pub fn pools_agree(&self) -> bool {
+        self.pools.iter().all(|p| match p.used {
+            Some(used) => usize::try_from(used).is_ok_and(|u| u == p.realised),
+            None => true,
+        })
+    }
+
+    /// (claims Ready, claims PoolExhausted)
+    pub fn tally(&self) -> (usize, usize) {
+        let ready = self.claims.iter().filter(|c| c.ready == "True").count();
+        let exhausted = self.claims.iter().filter(|c| c.is_waiting()).count();
+        (ready, exhausted)
+    }
+
+    /// The pools as a table.
+    pub fn pools_table(&self) -> String {
+        let dash = |n: Option<i64>| n.map_or("-".to_string(), |n| n.to_string());
+        let rows: Vec<Vec<String>> = self
+            .pools
+            .iter()
+            .map(|p| {
+                let conditions = match &p.problem {
+                    Some(problem) => format!("{} ({problem})", p.conditions),
+                    None => p.conditions.clone(),
+                };
+                vec![
+                    p.kind.to_string(),
+                    p.namespace.clone().unwrap_or_else(|| "-".into()),
+                    p.name.clone(),
+                    p.family.clone(),
+                    dash(p.total),
+                    dash(p.used),
+                    dash(p.free),
+                    p.waiting.to_string(),
+                    p.counts_from.to_string(),
+                    conditions,
+                ]
+            })
+            .collect();
+        table(
+            &[
+                "KIND",
+                "NAMESPACE",
+                "NAME",
+                "FAMILY",
+                "TOTAL",
+                "USED",
+                "FREE",
+                "WAITING",
+                "COUNTS FROM",
+                "CONDITIONS",
+            ],
+            &rows,
+        )
+    }
+
+    /// The claims as a table; with `messages`, the waiting position and the condition's message
+    /// too.
+    pub fn claims_table(&self, claims: &[&ClaimRow], messages: bool) -> String {
+        let rows: Vec<Vec<String>> = claims
+            .iter()
+            .map(|c| {
+                let mut row = vec![
+                    c.namespace.clone(),
+                    c.name.clone(),
+                    c.pool.clone(),
+                    c.ready.clone(),
+                    c.reason.clone(),
+                    c.address.clone().unwrap_or_else(|| "-".into()),
+                ];
+                if messages {
+                    row.push(c.position.map_or("-".into(), |p| p.to_string()));
+                    row.push(c.message.clone());
+                }
+                row
+            })
+            .collect();
+        let mut headers = vec!["NAMESPACE", "NAME", "POOL", "READY", "REASON", "ADDRESS"];
+        if messages {
+            headers.extend(["POSITION", "MESSAGE"]);
+        }
+        table(&headers, &rows)
+    }
+
+    /// The demo's picture: pools, then claims.
+    pub fn render(&self) -> String {
+        let mut out = String::from("POOLS\n");
+        out.push_str(&self.pools_table());
+        out.push('\n');
+        let (ready, exhausted) = self.tally();
+        out.push_str(&format!(
+            "CLAIMS ({} in all: {ready} Ready, {exhausted} PoolExhausted)\n",
+            self.claims.len()
+        ));
+        let all: Vec<&ClaimRow> = self.claims.iter().collect();
+        out.push_str(&self.claims_table(&all, false));
+        out
+    }
+}
+
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The pool a reference names, as `(kind, namespace for namespaced kinds, name)`.
+fn pool_identity(pool_ref: &IPPoolReference, namespace: &str) -> (String, Option<String>, String) {
+    let namespaced = pool_ref.kind == "InClusterIPPool";
+    (
+        pool_ref.kind.clone(),
+        namespaced.then(|| namespace.to_string()),
+        pool_ref.name.clone(),
+    )
+}
+
+/// Each waiting claim's place in its pool's queue: (namespace, name) → position from 1.
+fn queue_positions(claims: &[IPAddressClaim]) -> BTreeMap<(String, String), usize> {
+    let mut queues: BTreeMap<_, Vec<(String, String, String)>> = BTreeMap::new();
+    for claim in claims {
+        let waiting = claim
+            .conditions()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.reason == REASON_POOL_EXHAUSTED);
+        if !waiting || claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let namespace = claim.namespace().unwrap_or_default();
+        let created = claim
+            .creation_timestamp()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default();
+        queues
+            .entry(pool_identity(&claim.spec.pool_ref, &namespace))
+            .or_default()
+            .push((created, namespace, claim.name_any()));
+    }
+    let mut positions = BTreeMap::new();
+    for mut queue in queues.into_values() {
+        queue.sort();
+        for (i, (_, namespace, name)) in queue.into_iter().enumerate() {
+            positions.insert((namespace, name), i + 1);
+        }
+    }
+    positions
+}
+
+fn claim_row(
+    claim: &IPAddressClaim,
+    addresses: &[IPAddress],
+    positions: &BTreeMap<(String, String), usize>,
+) -> ClaimRow {
+    let namespace = claim.namespace().unwrap_or_default();
+    let ready = claim.conditions().iter().find(|c| c.type_ == "Ready");
+    let address_ref = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.address_ref.as_ref())
+        .map(|r| r.name.clone());
+    let address = address_ref.map(|name| {
+        addresses
+            .iter()
+            .find(|a| a.namespace().as_deref() == Some(namespace.as_str()) && a.name_any() == name)
+            .map(|a| format!("{}/{}", a.spec.address, a.spec.prefix))
+            .unwrap_or_else(|| format!("{name}?"))
+    });
+    let pool_ref = &claim.spec.pool_ref;
+    let position = positions
+        .get(&(namespace.clone(), claim.name_any()))
+        .copied();
+    ClaimRow {
+        name: claim.name_any(),
+        pool: format!("{}/{}", pool_ref.kind, pool_ref.name),
+        ready: ready.map_or("-".to_string(), |c| c.status.clone()),
+        reason: ready.map_or("-".to_string(), |c| c.reason.clone()),
+        message: ready.map_or(String::new(), |c| c.message.clone()),
+        address,
+        position,
+        namespace,
+    }
+}
+
+/// A pool's row: counts from `status.ipAddresses` when the pool controller has written them,
+/// else counted here from the spec and the `IPAddress`es that name the pool.
+fn pool_row<P: IPPool>(
+    pool: &P,
+    kind: &'static str,
+    namespace: Option<String>,
+    addresses: &[IPAddress],
+    claims: &[IPAddressClaim],
+) -> PoolRow {
+    let name = pool.name_any();
+    let names_pool = |pool_ref: &IPPoolReference, object_namespace: Option<String>| {
+        pool_ref.api_group == IPAM_GROUP
+            && pool_ref.kind == kind
+            && pool_ref.name == name
+            && (namespace.is_none() || object_namespace == namespace)
+    };
+    let spec = pool.pool_spec();
+    let input = PoolSpecInput {
+        addresses: spec.addresses.clone(),
+        prefix: i64::from(spec.prefix),
+        gateway: spec.gateway.clone(),
+        excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
+        allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
+    };
+    let parsed = input.parse();
+    let family = match parsed.as_ref().map(|p| p.family()) {
+        Ok(Family::V4) => "IPv4",
+        Ok(Family::V6) => "IPv6",
+        Err(_) => "?",
+    }
+    .to_string();
+    let status = pool.pool_status();
+    let (counts, counts_from) = match status.and_then(|s| s.ip_addresses) {
+        Some(c) => (Ok((c.total, c.used, c.free)), "status"),
+        None => {
+            let counted = match parsed {
+                Ok(parsed) => {
+                    let mut allocator = Allocator::new(parsed.into_allocatable());
+                    for a in addresses {
+                        if names_pool(&a.spec.pool_ref, a.namespace())
+                            && a.metadata.deletion_timestamp.is_none()
+                            && let Ok(ip) = a.spec.address.parse::<IpAddr>()
+                        {
+                            allocator.mark_used(ip);
+                        }
+                    }
+                    let c = allocator.counts().to_status();
+                    Ok((c.total, c.used, c.free))
+                }
+                Err(e) => Err(format!("invalid spec: {e}")),
+            };
+            (counted, "IPAddresses")
+        }
+    };
+    let ready_reasons: Vec<(String, String)> = claims
+        .iter()
+        .filter(|c| names_pool(&c.spec.pool_ref, c.namespace()))
+        .filter_map(|c| {
+            let ready = c.conditions().iter().find(|r| r.type_ == "Ready")?;
+            Some((ready.status.clone(), ready.reason.clone()))
+        })
+        .collect();
+    let waiting = ready_reasons
+        .iter()
+        .filter(|(_, reason)| reason == REASON_POOL_EXHAUSTED)
+        .count();
+    let realised = ready_reasons
+        .iter()
+        .filter(|(status, reason)| status == "True" && reason == REASON_ADDRESS_ALLOCATED)
+        .count();
+    let conditions = status
+        .and_then(|s| s.conditions.as_ref())
+        .filter(|c| !c.is_empty())
+        .map(|list| {
+            list.iter()
+                .map(|c| {
+                    if c.status == "True" {
+                        format!("{}=True", c.type_)
+                    } else {
+                        format!("{}={} ({})", c.type_, c.status, c.reason)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_else(|| "(none yet)".to_string());
+    let (total, used, free, problem) = match counts {
+        Ok((total, used, free)) => (Some(total), Some(used), Some(free), None),
+        Err(problem) => (None, None, None, Some(problem)),
+    };
+    PoolRow {
+        kind,
+        namespace,
+        name,
+        family,
+        total,
+        used,
+        free,
+        counts_from,
+        problem,
+        waiting,
+        realised,
+        conditions,
+    }
+}
+
+/// Plain-text columns, left-aligned, two spaces apart.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        text.trim_end().to_string() + "\n"
+    };
+    let mut out = line(headers.to_vec());
+    if rows.is_empty() {
+        out.push_str("(none)\n");
+    }
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+/// One holder of an address: an `IPAddress` (with its claim) and/or the reservation that makes it
+/// unique.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Holder {
+    pub address: String,
+    /// `Kind/name` of the pool.
+    pub pool: String,
+    /// The claim's namespace.
+    pub namespace: String,
+    pub claim: String,
+    /// The `IPAddress` object's name, if one exists.
+    pub ip_address: Option<String>,
+    /// The `IPAddress`'s prefix length and gateway.
+    pub prefix: Option<i32>,
+    pub gateway: Option<String>,
+    /// When the `IPAddress` (else the reservation) was created.
+    pub since: Option<String>,
+    /// The reservation's name, if one exists.
+    pub reservation: Option<String>,
+    /// The reservation is kept after release until this time (the pool's reuse grace period).
+    pub released_until: Option<String>,
+}
+
+/// Who holds `address`: every `IPAddress` with that address (in any namespace) and every
+/// reservation of it, joined by claim.
+pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Holder>> {
+    let lp = ListParams::default();
+    let addresses = Api::<IPAddress>::all(client.clone()).list(&lp).await?.items;
+    let reservations = Api::<IPAddressReservation>::all(client.clone())
+        .list(&lp)
+        .await?
+        .items;
+    let mut holders: BTreeMap<(String, String, String), Holder> = BTreeMap::new();
+    for a in addresses
+        .iter()
+        .filter(|a| a.spec.address.parse::<IpAddr>().ok() == Some(address))
+    {
+        let namespace = a.namespace().unwrap_or_default();
+        let pool = format!("{}/{}", a.spec.pool_ref.kind, a.spec.pool_ref.name);
+        holders.insert(
+            (
+                namespace.clone(),
+                a.spec.claim_ref.name.clone(),
+                pool.clone(),
+            ),
+            Holder {
+                address: address.to_string(),
+                pool,
+                namespace,
+                claim: a.spec.claim_ref.name.clone(),
+                ip_address: Some(a.name_any()),
+                prefix: Some(a.spec.prefix),
+                gateway: a.spec.gateway.clone(),
+                since: a.creation_timestamp().map(|t| t.0.to_string()),
+                reservation: None,
+                released_until: None,
+            },
+        );
+    }
+    for r in reservations
+        .iter()
+        .filter(|r| r.spec.address.parse::<IpAddr>().ok() == Some(address))
+    {
+        let pool = format!("{}/{}", r.spec.pool_kind, r.spec.pool_name);
+        let holder = holders
+            .entry((
+                r.spec.claim_namespace.clone(),
+                r.spec.claim_name.clone(),
+                pool.clone(),
+            ))
+            .or_insert_with(|| Holder {
+                address: address.to_string(),
+                pool,
+                namespace: r.spec.claim_namespace.clone(),
+                claim: r.spec.claim_name.clone(),
+                ip_address: None,
+                prefix: None,
+                gateway: None,
+                since: r.creation_timestamp().map(|t| t.0.to_string()),
+                reservation: None,
+                released_until: None,
+            });
+        holder.reservation = Some(r.name_any());
+        if is_released(r) {
+            holder.released_until = reusable_after(r).map(|t| t.to_string());
+        }
+    }
+    Ok(holders.into_values().collect())
+}
+
+/// What a claim is waiting for, from the API alone.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Why {
+    pub claim: ClaimRow,
+    /// The pool the claim names, if it exists.
+    pub pool: Option<PoolRow>,
+    /// `true` when the pool carries the paused annotation.
+    pub pool_paused: bool,
+    /// The claim's Cluster, if it names one: (name, exists, paused).
+    pub cluster: Option<(String, bool, bool)>,
+    /// `true` when the claim carries the paused annotation.
+    pub claim_paused: bool,
+    /// What to look at, in order.
+    pub findings: Vec<String>,
+}
+
+/// Explains one claim: its `Ready` condition, its pool, its Cluster's pause, its queue place.
+pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result<Why> {
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), namespace);
+    let claim = claims
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("IPAddressClaim {namespace}/{name} not found"))?;
+    let snapshot = Snapshot::fetch(client, Some(namespace)).await?;
+    let row = snapshot
+        .claims
+        .iter()
+        .find(|c| c.name == name)
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("IPAddressClaim {namespace}/{name} vanished"))?;
+    let pool_ref = &claim.spec.pool_ref;
+    let pool = snapshot
+        .pools
+        .iter()
+        .find(|p| {
+            p.kind == pool_ref.kind
+                && p.name == pool_ref.name
+                && (p.namespace.is_none() || p.namespace.as_deref() == Some(namespace))
+        })
+        .cloned();
+    let pool_paused = match pool_ref.kind.as_str() {
+        "InClusterIPPool" => Api::<InClusterIPPool>::namespaced(client.clone(), namespace)
+            .get_opt(&pool_ref.name)
+            .await?
+            .is_some_and(|p| p.annotations().contains_key(PAUSED_ANNOTATION)),
+        "GlobalInClusterIPPool" => Api::<GlobalInClusterIPPool>::all(client.clone())
+            .get_opt(&pool_ref.name)
+            .await?
+            .is_some_and(|p| p.annotations().contains_key(PAUSED_ANNOTATION)),
+        _ => false,
+    };
+    let cluster = match claim.cluster_name() {
+        None => None,
+        Some(cluster_name) => {
+            let found = Api::<Cluster>::namespaced(client.clone(), namespace)
+                .get_opt(cluster_name)
+                .await?;
+            let paused = found
+                .as_ref()
+                .is_some_and(|c| c.is_paused() || c.annotations().contains_key(PAUSED_ANNOTATION));
+            Some((cluster_name.to_string(), found.is_some(), paused))
+        }
+    };
+    let claim_paused = claim.annotations().contains_key(PAUSED_ANNOTATION);
+    let ours = pool_ref.api_group == IPAM_GROUP
+        && matches!(
+            pool_ref.kind.as_str(),
+            "InClusterIPPool" | "GlobalInClusterIPPool"
+        );
+
+    let mut findings = Vec::new();
+    if !ours {
+        findings.push(format!(
+            "the claim names a {} of group {}, which inpool does not serve: another provider's claim",
+            pool_ref.kind, pool_ref.api_group
+        ));
+    }
+    if claim_paused {
+        findings.push(format!(
+            "the claim carries {PAUSED_ANNOTATION}: inpool leaves it alone until it is removed"
+        ));
+    }
+    if let Some((cluster_name, exists, paused)) = &cluster {
+        if !exists {
+            findings.push(format!(
+                "its Cluster {cluster_name} does not exist in {namespace}: inpool waits for it"
+            ));
+        } else if *paused {
+            findings.push(format!(
+                "its Cluster {cluster_name} is paused (spec.paused or {PAUSED_ANNOTATION})"
+            ));
+        }
+    }
+    match &pool {
+        None if ours => findings.push(format!(
+            "its pool {} {} does not exist",
+            pool_ref.kind, pool_ref.name
+        )),
+        Some(p) => {
+            if pool_paused {
+                findings.push(format!(
+                    "its pool {} carries {PAUSED_ANNOTATION}",
+                    pool_ref.name
+                ));
+            }
+            if let Some(problem) = &p.problem {
+                findings.push(format!("its pool {} is not usable: {problem}", p.name));
+            }
+            if row.is_waiting() {
+                findings.push(format!(
+                    "its pool has {} free and {} claims waiting; this claim is number {} in the queue",
+                    p.free.map_or("?".into(), |f| f.to_string()),
+                    p.waiting,
+                    row.position.map_or("?".into(), |n| n.to_string()),
+                ));
+            }
+        }
+        None => {}
+    }
+    if row.ready == "-" && ours {
+        findings.push("inpool has not written a Ready condition yet: is it running?".into());
+    }
+    if findings.is_empty() {
+        findings.push(match row.ready.as_str() {
+            "True" => format!(
+                "nothing: the claim holds {}",
+                row.address.clone().unwrap_or_default()
+            ),
+            _ => format!("{}: {}", row.reason, row.message),
+        });
+    }
+    Ok(Why {
+        claim: row,
+        pool,
+        pool_paused,
+        cluster,
+        claim_paused,
+        findings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_their_columns() {
+        let text = table(
+            &["A", "LONGER"],
+            &[
+                vec!["wide cell".into(), "x".into()],
+                vec!["y".into(), "z".into()],
+            ],
+        );
+        assert_eq!(text, "A          LONGER\nwide cell  x\ny          z\n");
+    }
+}
