@@ -75,7 +75,7 @@ fn build_testenv() -> Result<PathBuf, String> {
         &version_ldflags("k8s.io/component-base/version", KUBERNETES_VERSION),
         &binary,
         "building the local control plane (testenv/, once) — the first build downloads the \
-         Kubernetes modules and compiles kube-apiserver: about 20 minutes on 2 cores",
+         Kubernetes modules and compiles kube-apiserver: 6 to 20 minutes on 2 cores, by load",
     )?;
     Ok(binary)
 }
