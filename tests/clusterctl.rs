@@ -385,7 +385,10 @@ async fn clusterctl_init_installs_inpool_and_move_keeps_every_address() {
     assert!(global_pools.get_opt("shared").await.unwrap().is_some());
     assert_eq!(names::<Cluster>(&dst, ns).await, ["c1"]);
 
-    // The source: emptied, nothing left on a finalizer, its reservations collected.
+    // The source: emptied, nothing left on a finalizer, but for one object. The global pool
+    // stays (clusterctl never deletes global objects), and with it the IPAddress of the claim
+    // that moved away from it: the moved machine still uses that address, so the source keeps it
+    // held (and its reservation) rather than hand it out a second time.
     wait_for(
         "the source to be emptied",
         Duration::from_secs(60),
@@ -397,26 +400,49 @@ async fn clusterctl_init_installs_inpool_and_move_keeps_every_address() {
                 names::<Cluster>(&src, ns).await,
             ]
             .concat();
-            left.is_empty().then_some(())
+            (left == ["machine-g"]).then_some(())
         },
     )
     .await;
+    let address_g = before["machine-g"].clone();
+    let kept = BTreeMap::from([(address_g.clone(), "machine-g".to_string())]);
     wait_for(
-        "the source's reservations to be collected",
+        "the source's reservations of the moved claims to be collected",
         Duration::from_secs(60),
-        || async { reservations_of(&src, ns).await.is_empty().then_some(()) },
+        || async { (reservations_of(&src, ns).await == kept).then_some(()) },
     )
     .await;
-    // The global pool stays on the source (clusterctl never deletes global objects), and the
-    // address the moved claim held there is free again (inpool's audit releases the IPAddress
-    // that move leaves behind; see controllers::audit).
     let shared: Api<GlobalInClusterIPPool> = Api::all(src.clone());
+    let used_on_source = || async {
+        shared
+            .get("shared")
+            .await
+            .ok()?
+            .status?
+            .ip_addresses
+            .map(|a| a.used)
+    };
+    assert_eq!(used_on_source().await, Some(1), "still held on the source");
+
+    // Once the address is free in the network, the operator deletes the leftover: inpool lets
+    // go of it (its claim is gone, so no claim's release will), and of its reservation.
+    Api::<IPAddress>::namespaced(src.clone(), ns)
+        .delete("machine-g", &Default::default())
+        .await
+        .unwrap();
     wait_for(
         "the source's global pool to have every address free",
         Duration::from_secs(60),
+        || async { (used_on_source().await == Some(0)).then_some(()) },
+    )
+    .await;
+    wait_for(
+        "the leftover and its reservation to go",
+        Duration::from_secs(60),
         || async {
-            let status = shared.get("shared").await.ok()?.status?;
-            (status.ip_addresses?.used == 0).then_some(())
+            (names::<IPAddress>(&src, ns).await.is_empty()
+                && reservations_of(&src, ns).await.is_empty())
+            .then_some(())
         },
     )
     .await;

@@ -17,16 +17,22 @@
 //! against the API server (never the cache alone) and deleted with its UID and resourceVersion
 //! as preconditions, so a reservation that changed meanwhile is left alone.
 //!
-//! It releases **orphaned addresses**: an `IPAddress` of one of inpool's pools, carrying inpool's
-//! finalizer, older than the same age, whose claim is gone (confirmed live). `clusterctl move`
-//! leaves one on the source for each moved claim on a `GlobalInClusterIPPool`: the global pool
-//! stays (other clusters draw from it), so the garbage collector only drops the claim from the
-//! address's owners, and the address would stay used forever. Its reservation is then a stray
-//! reservation and goes with it.
+//! It never deletes a reservation while a live `IPAddress` holds the same address in the same
+//! pool, whatever became of its claim: the reservation is what keeps the address unique between
+//! processes.
+//!
+//! It releases **orphaned addresses that someone deletes**: an `IPAddress` of one of inpool's
+//! pools that is being deleted, still carries inpool's finalizer, and whose claim is gone
+//! (confirmed live), so that no claim's release will ever let go of it. inpool never deletes an
+//! orphan by itself: `clusterctl move` leaves one on the source for each moved claim on a
+//! `GlobalInClusterIPPool` (the global pool stays there, so the garbage collector only drops the
+//! claim from the address's owners), and the moved machine still uses that address; freeing it
+//! on the source could hand it out twice. The operator deletes it once the address is really
+//! free; inpool then releases it, and its reservation becomes a stray.
 //!
 //! And it lets go of memory kept for objects that are gone: pools no longer referred to, claims
 //! that no longer wait, the records of own writes and status-write times.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,8 +47,8 @@ use super::facts::{address_hold, address_key, pool_state};
 use super::registry::{Change, ObjectKey, PoolKind};
 use super::reservation::{IPAddressReservation, hold_of, is_released, records_claim};
 use crate::api::{
-    ADDRESS_FINALIZER, DELETE_FOR_MOVE_ANNOTATION, GlobalInClusterIPPool, IPAddress,
-    IPAddressClaim, IPPool, InClusterIPPool,
+    ADDRESS_FINALIZER, GlobalInClusterIPPool, IPAddress, IPAddressClaim, IPPool, InClusterIPPool,
+    PoolKey,
 };
 
 /// How long the watches get to catch up with a list before a difference counts as drift.
@@ -118,10 +124,8 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
         ctx.metrics.state_drift("allocator");
         found.drift += 1;
     }
-    // Orphaned addresses first: their reservations are strays in the same audit.
-    let orphans = release_orphans(ctx, &lists).await?;
-    found.orphans = orphans.len();
-    found.strays = collect_strays(ctx, &lists, &orphans).await?;
+    found.orphans = release_deleted_orphans(ctx, &lists).await;
+    found.strays = collect_strays(ctx, &lists).await?;
     forget_what_is_gone(ctx);
     Ok(found)
 }
@@ -198,68 +202,86 @@ impl Lists {
     }
 }
 
-/// Releases the orphaned addresses (see the module docs); returns their keys.
-async fn release_orphans(ctx: &Context, lists: &Lists) -> Result<Vec<ObjectKey>, Error> {
-    let now = Timestamp::now();
-    let mut released = Vec::new();
+/// Releases the orphaned addresses that someone deletes (see the module docs); returns how many.
+/// A failure on one is logged and counted, and the others go on.
+async fn release_deleted_orphans(ctx: &Context, lists: &Lists) -> usize {
+    let mut released = 0;
     for address in &lists.addresses {
-        let key = address_key(address);
-        let claim = ObjectKey::new(&key.namespace, &address.spec.claim_ref.name);
         let ours = address_hold(address).is_some()
             && address.finalizers().iter().any(|f| f == ADDRESS_FINALIZER);
-        // clusterctl deletes what it marks for move itself.
-        let moving = address
-            .annotations()
-            .contains_key(DELETE_FOR_MOVE_ANNOTATION);
-        if !ours
-            || moving
-            || !old_enough(address, now, ctx.settings.stray_reservation_age)
-            || ctx.stores.claim(&claim).is_some()
-        {
+        if !ours || address.meta().deletion_timestamp.is_none() {
             continue;
         }
-        let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace);
-        if claims.get_opt(&claim.name).await?.is_some() {
-            continue;
+        let key = address_key(address);
+        let claim = ObjectKey::new(&key.namespace, &address.spec.claim_ref.name);
+        if ctx.stores.claim(&claim).is_some() {
+            continue; // the claim's own release lets go of it
         }
-        let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
-        match super::claim::delete_address(&addresses, address).await {
-            Ok(()) => {
-                tracing::info!(
-                    address = %address.spec.address,
-                    ipaddress = %key,
-                    %claim,
-                    pool = %address.spec.pool_ref.name,
-                    "released an orphaned IPAddress: its claim is gone"
-                );
-                ctx.metrics.orphan_address_released();
-                released.push(key);
+        match release_deleted_orphan(ctx, address, &key, &claim).await {
+            Ok(true) => released += 1,
+            Ok(false) => {}
+            Err(e) => {
+                ctx.metrics.reconcile_error("audit", e.metric_label());
+                tracing::warn!(ipaddress = %key, error = %e, "could not release an orphaned IPAddress; trying again at the next audit");
             }
-            // Changed since it was listed (its finalizer patch carries the resourceVersion).
-            Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 => {}
-            Err(e) => return Err(e),
         }
     }
-    Ok(released)
+    released
+}
+
+async fn release_deleted_orphan(
+    ctx: &Context,
+    address: &IPAddress,
+    key: &ObjectKey,
+    claim: &ObjectKey,
+) -> Result<bool, Error> {
+    let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace);
+    if claims.get_opt(&claim.name).await?.is_some() {
+        return Ok(false);
+    }
+    let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
+    match super::claim::remove_address_finalizer(&addresses, address).await {
+        Ok(()) => {
+            tracing::info!(
+                address = %address.spec.address,
+                ipaddress = %key,
+                %claim,
+                pool = %address.spec.pool_ref.name,
+                "released an orphaned IPAddress that was being deleted: its claim is gone"
+            );
+            ctx.metrics.orphan_address_released();
+            Ok(true)
+        }
+        // Gone already, or changed since it was listed (the patch carries its resourceVersion).
+        Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 || status.code == 409 => {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Deletes the stray reservations (see the module docs); returns how many.
-async fn collect_strays(
-    ctx: &Context,
-    lists: &Lists,
-    orphans: &[ObjectKey],
-) -> Result<usize, Error> {
+async fn collect_strays(ctx: &Context, lists: &Lists) -> Result<usize, Error> {
     let now = Timestamp::now();
     let min_age = ctx.settings.stray_reservation_age;
-    let addresses: HashMap<ObjectKey, &IPAddress> = lists
+    let live = lists
         .addresses
         .iter()
-        .filter(|a| a.meta().deletion_timestamp.is_none() && !orphans.contains(&address_key(a)))
-        .map(|a| (address_key(a), a))
+        .filter(|a| a.meta().deletion_timestamp.is_none());
+    let addresses: HashMap<ObjectKey, &IPAddress> =
+        live.clone().map(|a| (address_key(a), a)).collect();
+    // Addresses an `IPAddress` holds, whatever its claim: their reservation keeps them unique
+    // between processes, so it stays while the `IPAddress` does.
+    let held: HashSet<(PoolKey, IpAddr)> = live
+        .filter_map(address_hold)
+        .map(|hold| (hold.pool, hold.ip))
         .collect();
     let mut collected = 0;
     for reservation in &lists.reservations {
         if is_released(reservation) || !old_enough(reservation, now, min_age) {
+            continue;
+        }
+        if hold_of(reservation).is_some_and(|hold| held.contains(&(hold.pool, hold.ip))) {
             continue;
         }
         let claim = ObjectKey::new(

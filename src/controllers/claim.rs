@@ -470,29 +470,37 @@ async fn release(
 }
 
 /// Lets go of inpool's finalizer on `address`, then deletes it.
-pub(super) async fn delete_address(
+async fn delete_address(addresses: &Api<IPAddress>, address: &IPAddress) -> Result<(), Error> {
+    remove_address_finalizer(addresses, address).await?;
+    Ok(delete_if_present(addresses, &address.name_any()).await?)
+}
+
+/// Removes inpool's finalizer from `address`, if it has it, with its resourceVersion as a
+/// precondition (a changed object answers 409).
+pub(super) async fn remove_address_finalizer(
     addresses: &Api<IPAddress>,
     address: &IPAddress,
 ) -> Result<(), Error> {
-    if address.finalizers().iter().any(|f| f == ADDRESS_FINALIZER) {
-        let remaining: Vec<&String> = address
-            .finalizers()
-            .iter()
-            .filter(|f| *f != ADDRESS_FINALIZER)
-            .collect();
-        let patch = json!({ "metadata": {
-            "finalizers": remaining,
-            "resourceVersion": address.resource_version(),
-        }});
-        addresses
-            .patch(
-                &address.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+    if !address.finalizers().iter().any(|f| f == ADDRESS_FINALIZER) {
+        return Ok(());
     }
-    Ok(delete_if_present(addresses, &address.name_any()).await?)
+    let remaining: Vec<&String> = address
+        .finalizers()
+        .iter()
+        .filter(|f| *f != ADDRESS_FINALIZER)
+        .collect();
+    let patch = json!({ "metadata": {
+        "finalizers": remaining,
+        "resourceVersion": address.resource_version(),
+    }});
+    addresses
+        .patch(
+            &address.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
 }
 
 /// Applies a reservation this process has just read or written, before its watch event comes

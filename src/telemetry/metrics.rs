@@ -105,6 +105,10 @@ struct Inner {
     leader: Gauge,
 }
 
+/// The kinds of drift the audit reports (`controllers::registry::Change::kind`, and the
+/// allocator recount).
+pub const DRIFT_KINDS: [&str; 4] = ["pool", "reservation", "address", "allocator"];
+
 /// The process's metrics. Cheap to clone (all clones share one registry).
 #[derive(Clone)]
 pub struct Metrics {
@@ -139,6 +143,13 @@ impl Metrics {
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
         let leader = Gauge::default();
         let state_drift = Family::<KindLabels, Counter>::default();
+        // Each kind starts at 0, so that the first drift after a start is an increase an alert
+        // (`increase(...)`) can see, not a series that appears at 1.
+        for kind in DRIFT_KINDS {
+            let _created = state_drift.get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            });
+        }
         let stray_reservations = Counter::default();
         let orphan_addresses = Counter::default();
         let audits = Counter::default();
@@ -203,7 +214,7 @@ impl Metrics {
         );
         registry.register(
             "orphan_addresses_released",
-            "IPAddresses of inpool's pools the audit released because their claim was gone (left behind by clusterctl move of a claim on a global pool, or a restore)",
+            "IPAddresses of inpool's pools, being deleted, whose finalizer the audit removed because their claim was gone (such as those clusterctl move leaves on the source for claims on global pools, once the operator deletes them)",
             orphan_addresses.clone(),
         );
         registry.register("audits", "Audits completed", audits.clone());
@@ -364,7 +375,7 @@ impl Metrics {
             .inc();
     }
 
-    /// The audit released an `IPAddress` whose claim was gone.
+    /// The audit released an `IPAddress` being deleted whose claim was gone.
     pub fn orphan_address_released(&self) {
         self.inner.orphan_addresses.inc();
     }
