@@ -18,10 +18,13 @@ use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use crate::allocator::{Allocator, Family, PoolSpecInput};
+use crate::api::PoolKey;
 use crate::api::{
     Cluster, GlobalInClusterIPPool, IPAM_GROUP, IPAddress, IPAddressClaim, IPPool, IPPoolReference,
     InClusterIPPool, PAUSED_ANNOTATION, REASON_ADDRESS_ALLOCATED, REASON_POOL_EXHAUSTED,
 };
+use crate::controllers::facts;
+use crate::controllers::registry::{ObjectKey, QueuedClaim};
 use crate::controllers::reservation::{IPAddressReservation, is_released, reusable_after};
 
 /// One pool, as `kubectl inpool pools` shows it.
@@ -94,12 +97,23 @@ impl Snapshot {
             .list(&lp)
             .await?
             .items;
+        // A global pool's queue spans namespaces: count it from every claim when the caller may
+        // read them all (else from this namespace's).
+        let queued = match namespace {
+            None => None,
+            Some(_) => Api::<IPAddressClaim>::all(client.clone())
+                .list(&lp)
+                .await
+                .ok()
+                .map(|list| list.items),
+        };
+        let queued = queued.as_deref().unwrap_or(&claims);
         let addresses = scoped::<IPAddress>(client, namespace)
             .list(&lp)
             .await?
             .items;
 
-        let positions = queue_positions(&claims);
+        let positions = queue_positions(queued);
         let mut claim_rows: Vec<ClaimRow> = claims
             .iter()
             .map(|claim| claim_row(claim, &addresses, &positions))
@@ -123,7 +137,7 @@ impl Snapshot {
                 "GlobalInClusterIPPool",
                 None,
                 &addresses,
-                &claims,
+                queued,
             ));
         }
         Ok(Snapshot {
@@ -265,45 +279,36 @@ where
     }
 }
 
-/// The pool a reference names, as `(kind, namespace for namespaced kinds, name)`.
-fn pool_identity(pool_ref: &IPPoolReference, namespace: &str) -> (String, Option<String>, String) {
-    let namespaced = pool_ref.kind == "InClusterIPPool";
-    (
-        pool_ref.kind.clone(),
-        namespaced.then(|| namespace.to_string()),
-        pool_ref.name.clone(),
-    )
-}
-
-/// Each waiting claim's place in its pool's queue: (namespace, name) → position from 1.
+/// Each waiting claim's place in its pool's queue, as inpool's registry orders it
+/// ([`facts::queued`]): (namespace, name) → position from 1.
 fn queue_positions(claims: &[IPAddressClaim]) -> BTreeMap<(String, String), usize> {
-    let mut queues: BTreeMap<_, Vec<(String, String, String)>> = BTreeMap::new();
-    for claim in claims {
-        let waiting = claim
-            .conditions()
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.reason == REASON_POOL_EXHAUSTED);
-        if !waiting || claim.metadata.deletion_timestamp.is_some() {
-            continue;
+    let mut queues: BTreeMap<PoolKey, Vec<QueuedClaim>> = BTreeMap::new();
+    for claim in claims.iter().filter(|c| is_waiting(c)) {
+        let key = ObjectKey::new(&claim.namespace().unwrap_or_default(), &claim.name_any());
+        if let Some(pool) = PoolKey::from_ref(&claim.spec.pool_ref, &key.namespace) {
+            queues
+                .entry(pool)
+                .or_default()
+                .push(facts::queued(claim, &key));
         }
-        let namespace = claim.namespace().unwrap_or_default();
-        let created = claim
-            .creation_timestamp()
-            .map(|t| t.0.to_string())
-            .unwrap_or_default();
-        queues
-            .entry(pool_identity(&claim.spec.pool_ref, &namespace))
-            .or_default()
-            .push((created, namespace, claim.name_any()));
     }
     let mut positions = BTreeMap::new();
     for mut queue in queues.into_values() {
         queue.sort();
-        for (i, (_, namespace, name)) in queue.into_iter().enumerate() {
-            positions.insert((namespace, name), i + 1);
+        for (i, queued) in queue.into_iter().enumerate() {
+            positions.insert((queued.claim.namespace, queued.claim.name), i + 1);
         }
     }
     positions
+}
+
+/// The claim waits for an address (`PoolExhausted`) and is not being deleted.
+fn is_waiting(claim: &IPAddressClaim) -> bool {
+    claim.metadata.deletion_timestamp.is_none()
+        && claim
+            .conditions()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.reason == REASON_POOL_EXHAUSTED)
 }
 
 fn claim_row(
@@ -395,18 +400,18 @@ fn pool_row<P: IPPool>(
             (counted, "IPAddresses")
         }
     };
-    let ready_reasons: Vec<(String, String)> = claims
+    let of_pool: Vec<&IPAddressClaim> = claims
         .iter()
         .filter(|c| names_pool(&c.spec.pool_ref, c.namespace()))
+        .collect();
+    let waiting = of_pool.iter().filter(|c| is_waiting(c)).count();
+    let ready_reasons: Vec<(String, String)> = of_pool
+        .iter()
         .filter_map(|c| {
             let ready = c.conditions().iter().find(|r| r.type_ == "Ready")?;
             Some((ready.status.clone(), ready.reason.clone()))
         })
         .collect();
-    let waiting = ready_reasons
-        .iter()
-        .filter(|(_, reason)| reason == REASON_POOL_EXHAUSTED)
-        .count();
     let realised = ready_reasons
         .iter()
         .filter(|(status, reason)| status == "True" && reason == REASON_ADDRESS_ALLOCATED)
@@ -687,7 +692,12 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
         }
         None => {}
     }
-    if row.ready == "-" && ours {
+    if row.ready == "-"
+        && ours
+        && !claim_paused
+        && !cluster.as_ref().is_some_and(|c| c.2)
+        && !pool_paused
+    {
         findings.push("inpool has not written a Ready condition yet: is it running?".into());
     }
     if findings.is_empty() {

@@ -27,7 +27,7 @@ use serde_json::json;
 use super::error::Error;
 use super::facts::{address_hold, address_key};
 use super::plan::{self, Allocation, Step};
-use super::registry::{Change, ObjectKey, PoolKey, QueuedClaim, Scope, Unready};
+use super::registry::{Change, ObjectKey, PoolKey, Scope, Unready};
 use super::reservation::{IPAddressReservation, hold_of, new_reservation, records_claim};
 use super::{Context, MANAGER, delete_if_present};
 use crate::allocator::canonical;
@@ -145,13 +145,7 @@ async fn realise(
     if let Some(existing) = addresses.get_opt(&key.name).await? {
         return adopt(claim, key, pool, ctx, &existing).await;
     }
-    let queued = QueuedClaim {
-        created: claim
-            .creation_timestamp()
-            .map(|t| t.0.to_string())
-            .unwrap_or_default(),
-        claim: key.clone(),
-    };
+    let queued = super::facts::queued(claim, key);
     let mut rejected = Vec::new();
     for _ in 0..MAX_TAKEN_RETRIES {
         let allocation = {

@@ -2,9 +2,11 @@
 //! functions of the objects, shared by the watches, the reconcilers and the audit.
 use kube::ResourceExt;
 
-use super::registry::{HoldRecord, ObjectKey, Unready};
+use super::registry::{HoldRecord, ObjectKey, QueuedClaim, Unready};
 use crate::allocator::{ParsedPool, PoolSpecInput};
-use crate::api::{IPAddress, IPPool, InClusterIPPoolSpec, PAUSED_ANNOTATION, PoolKey};
+use crate::api::{
+    IPAddress, IPAddressClaim, IPPool, InClusterIPPoolSpec, PAUSED_ANNOTATION, PoolKey,
+};
 
 /// What the pool can do now: its parsed spec, or why it cannot hand out addresses.
 pub fn pool_state<P: IPPool>(pool: &P) -> Result<ParsedPool, Unready> {
@@ -47,4 +49,16 @@ pub fn address_hold(address: &IPAddress) -> Option<HoldRecord> {
         ip: address.spec.address.parse().ok()?,
         claim: ObjectKey::new(&namespace, &address.spec.claim_ref.name),
     })
+}
+
+/// A claim's place in its pool's queue (see [`QueuedClaim`]): what the registry orders waiting
+/// claims by, and what `kubectl inpool` shows.
+pub fn queued(claim: &IPAddressClaim, key: &ObjectKey) -> QueuedClaim {
+    QueuedClaim {
+        created: claim
+            .creation_timestamp()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+        claim: key.clone(),
+    }
 }

@@ -147,7 +147,7 @@ pub fn all_crd_files() -> Result<Vec<PathBuf>, String> {
 pub struct Manager {
     child: Child,
     stdin: Option<ChildStdin>,
-    /// The manager's log (klog, verbosity 2).
+    /// The manager's log (klog; CAPI's manager logs at verbosity 2 by default).
     pub log: PathBuf,
     /// The webhook server's port on 127.0.0.1.
     pub webhook_port: u16,
@@ -159,9 +159,7 @@ impl Manager {
     /// both.
     pub async fn start(plane: &ControlPlane) -> anyhow::Result<Manager> {
         let binaries = binaries().map_err(anyhow::Error::msg)?;
-        let webhook_port = free_port()?;
-        let health_port = free_port()?;
-        let diagnostics_port = free_port()?;
+        let [webhook_port, health_port, diagnostics_port] = free_ports()?;
         let pki = plane.data_dir.join("pki");
         let log = plane.data_dir.join("capi-manager.log");
         let log_file =
@@ -240,14 +238,30 @@ impl Manager {
 }
 
 impl Drop for Manager {
+    /// Closing stdin asks the shell to stop the manager; after 30 s it is killed.
     fn drop(&mut self) {
         self.stdin.take();
+        for _ in 0..300 {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// Free loopback ports, distinct: the listeners are held until every port is chosen.
+fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
 }
 
 /// The manager's `/readyz` answers 200 (its webhook server has started).
