@@ -3,6 +3,7 @@
 //! written from the Rust types are accepted by CAPI's own CRDs; inpool's status writes leave
 //! what others wrote alone.
 
+mod common;
 mod support;
 
 #[path = "data/pools/corpus.rs"]
@@ -12,9 +13,8 @@ use inpool::api::conditions::{ConditionStatus, DesiredCondition, LegacyCondition
 use inpool::api::pool::{MAX_ADDRESS_ENTRIES, MAX_ADDRESS_TEXT};
 use inpool::api::{
     Cluster, ClusterSpec, GlobalInClusterIPPool, IPAddress, IPAddressClaim,
-    IPAddressClaimReference, IPAddressClaimSpec, IPAddressSpec, IPAddressesStatus, IPPoolReference,
-    InClusterIPPool, InClusterIPPoolStatus, claim_status_patch, claim_status_with_ready,
-    pool_status_patch,
+    IPAddressClaimReference, IPAddressSpec, IPAddressesStatus, IPPoolReference, InClusterIPPool,
+    InClusterIPPoolStatus, claim_status_patch, claim_status_with_ready, pool_status_patch,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -22,6 +22,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+
+use common::{claim, of_cluster};
 
 const MANAGER: &str = "inpool";
 
@@ -269,13 +271,7 @@ async fn objects_written_from_rust_are_accepted_by_capi_crds() {
 
     // Claim without the optional fields, then with them.
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
-    let minimal = IPAddressClaim::new(
-        "minimal",
-        IPAddressClaimSpec {
-            cluster_name: None,
-            pool_ref: pool_ref(),
-        },
-    );
+    let minimal = claim("minimal", "pool");
     let created = claims
         .create(&PostParams::default(), &minimal)
         .await
@@ -283,13 +279,7 @@ async fn objects_written_from_rust_are_accepted_by_capi_crds() {
     assert_eq!(created.spec, minimal.spec);
     assert!(created.status.is_none());
 
-    let full = IPAddressClaim::new(
-        "full",
-        IPAddressClaimSpec {
-            cluster_name: Some("demo".into()),
-            pool_ref: pool_ref(),
-        },
-    );
+    let full = of_cluster(claim("full", "pool"), "demo");
     let created = claims
         .create(&PostParams::default(), &full)
         .await
@@ -826,13 +816,7 @@ async fn local_capi_crds_install_and_take_inpool_objects() {
     assert_eq!(c.spec, spec, "unknown Cluster fields are preserved");
 
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
-    let claim = IPAddressClaim::new(
-        "c",
-        IPAddressClaimSpec {
-            cluster_name: Some("demo".into()),
-            pool_ref: pool_ref(),
-        },
-    );
+    let claim = of_cluster(claim("c", "pool"), "demo");
     let created = claims
         .create(&PostParams::default(), &claim)
         .await

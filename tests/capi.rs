@@ -3,8 +3,7 @@
 //! inpool writes and CAPI's conversion webhook serves claims to v1beta1 consumers (CAPV, CAPM3 and
 //! CAPMOX read claims as `ipam.cluster.x-k8s.io/v1beta1`).
 
-#[path = "common/ipam.rs"]
-mod ipam;
+mod common;
 mod support;
 
 use inpool::api::{Cluster, IPAddress, IPAddressClaim, InClusterIPPool};
@@ -13,7 +12,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use ipam::*;
+use common::*;
 
 fn v1beta1<K: kube::Resource<DynamicType = ()>>(client: &Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &api_resource::<K>("v1beta1"))
@@ -97,8 +96,7 @@ async fn v1beta1_consumers_see_the_ready_condition_with_reason_message_and_sever
         }
     }
     assert!(
-        ready_message(&claims, "failed")
-            .await
+        ready_message(&claims.get("failed").await.unwrap())
             .contains("already exists for pool InClusterIPPool other"),
     );
 
@@ -112,16 +110,6 @@ async fn v1beta1_consumers_see_the_ready_condition_with_reason_message_and_sever
     assert_eq!(address.data["spec"]["gateway"], "10.0.0.1");
     assert_eq!(address.data["spec"]["claimRef"]["name"], "realised");
     assert_eq!(address.data["spec"]["poolRef"]["name"], "pool");
-}
-
-async fn ready_message(claims: &Api<IPAddressClaim>, name: &str) -> String {
-    let claim = claims.get(name).await.unwrap();
-    claim
-        .conditions()
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.message.clone())
-        .unwrap_or_default()
 }
 
 #[tokio::test]

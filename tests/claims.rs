@@ -6,8 +6,7 @@
 //! every Cluster and claim the tests write, passes CAPI's own webhooks, and CAPI's Cluster
 //! controller reconciles the Clusters whose pause the claims follow.
 
-#[path = "common/ipam.rs"]
-mod ipam;
+mod common;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,7 +20,7 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use ipam::*;
+use common::*;
 
 #[tokio::test]
 async fn a_claim_is_realised_with_an_address_that_follows_the_contract() {
@@ -106,15 +105,7 @@ async fn a_claim_is_realised_with_an_address_that_follows_the_contract() {
         .delete("machine-0", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("the claim to go", Duration::from_secs(30), || async {
-        claims
-            .get_opt("machine-0")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&claims, "machine-0", Duration::from_secs(30)).await;
     assert!(addresses.get_opt("machine-0").await.unwrap().is_none());
     let reservations: Api<IPAddressReservation> = Api::all(client.clone());
     assert!(
@@ -291,12 +282,6 @@ async fn create_cluster(client: &Client, ns: &str, name: &str, paused: bool) {
     create(&clusters, &cluster(name, paused)).await;
 }
 
-fn claim_of_cluster(name: &str, pool: &str, cluster: &str) -> IPAddressClaim {
-    let mut c = claim(name, pool);
-    c.spec.cluster_name = Some(cluster.to_string());
-    c
-}
-
 #[tokio::test]
 async fn a_paused_cluster_freezes_its_claims_until_unpaused() {
     let (client, ns) = support::capi_env().namespace().await;
@@ -305,7 +290,7 @@ async fn a_paused_cluster_freezes_its_claims_until_unpaused() {
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
     create(&pools, &pool("p", &["10.6.0.0/24"], 24, None)).await;
     create_cluster(&client, &ns, "frozen", true).await;
-    create(&claims, &claim_of_cluster("c", "p", "frozen")).await;
+    create(&claims, &of_cluster(claim("c", "p"), "frozen")).await;
     // A claim in the same namespace that is not paused proves the controller is running.
     create(&claims, &claim("witness", "p")).await;
     wait_reason(&claims, "witness", "AddressAllocated").await;
@@ -358,7 +343,7 @@ async fn the_paused_annotation_on_a_claim_its_pool_or_its_cluster_freezes_the_cl
     create(&claims, &claim("by-pool", "frozen")).await;
     create(
         &claims,
-        &claim_of_cluster("by-cluster", "open", "annotated"),
+        &of_cluster(claim("by-cluster", "open"), "annotated"),
     )
     .await;
     // Created last, realised: the controller has seen the three before it.
@@ -415,19 +400,7 @@ async fn a_released_address_is_not_handed_out_again_within_the_reuse_grace_perio
         .await
         .unwrap();
     // The claim finishes deleting at once; its reservation stays, released.
-    wait_for(
-        "claim first to be gone",
-        Duration::from_secs(60),
-        || async {
-            claims
-                .get_opt("first")
-                .await
-                .unwrap()
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
+    wait_gone(&claims, "first", Duration::from_secs(60)).await;
     let released = reservations.get(&reservation_name).await.unwrap();
     assert_eq!(
         released
@@ -500,15 +473,7 @@ async fn deleting_a_pool_does_not_wait_for_the_reuse_grace_period_of_released_ad
         .delete("graced", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("the pool to be gone", Duration::from_secs(60), || async {
-        pools
-            .get_opt("graced")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&pools, "graced", Duration::from_secs(60)).await;
     assert!(
         reservations
             .get_opt(&reservation_name)
@@ -527,7 +492,7 @@ async fn claims_finish_deleting_after_their_cluster_is_gone() {
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
     create(&pools, &pool("p", &["10.7.0.0/24"], 24, None)).await;
     create_cluster(&client, &ns, "doomed", false).await;
-    create(&claims, &claim_of_cluster("c", "p", "doomed")).await;
+    create(&claims, &of_cluster(claim("c", "p"), "doomed")).await;
     wait_reason(&claims, "c", "AddressAllocated").await;
 
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
@@ -536,12 +501,7 @@ async fn claims_finish_deleting_after_their_cluster_is_gone() {
         .await
         .unwrap();
     claims.delete("c", &DeleteParams::default()).await.unwrap();
-    wait_for(
-        "the claim to finish deleting",
-        Duration::from_secs(30),
-        || async { claims.get_opt("c").await.unwrap().is_none().then_some(()) },
-    )
-    .await;
+    wait_gone(&claims, "c", Duration::from_secs(30)).await;
     assert!(
         addresses_by_claim(&client, &ns).await.is_empty(),
         "address released"
@@ -567,15 +527,7 @@ async fn a_claim_deleted_for_move_keeps_its_address() {
         .delete("moving", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("the claim to go", Duration::from_secs(30), || async {
-        claims
-            .get_opt("moving")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&claims, "moving", Duration::from_secs(30)).await;
     let addresses: Api<IPAddress> = Api::namespaced(client.clone(), &ns);
     assert!(
         addresses.get_opt("moving").await.unwrap().is_some(),
@@ -670,19 +622,14 @@ async fn two_controllers_at_once_never_hand_out_an_address_twice() {
     let distinct: BTreeSet<&String> = held.values().collect();
     assert_eq!(distinct.len(), 300, "no address appears twice");
     // Every held address is protected by a reservation for its own claim.
-    let reservations: Api<IPAddressReservation> = Api::all(client.clone());
     let reserved: BTreeMap<String, String> = wait_for(
         "a reservation for every held address",
         Duration::from_secs(30),
         || async {
-            let reserved: BTreeMap<String, String> = reservations
-                .list(&ListParams::default())
+            let reserved: BTreeMap<String, String> = reservations_of(&client, &ns)
                 .await
-                .ok()?
-                .items
                 .into_iter()
-                .filter(|r| r.spec.claim_namespace == ns)
-                .map(|r| (r.spec.claim_name.clone(), r.spec.address.clone()))
+                .map(|(address, claim)| (claim, address))
                 .collect();
             (reserved == held).then_some(reserved)
         },

@@ -13,19 +13,14 @@
 //! provider's repository), and the Cluster's provisioned status (move refuses a Cluster that is
 //! still provisioning; CAPI's controllers would set it with a real infrastructure).
 
-#[path = "common/ipam.rs"]
-mod ipam;
+mod common;
 mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use inpool::api::{
-    Cluster, GlobalInClusterIPPool, GlobalInClusterIPPoolSpec, IPAddress, IPAddressClaim,
-    IPPoolReference, InClusterIPPool, InClusterIPPoolSpec,
-};
-use inpool::controllers::reservation::IPAddressReservation;
+use inpool::api::{Cluster, GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool};
 use inpool::testenv::capi;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -34,7 +29,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
-use ipam::*;
+use common::*;
 
 /// What clusterctl checks for cert-manager, and nothing more.
 const CERT_MANAGER_STUBS: &str = r#"
@@ -210,19 +205,6 @@ where
         .collect()
 }
 
-/// The reservations held for claims of `ns`: address → claim.
-async fn reservations_of(client: &Client, ns: &str) -> BTreeMap<String, String> {
-    let api: Api<IPAddressReservation> = Api::all(client.clone());
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|r| r.spec.claim_namespace == ns)
-        .map(|r| (r.spec.address.clone(), r.spec.claim_name.clone()))
-        .collect()
-}
-
 #[tokio::test]
 async fn clusterctl_init_installs_inpool_and_move_keeps_every_address() {
     let dir = std::env::temp_dir().join(format!("inpool-clusterctl-{}", std::process::id()));
@@ -301,7 +283,7 @@ async fn clusterctl_init_installs_inpool_and_move_keeps_every_address() {
     )
     .await;
     let clusters: Api<Cluster> = Api::namespaced(src.clone(), ns);
-    let cluster = create(&clusters, &ipam::cluster("c1", false)).await;
+    let cluster = create(&clusters, &common::cluster("c1", false)).await;
     let owner = OwnerReference {
         api_version: Cluster::api_version(&()).into_owned(),
         kind: Cluster::kind(&()).into_owned(),
@@ -311,24 +293,16 @@ async fn clusterctl_init_installs_inpool_and_move_keeps_every_address() {
     };
     // A global pool is cluster-scoped: clusterctl copies it to the target and leaves it on the
     // source (other clusters may draw from it), with the address of the moved claim.
-    let global = GlobalInClusterIPPool::new(
-        "shared",
-        GlobalInClusterIPPoolSpec(InClusterIPPoolSpec::new(["10.20.0.10-10.20.0.19"], 24)),
-    );
+    let global = global_pool("shared", &["10.20.0.10-10.20.0.19"], 24);
     create(&Api::<GlobalInClusterIPPool>::all(src.clone()), &global).await;
     let claims: Api<IPAddressClaim> = Api::namespaced(src.clone(), ns);
-    for (name, pool_ref) in [
-        ("machine-0", claim("", "pool").spec.pool_ref),
-        ("machine-1", claim("", "pool").spec.pool_ref),
-        ("machine-2", claim("", "pool").spec.pool_ref),
-        (
-            "machine-g",
-            IPPoolReference::new(GROUP, "GlobalInClusterIPPool", "shared"),
-        ),
+    for c in [
+        claim("machine-0", "pool"),
+        claim("machine-1", "pool"),
+        claim("machine-2", "pool"),
+        global_claim("machine-g", "shared"),
     ] {
-        let mut c = claim(name, "");
-        c.spec.pool_ref = pool_ref;
-        c.spec.cluster_name = Some("c1".into());
+        let mut c = of_cluster(c, "c1");
         c.metadata.owner_references = Some(vec![owner.clone()]);
         create(&claims, &c).await;
     }

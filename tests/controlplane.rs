@@ -2,6 +2,7 @@
 //! subresource, garbage collection, finalizers, namespace deletion, RBAC, and restarts that
 //! keep etcd's data.
 
+mod common;
 mod support;
 
 use std::time::Duration;
@@ -12,6 +13,8 @@ use kube::api::{
 };
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+
+use common::{wait_for, wait_gone};
 
 fn claims_api(client: &Client, ns: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddressClaim");
@@ -36,22 +39,6 @@ fn api_error(result: Result<impl std::fmt::Debug, kube::Error>) -> kube::core::S
     match result {
         Err(kube::Error::Api(status)) => *status,
         other => panic!("expected an API error, got {other:?}"),
-    }
-}
-
-/// Polls `check` until it returns true or the timeout passes.
-async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -137,12 +124,7 @@ async fn owned_objects_are_garbage_collected() {
     maps.delete("machine", &DeleteParams::default())
         .await
         .unwrap();
-    eventually(
-        "the owned claim to be collected",
-        Duration::from_secs(60),
-        || async { claims.get_opt("owned").await.unwrap().is_none() },
-    )
-    .await;
+    wait_gone(&claims, "owned", Duration::from_secs(60)).await;
 }
 
 #[tokio::test]
@@ -168,7 +150,7 @@ async fn foreground_deletion_waits_for_blocking_dependents() {
         .await
         .unwrap();
     // The dependent is being deleted but held by its finalizer, so the owner must wait.
-    eventually(
+    wait_for(
         "the dependent to be marked for deletion",
         Duration::from_secs(60),
         || async {
@@ -179,6 +161,7 @@ async fn foreground_deletion_waits_for_blocking_dependents() {
                 .metadata
                 .deletion_timestamp
                 .is_some()
+                .then_some(())
         },
     )
     .await;
@@ -191,12 +174,7 @@ async fn foreground_deletion_waits_for_blocking_dependents() {
     );
 
     release_finalizers(&claims, "dependent").await;
-    eventually(
-        "the owner to go after its dependent",
-        Duration::from_secs(60),
-        || async { maps.get_opt("machine").await.unwrap().is_none() },
-    )
-    .await;
+    wait_gone(&maps, "machine", Duration::from_secs(60)).await;
 }
 
 #[tokio::test]
@@ -215,10 +193,7 @@ async fn a_finalizer_holds_deletion_until_removed() {
     assert!(still_there.metadata.deletion_timestamp.is_some());
 
     release_finalizers(&claims, "held").await;
-    eventually("the claim to go", Duration::from_secs(10), || async {
-        claims.get_opt("held").await.unwrap().is_none()
-    })
-    .await;
+    wait_gone(&claims, "held", Duration::from_secs(10)).await;
 }
 
 #[tokio::test]
@@ -234,12 +209,7 @@ async fn deleting_a_namespace_removes_its_objects() {
         .delete(&ns, &DeleteParams::default())
         .await
         .unwrap();
-    eventually(
-        "the namespace to be deleted",
-        Duration::from_secs(60),
-        || async { namespaces.get_opt(&ns).await.unwrap().is_none() },
-    )
-    .await;
+    wait_gone(&namespaces, &ns, Duration::from_secs(60)).await;
 }
 
 #[tokio::test]

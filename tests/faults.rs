@@ -3,22 +3,17 @@
 //! control plane restarted, the API server frozen with SIGSTOP, objects removed out of band while
 //! the provider was frozen (a re-list after an API-server restart), an `IPAddress` deleted under
 //! a realised claim, a pool grown and shrunk under claim churn. After each, one invariant
-//! checker ([`assert_invariants`]): no address held twice, none lost, no orphan `IPAddress` or
+//! checker (`common::invariants`): no address held twice, none lost, no orphan `IPAddress` or
 //! reservation, no claim `Ready=True` without its `IPAddress`, every claim has `Ready`, pool
 //! counts equal the live `IPAddress`es, the audit found no drift, the provider never panicked.
 //!
 //! The tests share one control plane of their own (this binary restarts and freezes it) and
 //! take turns. Each prints what it injected and how long recovery took; the README's
 //! "Reliability" section has the figures of a run.
-#[path = "common/ipam.rs"]
-mod ipam;
+mod common;
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Mutex as StdMutex;
 use std::time::{Duration, Instant};
 
@@ -28,7 +23,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use ipam::{claim, create, nonzero_samples, pool, ready_of};
+use common::{
+    Inpool, assert_invariants, claim, create, pool, ready_of, signal, wait_for, wait_reason,
+};
 
 /// The control plane of this test binary, restartable.
 struct Plane {
@@ -111,122 +108,17 @@ fn apiserver_pid() -> u32 {
     panic!("no kube-apiserver child of the control plane {supervisor}");
 }
 
-fn signal(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .args([format!("-{signal}"), pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{signal} {pid}");
-}
-
-/// A running `inpool` binary for one namespace, its log in a file.
-struct Provider {
-    child: Child,
-    log: PathBuf,
-    name: String,
-}
-
-impl Provider {
-    fn start(kubeconfig: &Path, namespace: &str, name: &str) -> Provider {
-        let log = std::env::temp_dir().join(format!(
-            "inpool-faults-{}-{namespace}-{name}.log",
-            std::process::id()
-        ));
-        let child = Command::new(env!("CARGO_BIN_EXE_inpool"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args([
-                &format!("--namespace={namespace}"),
-                "--metrics-bind-address=127.0.0.1:0",
-                "--health-bind-address=127.0.0.1:0",
-                "--log-format=json",
-                "--log-level=info",
-                "--audit-interval=2s",
-                "--stray-reservation-age=5s",
-            ])
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .expect("start inpool");
-        Provider {
-            child,
-            log,
-            name: name.to_string(),
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// The metrics address from the log line the HTTP server writes when it listens.
-    fn metrics_addr(&self) -> Option<String> {
-        self.logs().lines().find_map(|line| {
-            let entry: serde_json::Value = serde_json::from_str(line).ok()?;
-            entry["message"]
-                .as_str()?
-                .starts_with("HTTP server listening")
-                .then(|| entry["addr"].as_str().map(str::to_string))?
-        })
-    }
-
-    /// The `/metrics` exposition, if the process answers.
-    fn metrics(&self) -> Option<String> {
-        let addr = self.metrics_addr()?;
-        let mut stream = std::net::TcpStream::connect(&addr).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(
-            stream,
-            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text).ok()?;
-        Some(text.split_once("\r\n\r\n")?.1.to_string())
-    }
-
-    /// The value of a counter without labels (0 when absent).
-    fn counter(&self, name: &str) -> f64 {
-        self.metrics()
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0)
-    }
-
-    /// Panics if the process died by itself or panicked: a provider may be killed, never crash.
-    fn assert_healthy(&mut self) {
-        let logs = self.logs();
-        assert!(
-            !logs.contains("panicked"),
-            "provider {} panicked:\n{logs}",
-            self.name
-        );
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!(
-                "provider {} exited by itself ({status}):\n{logs}",
-                self.name
-            );
-        }
-    }
-}
-
-impl Drop for Provider {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// `inpool` for one namespace, audited every 2 s, stray reservations collected after 5 s.
+fn start_provider(kubeconfig: &Path, namespace: &str, name: &str) -> Inpool {
+    Inpool::start(
+        name,
+        kubeconfig,
+        &[
+            &format!("--namespace={namespace}"),
+            "--audit-interval=2s",
+            "--stray-reservation-age=5s",
+        ],
+    )
 }
 
 /// A small deterministic generator for the moments of the faults; the seed is printed.
@@ -252,18 +144,6 @@ impl Moments {
     }
 }
 
-async fn namespace(client: &Client) -> String {
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let created = namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"generateName": "fault-"}})).unwrap(),
-        )
-        .await
-        .expect("create namespace");
-    created.name_any()
-}
-
 async fn client(kubeconfig: &Path) -> Client {
     support::client_from_kubeconfig(kubeconfig, None).await
 }
@@ -283,7 +163,7 @@ impl Scenario {
     async fn start() -> Scenario {
         let (turn, kubeconfig) = plane().await;
         let client = client(&kubeconfig).await;
-        let ns = namespace(&client).await;
+        let ns = support::new_namespace(&client, "fault-").await;
         Scenario {
             _turn: turn,
             pools: Api::namespaced(client.clone(), &ns),
@@ -374,196 +254,6 @@ async fn delete_reservations_of(reservations: &Api<IPAddressReservation>, ns: &s
     }
 }
 
-/// Everything the checker reads, in one consistent-enough snapshot.
-struct Snapshot {
-    claims: Vec<IPAddressClaim>,
-    addresses: Vec<IPAddress>,
-    reservations: Vec<IPAddressReservation>,
-    pools: Vec<InClusterIPPool>,
-}
-
-async fn snapshot(client: &Client, ns: &str) -> Option<Snapshot> {
-    let all = ListParams::default();
-    Some(Snapshot {
-        claims: Api::<IPAddressClaim>::namespaced(client.clone(), ns)
-            .list(&all)
-            .await
-            .ok()?
-            .items,
-        addresses: Api::<IPAddress>::namespaced(client.clone(), ns)
-            .list(&all)
-            .await
-            .ok()?
-            .items,
-        reservations: Api::<IPAddressReservation>::all(client.clone())
-            .list(&all)
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .filter(|r| r.spec.claim_namespace == ns)
-            .collect(),
-        pools: Api::<InClusterIPPool>::namespaced(client.clone(), ns)
-            .list(&all)
-            .await
-            .ok()?
-            .items,
-    })
-}
-
-/// Every invariant that does not hold, in words (empty: all hold).
-fn violations(s: &Snapshot) -> Vec<String> {
-    let mut found = Vec::new();
-    let claims: BTreeMap<String, &IPAddressClaim> =
-        s.claims.iter().map(|c| (c.name_any(), c)).collect();
-    let live_addresses: Vec<&IPAddress> = s
-        .addresses
-        .iter()
-        .filter(|a| a.metadata.deletion_timestamp.is_none())
-        .collect();
-    let address_of: BTreeMap<String, &IPAddress> =
-        live_addresses.iter().map(|a| (a.name_any(), *a)).collect();
-
-    // No address held twice.
-    let mut holders: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for a in &live_addresses {
-        holders
-            .entry(&a.spec.address)
-            .or_default()
-            .push(a.name_any());
-    }
-    for (address, names) in holders.iter().filter(|(_, n)| n.len() > 1) {
-        found.push(format!(
-            "{address} is held by several IPAddresses: {names:?}"
-        ));
-    }
-    // Every claim has Ready; Ready=True only with its IPAddress.
-    for (name, c) in &claims {
-        if c.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        match ready_of(c) {
-            None => found.push(format!("claim {name} has no Ready condition")),
-            Some((status, _, address_ref)) if status == "True" => {
-                match (address_ref, address_of.get(name)) {
-                    (Some(r), Some(a)) if r == *name && a.spec.claim_ref.name == *name => {}
-                    (r, a) => found.push(format!(
-                        "claim {name} is Ready=True with addressRef {r:?} but its IPAddress is {:?}",
-                        a.map(|a| &a.spec.address)
-                    )),
-                }
-            }
-            Some(_) => {}
-        }
-    }
-    // No orphan IPAddress: its claim exists and is the one it was made for.
-    for a in &live_addresses {
-        let owner_uid = a
-            .owner_references()
-            .iter()
-            .find(|o| o.kind == "IPAddressClaim")
-            .map(|o| o.uid.clone());
-        match claims.get(&a.spec.claim_ref.name) {
-            Some(c) if c.uid() == owner_uid => {}
-            _ => found.push(format!("IPAddress {} has no claim", a.name_any())),
-        }
-    }
-    // Reservations and IPAddresses match one to one (no stray, none missing).
-    let reserved: BTreeSet<(String, String)> = s
-        .reservations
-        .iter()
-        .filter(|r| !inpool::controllers::reservation::is_released(r))
-        .map(|r| (r.spec.claim_name.clone(), r.spec.address.clone()))
-        .collect();
-    let held: BTreeSet<(String, String)> = live_addresses
-        .iter()
-        .map(|a| (a.spec.claim_ref.name.clone(), a.spec.address.clone()))
-        .collect();
-    for stray in reserved.difference(&held) {
-        found.push(format!("reservation without its IPAddress: {stray:?}"));
-    }
-    for unreserved in held.difference(&reserved) {
-        found.push(format!("IPAddress without its reservation: {unreserved:?}"));
-    }
-    // Pool counts equal the live IPAddresses; nobody waits next to a free address.
-    for p in &s.pools {
-        let name = p.name_any();
-        let used = live_addresses
-            .iter()
-            .filter(|a| a.spec.pool_ref.name == name)
-            .count() as i64;
-        let counts = p.status.as_ref().and_then(|s| s.ip_addresses.as_ref());
-        match counts {
-            Some(c) if c.used == used && c.free + c.used - c.out_of_range == c.total => {
-                let waiting = s.claims.iter().any(|c| {
-                    c.spec.pool_ref.name == name
-                        && ready_of(c).is_some_and(|(_, reason, _)| reason == "PoolExhausted")
-                });
-                if waiting && c.free > 0 {
-                    found.push(format!(
-                        "pool {name} has {} free addresses while claims wait",
-                        c.free
-                    ));
-                }
-            }
-            other => found.push(format!(
-                "pool {name} counts {other:?}, but {used} IPAddresses are live"
-            )),
-        }
-    }
-    found
-}
-
-/// Waits until every invariant holds (the provider may still be recovering), then checks the
-/// providers: alive, no panic, audits ran and found no drift. Returns when the invariants held.
-async fn assert_invariants(client: &Client, ns: &str, providers: &mut [&mut Provider]) -> Instant {
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs(120);
-    let mut last = Vec::new();
-    loop {
-        if let Some(s) = snapshot(client, ns).await {
-            last = violations(&s);
-            if last.is_empty() {
-                break;
-            }
-        }
-        if Instant::now() > deadline {
-            for p in providers.iter() {
-                eprintln!("--- log of provider {}:\n{}", p.name, tail(&p.logs(), 60));
-            }
-            panic!("invariants still broken after 120 s: {last:#?}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let held = Instant::now();
-    for p in providers.iter_mut() {
-        p.assert_healthy();
-        // Let one more audit run on the settled state, then read its verdict.
-        let audits = p.counter("inpool_audits_total");
-        let wait_until = Instant::now() + Duration::from_secs(30);
-        while p.counter("inpool_audits_total") <= audits && Instant::now() < wait_until {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        assert!(
-            p.counter("inpool_audits_total") > audits,
-            "provider {} ran no audit",
-            p.name
-        );
-        let drift = nonzero_samples(&p.metrics().unwrap_or_default(), "inpool_state_drift_total");
-        assert!(
-            drift.is_empty(),
-            "provider {} found drift: {drift:?}",
-            p.name
-        );
-    }
-    held
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 /// Claims with Ready=True, and with reason PoolExhausted.
 async fn realised_and_waiting(claims: &Api<IPAddressClaim>) -> (usize, usize) {
     let list = claims
@@ -580,7 +270,7 @@ async fn realised_and_waiting(claims: &Api<IPAddressClaim>) -> (usize, usize) {
 
 async fn wait_realised(claims: &Api<IPAddressClaim>, realised: usize, waiting: usize) -> Duration {
     let started = Instant::now();
-    ipam::wait_for(
+    wait_for(
         &format!("{realised} claims realised and {waiting} waiting"),
         Duration::from_secs(120),
         || async { (realised_and_waiting(claims).await == (realised, waiting)).then_some(()) },
@@ -606,12 +296,12 @@ async fn probe_free_addresses(client: &Client, ns: &str, pool_name: &str) {
         create(&claims, &claim(name, pool_name)).await;
     }
     for name in &names {
-        ipam::wait_reason(&claims, name, "AddressAllocated").await;
+        wait_reason(&claims, name, "AddressAllocated").await;
     }
     delete_claims_in_background(&claims, names.clone())
         .await
         .unwrap();
-    ipam::wait_for("probe claims gone", Duration::from_secs(60), || async {
+    wait_for("probe claims gone", Duration::from_secs(60), || async {
         let left = claims.list(&ListParams::default()).await.ok()?.items;
         (!left.iter().any(|c| c.name_any().starts_with("probe-"))).then_some(())
     })
@@ -632,14 +322,14 @@ async fn sigkill_at_random_moments_of_bursts_loses_and_duplicates_nothing() {
     } = Scenario::start().await;
     create(&pools, &pool("pool", &["10.1.0.1-10.1.0.30"], 24, None)).await;
 
-    let mut provider = Provider::start(&kubeconfig, &ns, "p0");
+    let mut provider = start_provider(&kubeconfig, &ns, "p0");
     let burst = create_claims_in_background(&claims, "pool", "c", 0..40);
     let mut kills = 0;
     for _ in 0..3 {
         tokio::time::sleep(moments.millis(200, 1500)).await;
         provider.kill();
         kills += 1;
-        provider = Provider::start(&kubeconfig, &ns, &format!("p{kills}"));
+        provider = start_provider(&kubeconfig, &ns, &format!("p{kills}"));
     }
     burst.await.unwrap();
     wait_realised(&claims, 30, 10).await;
@@ -651,7 +341,7 @@ async fn sigkill_at_random_moments_of_bursts_loses_and_duplicates_nothing() {
         tokio::time::sleep(moments.millis(100, 1000)).await;
         provider.kill();
         kills += 1;
-        provider = Provider::start(&kubeconfig, &ns, &format!("p{kills}"));
+        provider = start_provider(&kubeconfig, &ns, &format!("p{kills}"));
     }
     let fault_ended = Instant::now();
     releases.await.unwrap();
@@ -679,8 +369,8 @@ async fn two_providers_with_one_killed_mid_burst_leave_no_stray_reservation() {
     } = Scenario::start().await;
     create(&pools, &pool("pool", &["10.2.0.1-10.2.0.30"], 24, None)).await;
 
-    let mut survivor = Provider::start(&kubeconfig, &ns, "a");
-    let mut victim = Provider::start(&kubeconfig, &ns, "b");
+    let mut survivor = start_provider(&kubeconfig, &ns, "a");
+    let mut victim = start_provider(&kubeconfig, &ns, "b");
     let burst = create_claims_in_background(&claims, "pool", "c", 0..40);
     tokio::time::sleep(moments.millis(300, 1500)).await;
     victim.kill();
@@ -718,7 +408,7 @@ where
         ..
     } = Scenario::start().await;
     create(&pools, &pool("pool", &[range], 24, None)).await;
-    let mut provider = Provider::start(&kubeconfig, &ns, "p");
+    let mut provider = start_provider(&kubeconfig, &ns, "p");
     let burst = create_claims_in_background(&claims, "pool", "c", 0..30);
     tokio::time::sleep(moments.millis(300, 1500)).await;
     fault().await;
@@ -770,14 +460,14 @@ async fn a_relist_after_an_out_of_band_removal_frees_the_address() {
     } = Scenario::start().await;
     create(&pools, &pool("pool", &["10.5.0.1-10.5.0.2"], 24, None)).await;
     create(&pools, &pool("doomed", &["10.5.1.1"], 24, None)).await;
-    let mut provider = Provider::start(&kubeconfig, &ns, "p");
+    let mut provider = start_provider(&kubeconfig, &ns, "p");
     for name in ["c-0", "c-1", "c-2"] {
         create(&claims, &claim(name, "pool")).await;
         tokio::time::sleep(Duration::from_millis(1100)).await; // distinct creation seconds
     }
     wait_realised(&claims, 2, 1).await;
 
-    signal(provider.pid(), "STOP");
+    provider.signal("STOP");
     restart_plane().await;
     let client = self::client(&kubeconfig).await;
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
@@ -788,10 +478,10 @@ async fn a_relist_after_an_out_of_band_removal_frees_the_address() {
     delete_reservations_of(&reservations, &ns, "c-0").await;
     force_delete(&claims, "c-0").await;
     force_delete(&pools, "doomed").await;
-    signal(provider.pid(), "CONT");
+    provider.signal("CONT");
     let resumed = Instant::now();
 
-    let c2 = ipam::wait_reason(&claims, "c-2", "AddressAllocated").await;
+    let c2 = wait_reason(&claims, "c-2", "AddressAllocated").await;
     let took = resumed.elapsed();
     assert_eq!(ready_of(&c2).unwrap().2.as_deref(), Some("c-2"));
     // The re-list found the removal; the audit (which would also have fixed it) found nothing.
@@ -820,14 +510,14 @@ async fn an_ipaddress_deleted_under_a_realised_claim_is_restored() {
     let addresses: Api<IPAddress> = Api::namespaced(client.clone(), &ns);
     let reservations: Api<IPAddressReservation> = Api::all(client.clone());
     create(&pools, &pool("pool", &["10.6.0.1-10.6.0.3"], 24, None)).await;
-    let mut provider = Provider::start(&kubeconfig, &ns, "p");
+    let mut provider = start_provider(&kubeconfig, &ns, "p");
     create(&claims, &claim("c-0", "pool")).await;
     create(&claims, &claim("c-1", "pool")).await;
     wait_realised(&claims, 2, 0).await;
     let before = addresses.get("c-0").await.unwrap();
     force_delete(&addresses, "c-0").await;
     let deleted = Instant::now();
-    let restored = ipam::wait_for(
+    let restored = wait_for(
         "IPAddress c-0 restored",
         Duration::from_secs(60),
         || async {
@@ -850,7 +540,7 @@ async fn an_ipaddress_deleted_under_a_realised_claim_is_restored() {
     // Both the IPAddress and its reservation gone: the claim is allocated again.
     force_delete(&addresses, "c-1").await;
     delete_reservations_of(&reservations, &ns, "c-1").await;
-    ipam::wait_for("IPAddress c-1 again", Duration::from_secs(60), || async {
+    wait_for("IPAddress c-1 again", Duration::from_secs(60), || async {
         addresses.get_opt("c-1").await.ok().flatten()
     })
     .await;
@@ -874,7 +564,7 @@ async fn a_pool_grown_and_shrunk_under_claim_churn_stays_consistent() {
         claims,
     } = Scenario::start().await;
     create(&pools, &pool("pool", &["10.7.0.1-10.7.0.10"], 24, None)).await;
-    let mut provider = Provider::start(&kubeconfig, &ns, "p");
+    let mut provider = start_provider(&kubeconfig, &ns, "p");
 
     let churn = {
         let claims = claims.clone();

@@ -1,8 +1,7 @@
 //! `kubectl inpool` (the `kubectl-inpool` binary) against the real control plane, with inpool
 //! running: pools, claims with their queue places, who holds an address, why a claim waits.
 
-#[path = "common/ipam.rs"]
-mod ipam;
+mod common;
 mod support;
 
 use std::process::Command;
@@ -11,7 +10,7 @@ use inpool::api::{Cluster, IPAddressClaim, InClusterIPPool};
 use kube::api::Api;
 use serde_json::Value;
 
-use ipam::*;
+use common::*;
 
 /// Runs the plugin with this binary's control plane; its stdout, or a panic with its stderr.
 fn plugin(args: &[&str]) -> String {
@@ -57,9 +56,11 @@ async fn pools_claims_who_has_and_why_answer_from_the_api() {
     create(&claims, &claim("lost", "no-such-pool")).await;
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
     create(&clusters, &cluster("frozen", true)).await;
-    let mut frozen = claim("frozen-claim", "small");
-    frozen.spec.cluster_name = Some("frozen".into());
-    create(&claims, &frozen).await;
+    create(
+        &claims,
+        &of_cluster(claim("frozen-claim", "small"), "frozen"),
+    )
+    .await;
     wait_reason(&claims, "lost", "PoolNotReady").await;
     wait_counts(&claims, 2, 2).await;
     let held = addresses_by_claim(&client, &ns).await;

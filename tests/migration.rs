@@ -19,15 +19,13 @@
 //! inpool stops, the components are applied again and inpool starts again (a newer build is the
 //! same binary here): nothing changes.
 
+mod common;
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use inpool::api::reservation::IPAddressReservation;
 use inpool::api::{GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool};
@@ -36,15 +34,15 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{
-    Api, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
-};
-use kube::discovery::{Scope, pinned_kind};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const GROUP: &str = "ipam.cluster.x-k8s.io";
+use common::{
+    GROUP, Inpool, apply_objects, claim, components, create, of_cluster, ready_of, reservations_of,
+    service_account_kubeconfig, typed, wait_for, wait_reason,
+};
+
 const NS: &str = "workloads";
 const REFERENCE_NAMESPACE: &str = "capi-ipam-in-cluster-system";
 const VALIDATING_WEBHOOKS: &str = "capi-ipam-in-cluster-validating-webhook-configuration";
@@ -66,28 +64,6 @@ const ADOPTED: [(&str, &str); 4] = [
     ("m-2", "10.20.0.17"),
     ("m-v6", "2001:db8:20::15"),
 ];
-
-fn typed<K: serde::de::DeserializeOwned>(value: Value) -> K {
-    serde_json::from_value(value).expect("a valid object")
-}
-
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 // ------------------------------------------------------------------------------------------
 // What the reference provider leaves behind
@@ -334,51 +310,21 @@ async fn create_reference_objects(client: &Client) {
 // inpool's side
 // ------------------------------------------------------------------------------------------
 
-fn parse_documents(text: &str) -> Vec<Value> {
-    serde_saphyr::from_multiple::<Value>(text)
-        .expect("valid YAML")
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
-}
-
 /// `kubectl apply --server-side --force-conflicts -f config/clusterctl/ipam-components.yaml`:
 /// server-side apply of every object with kubectl's field manager, taking over fields that
 /// other managers own. Stops at the first object the API server refuses.
 async fn apply_components(client: &Client) -> Result<(), String> {
-    let path = support::repo_root().join("config/clusterctl/ipam-components.yaml");
-    let objects = parse_documents(&std::fs::read_to_string(path).unwrap());
-    for object in &objects {
-        let api_version = object["apiVersion"].as_str().unwrap();
-        let kind = object["kind"].as_str().unwrap();
-        let name = object["metadata"]["name"].as_str().unwrap();
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let (resource, capabilities) =
-            pinned_kind(client, &GroupVersionKind::gvk(group, version, kind))
-                .await
-                .unwrap_or_else(|e| panic!("discovering {kind}: {e}"));
-        let api: Api<DynamicObject> = match capabilities.scope {
-            Scope::Namespaced => Api::namespaced_with(
-                client.clone(),
-                object["metadata"]["namespace"].as_str().unwrap(),
-                &resource,
-            ),
-            Scope::Cluster => Api::all_with(client.clone(), &resource),
-        };
-        api.patch(
-            name,
-            &PatchParams::apply("kubectl").force(),
-            &Patch::Apply(object),
-        )
-        .await
-        .map_err(|e| format!("server-side apply of {kind} {name}: {e}"))?;
-    }
-    Ok(())
+    apply_objects(
+        client,
+        &components(),
+        &PatchParams::apply("kubectl").force(),
+    )
+    .await
 }
 
 async fn wait_established(client: &Client, name: &str) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    eventually(
+    wait_for(
         &format!("CRD {name} established"),
         Duration::from_secs(30),
         || async {
@@ -393,138 +339,17 @@ async fn wait_established(client: &Client, name: &str) {
     .await;
 }
 
-/// A kubeconfig for `admin` that impersonates inpool's ServiceAccount (the RBAC of
-/// `config/rbac`).
-fn service_account_kubeconfig(admin: &Path) -> PathBuf {
-    let mut config: Value =
-        serde_saphyr::from_str(&std::fs::read_to_string(admin).unwrap()).unwrap();
-    for user in config["users"].as_array_mut().unwrap() {
-        user["user"]["as"] = json!("system:serviceaccount:inpool-system:inpool-controller-manager");
-        user["user"]["as-groups"] = json!([
-            "system:serviceaccounts",
-            "system:serviceaccounts:inpool-system",
-            "system:authenticated"
-        ]);
-    }
-    let path = admin.with_file_name("inpool-sa.kubeconfig");
-    std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
-    path
+/// inpool as its ServiceAccount, on every namespace.
+fn start_inpool(kubeconfig: &Path) -> Inpool {
+    Inpool::start("inpool", kubeconfig, &[])
 }
 
-/// A running `inpool` binary with its JSON log lines.
-struct Inpool {
-    child: Child,
-    logs: Arc<Mutex<Vec<String>>>,
-    addr: SocketAddr,
-}
-
-impl Inpool {
-    fn start(kubeconfig: &Path) -> Inpool {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_inpool"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args([
-                "--metrics-bind-address=127.0.0.1:0",
-                "--health-bind-address=127.0.0.1:0",
-                "--log-format=json",
-            ])
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start inpool");
-        let stderr = child.stderr.take().unwrap();
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        {
-            let logs = logs.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { break };
-                    if let Ok(entry) = serde_json::from_str::<Value>(&line)
-                        && entry["message"]
-                            .as_str()
-                            .is_some_and(|m| m.starts_with("HTTP server listening"))
-                        && let Some(addr) = entry["addr"].as_str().and_then(|a| a.parse().ok())
-                    {
-                        let _ = tx.send(addr);
-                    }
-                    logs.lock().unwrap().push(line);
-                }
-            });
-        }
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("inpool's HTTP server");
-        Inpool { child, logs, addr }
-    }
-
-    fn logs(&self) -> String {
-        self.logs.lock().unwrap().join("\n")
-    }
-
-    /// The body of a GET, if it answered 200.
-    async fn get(&self, path: &str) -> Option<String> {
-        let exchange = async {
-            let mut stream = tokio::net::TcpStream::connect(self.addr).await.ok()?;
-            let request = format!(
-                "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-                self.addr
-            );
-            stream.write_all(request.as_bytes()).await.ok()?;
-            let mut raw = Vec::new();
-            stream.read_to_end(&mut raw).await.ok()?;
-            let text = String::from_utf8(raw).ok()?;
-            let (head, body) = text.split_once("\r\n\r\n")?;
-            head.starts_with("HTTP/1.1 200").then(|| body.to_string())
-        };
-        tokio::time::timeout(Duration::from_secs(5), exchange)
-            .await
-            .ok()
-            .flatten()
-    }
-
-    /// `inpool_reconciles_total{controller="claim"}`.
-    async fn claim_reconciles(&self) -> Option<u64> {
-        let metrics = self.get("/metrics").await?;
-        metrics.lines().find_map(|l| {
-            l.strip_prefix("inpool_reconciles_total{controller=\"claim\"} ")
-                .and_then(|v| v.trim().parse().ok())
-        })
-    }
-
-    /// SIGTERM; the exit code.
-    fn terminate(&mut self) -> Option<i32> {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
-    }
-
-    fn assert_nothing_forbidden(&self) {
-        let logs = self.logs();
-        assert!(
-            !logs.to_lowercase().contains("forbidden"),
-            "a request was forbidden to the ServiceAccount:\n{logs}"
-        );
-    }
-}
-
-impl Drop for Inpool {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// `inpool_reconciles_total{controller="claim"}`.
+async fn claim_reconciles(inpool: &Inpool) -> Option<u64> {
+    let n = inpool
+        .sample(r#"inpool_reconciles_total{controller="claim"}"#)
+        .await?;
+    Some(n as u64)
 }
 
 /// The README's migration and upgrade commands. Each runs as the literal `kubectl` command when
@@ -674,17 +499,6 @@ const REMOVE_CONVERSION: &str = r#"{"metadata":{"annotations":{"cert-manager.io/
 // Observations
 // ------------------------------------------------------------------------------------------
 
-/// (Ready status, reason, addressRef) of a claim.
-fn ready_of(claim: &IPAddressClaim) -> Option<(String, String, Option<String>)> {
-    let ready = claim.conditions().iter().find(|c| c.type_ == "Ready")?;
-    let address_ref = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.address_ref.as_ref())
-        .map(|r| r.name.clone());
-    Some((ready.status.clone(), ready.reason.clone(), address_ref))
-}
-
 /// name → (uid, resourceVersion, address) of every `IPAddress` in the namespace.
 async fn addresses(client: &Client) -> BTreeMap<String, (String, String, String)> {
     Api::<IPAddress>::namespaced(client.clone(), NS)
@@ -701,24 +515,6 @@ async fn addresses(client: &Client) -> BTreeMap<String, (String, String, String)
                     a.resource_version().unwrap_or_default(),
                     a.spec.address.clone(),
                 ),
-            )
-        })
-        .collect()
-}
-
-/// address → (claim, reservation uid) of the reservations held for claims of the namespace.
-async fn reservations(client: &Client) -> BTreeMap<String, (String, String)> {
-    Api::<IPAddressReservation>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|r| r.spec.claim_namespace == NS)
-        .map(|r| {
-            (
-                r.spec.address.clone(),
-                (r.spec.claim_name.clone(), r.uid().unwrap_or_default()),
             )
         })
         .collect()
@@ -885,21 +681,17 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
 
     // inpool as its ServiceAccount.
     let kubeconfig = service_account_kubeconfig(&plane.kubeconfig);
-    let mut inpool = Inpool::start(&kubeconfig);
+    let mut inpool = start_inpool(&kubeconfig);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), NS);
     for (name, _) in ADOPTED {
-        eventually(
-            &format!("claim {name} Ready"),
-            Duration::from_secs(60),
-            || async {
-                let claim = claims.get(name).await.ok()?;
-                let (status, reason, address_ref) = ready_of(&claim)?;
-                (status == "True" && reason == "AddressAllocated").then_some(address_ref)
-            },
-        )
-        .await
-        .filter(|r| r == name)
-        .unwrap_or_else(|| panic!("claim {name} lost its addressRef"));
+        let claim = wait_reason(&claims, name, "AddressAllocated").await;
+        let (status, _, address_ref) = ready_of(&claim).unwrap();
+        assert_eq!(status, "True", "claim {name}");
+        assert_eq!(
+            address_ref.as_deref(),
+            Some(name),
+            "claim {name} lost its addressRef"
+        );
     }
     // The same IPAddress objects, untouched: no re-allocation.
     assert_eq!(addresses(&client).await, before, "the addresses changed");
@@ -908,21 +700,21 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     }
     // Each adopted address is now reserved for its claim (the API server enforces uniqueness
     // from now on).
-    let reserved = eventually(
+    let reserved = wait_for(
         "a reservation for every adopted address",
         Duration::from_secs(30),
         || async {
-            let reserved = reservations(&client).await;
+            let reserved = reservations_of(&client, NS).await;
             ADOPTED
                 .iter()
-                .all(|(claim, address)| reserved.get(*address).is_some_and(|(c, _)| c == claim))
+                .all(|(claim, address)| reserved.get(*address).is_some_and(|c| c == claim))
                 .then_some(reserved)
         },
     )
     .await;
     assert_eq!(reserved.len(), ADOPTED.len(), "{reserved:?}");
     // The pools: inpool's counts and conditions, the ProtectPool finalizer kept.
-    let pool = eventually("inpool's pool status", Duration::from_secs(30), || async {
+    let pool = wait_for("inpool's pool status", Duration::from_secs(30), || async {
         let pool = pools.get("ref-pool").await.ok()?;
         let status = pool.status.as_ref()?;
         let ready = status
@@ -940,19 +732,8 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     );
 
     // A new claim gets a free address, not one of the adopted ones: the lowest free.
-    claims
-        .create(
-            &PostParams::default(),
-            &typed(json!({
-                "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
-                "metadata": { "name": "m-new" },
-                "spec": { "clusterName": "prod",
-                          "poolRef": { "apiGroup": GROUP, "kind": "InClusterIPPool", "name": "ref-pool" } }
-            })),
-        )
-        .await
-        .unwrap();
-    eventually("the new claim Ready", Duration::from_secs(30), || async {
+    create(&claims, &of_cluster(claim("m-new", "ref-pool"), "prod")).await;
+    wait_for("the new claim Ready", Duration::from_secs(30), || async {
         let claim = claims.get("m-new").await.ok()?;
         let (status, _, _) = ready_of(&claim)?;
         (status == "True").then_some(())
@@ -963,7 +744,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     for (name, _) in ADOPTED {
         assert_eq!(now[name], before[name], "{name} changed");
     }
-    eventually(
+    wait_for(
         "the pool counting the new claim",
         Duration::from_secs(30),
         || async {
@@ -977,10 +758,10 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     // Upgrade: stop inpool, apply the (new) components, start the (new) binary. Nothing inpool
     // owns is written again: every claim, address, reservation and pool keeps its
     // resourceVersion.
-    let settled = eventually(
+    let settled = wait_for(
         "every claim reconciled",
         Duration::from_secs(10),
-        || async { inpool.claim_reconciles().await.filter(|n| *n >= 5) },
+        || async { claim_reconciles(&inpool).await.filter(|n| *n >= 5) },
     )
     .await;
     assert!(settled >= 5);
@@ -989,11 +770,11 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     assert_eq!(inpool.terminate(), Some(0), "logs:\n{}", inpool.logs());
     inpool.assert_nothing_forbidden();
     steps.apply_components().await.unwrap();
-    let mut upgraded = Inpool::start(&kubeconfig);
-    eventually(
+    let mut upgraded = start_inpool(&kubeconfig);
+    wait_for(
         "the upgraded inpool to reconcile every claim",
         Duration::from_secs(60),
-        || async { upgraded.claim_reconciles().await.filter(|n| *n >= 5) },
+        || async { claim_reconciles(&upgraded).await.filter(|n| *n >= 5) },
     )
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -1,8 +1,7 @@
 //! The pool controller on the real control plane: exact counts, conditions, overlap, deletion
 //! protection, safe shrinking, and status writes that do not grow with the pool.
 
-#[path = "common/ipam.rs"]
-mod ipam;
+mod common;
 mod support;
 
 use std::collections::BTreeSet;
@@ -19,7 +18,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use ipam::*;
+use common::*;
 
 fn condition<'a>(
     pool: &'a InClusterIPPool,
@@ -84,12 +83,7 @@ async fn counts_match(client: &Client, ns: &str, name: &str, step: &str) -> IPAd
 /// Deletes a claim and waits until it is gone (its address released).
 async fn delete_claim(claims: &Api<IPAddressClaim>, name: &str) {
     claims.delete(name, &DeleteParams::default()).await.unwrap();
-    wait_for(
-        &format!("claim {name} to go"),
-        Duration::from_secs(30),
-        || async { claims.get_opt(name).await.unwrap().is_none().then_some(()) },
-    )
-    .await;
+    wait_gone(claims, name, Duration::from_secs(30)).await;
 }
 
 async fn patch_spec(pools: &Api<InClusterIPPool>, name: &str, spec: serde_json::Value) {
@@ -330,15 +324,7 @@ async fn a_pool_in_use_is_deleted_only_after_its_last_claim() {
         .delete("holder", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("the pool to be gone", Duration::from_secs(30), || async {
-        pools
-            .get_opt("doomed")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&pools, "doomed", Duration::from_secs(30)).await;
 }
 
 #[tokio::test]

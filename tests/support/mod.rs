@@ -170,21 +170,26 @@ impl TestEnv {
     /// A fresh namespace for one test, and an admin client.
     pub async fn namespace(&self) -> (Client, String) {
         let client = self.client().await;
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        let ns = Namespace {
-            metadata: ObjectMeta {
-                generate_name: Some("t-".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let created = namespaces
-            .create(&PostParams::default(), &ns)
-            .await
-            .expect("create test namespace");
-        let name = created.metadata.name.expect("generated name");
+        let name = new_namespace(&client, "t-").await;
         (client, name)
     }
+}
+
+/// Creates a namespace named `prefix` and a generated suffix; returns its name.
+pub async fn new_namespace(client: &Client, prefix: &str) -> String {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            generate_name: Some(prefix.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let created = namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create test namespace");
+    created.metadata.name.expect("generated name")
 }
 
 fn test_binary_name() -> String {

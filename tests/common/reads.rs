@@ -1,0 +1,118 @@
+//! What the API server says: claims' `Ready` conditions, the addresses held and the
+//! reservations, and metric samples.
+
+use std::collections::BTreeMap;
+
+use inpool::api::{IPAddress, IPAddressClaim};
+use inpool::controllers::reservation::IPAddressReservation;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+
+/// (status, reason, addressRef) of a claim's Ready condition.
+pub fn ready_of(claim: &IPAddressClaim) -> Option<(String, String, Option<String>)> {
+    let ready = claim.conditions().iter().find(|c| c.type_ == "Ready")?;
+    let address_ref = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.address_ref.as_ref())
+        .map(|r| r.name.clone());
+    Some((ready.status.clone(), ready.reason.clone(), address_ref))
+}
+
+/// The message of a claim's Ready condition ("" without one).
+pub fn ready_message(claim: &IPAddressClaim) -> String {
+    claim
+        .conditions()
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// Claim name → (Ready status, reason) for every claim with a Ready condition.
+pub async fn claim_states(claims: &Api<IPAddressClaim>) -> BTreeMap<String, (String, String)> {
+    claims
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|c| {
+            let (status, reason, _) = ready_of(c)?;
+            Some((c.name_any(), (status, reason)))
+        })
+        .collect()
+}
+
+/// Claim name → reason of its Ready condition.
+pub async fn reasons(claims: &Api<IPAddressClaim>) -> BTreeMap<String, String> {
+    claim_states(claims)
+        .await
+        .into_iter()
+        .map(|(name, (_, reason))| (name, reason))
+        .collect()
+}
+
+/// The live `IPAddress`es of a namespace (not being deleted).
+async fn live_addresses(client: &Client, ns: &str) -> impl Iterator<Item = IPAddress> {
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), ns);
+    addresses
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|a| a.metadata.deletion_timestamp.is_none())
+}
+
+/// Claim name → address, from the live `IPAddress` objects of a namespace.
+pub async fn addresses_by_claim(client: &Client, ns: &str) -> BTreeMap<String, String> {
+    live_addresses(client, ns)
+        .await
+        .map(|a| (a.spec.claim_ref.name.clone(), a.spec.address.clone()))
+        .collect()
+}
+
+/// The addresses held from one pool of a namespace.
+pub async fn addresses_of_pool(client: &Client, ns: &str, pool: &str) -> Vec<String> {
+    live_addresses(client, ns)
+        .await
+        .filter(|a| a.spec.pool_ref.name == pool)
+        .map(|a| a.spec.address)
+        .collect()
+}
+
+/// Address → claim name of the reservations held for claims of `ns`.
+pub async fn reservations_of(client: &Client, ns: &str) -> BTreeMap<String, String> {
+    Api::<IPAddressReservation>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|r| r.spec.claim_namespace == ns)
+        .map(|r| (r.spec.address.clone(), r.spec.claim_name.clone()))
+        .collect()
+}
+
+/// The samples of a metric family (`name{labels} value` lines) whose value is not zero.
+pub fn nonzero_samples(exposition: &str, name: &str) -> Vec<String> {
+    exposition
+        .lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter(|l| {
+            l.rsplit(' ')
+                .next()
+                .is_some_and(|v| v.parse::<f64>() != Ok(0.0))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// The value of one sample (`name` with its labels exactly as exposed), if present.
+pub fn sample(exposition: &str, name: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
