@@ -14,6 +14,9 @@ use inpool::allocator::{
 };
 use proptest::prelude::*;
 
+#[path = "common/props.rs"]
+mod props;
+
 /// Offsets inside a window are below this.
 const WINDOW: u32 = 1024;
 const WINDOW_BITS: u32 = 10;
@@ -424,22 +427,15 @@ fn contents(set: &AddressSet) -> BTreeSet<Addr> {
 
 /// Strings made of the characters that matter to the parser.
 fn spec_like_string() -> impl Strategy<Value = String> {
-    prop_oneof![
-        "[0-9a-fA-F:./%-]{0,45}",
+    props::spec_like_string([
         "(10\\.0\\.[0-9]{1,3}\\.[0-9]{1,3})(/[0-9]{1,3}|-10\\.0\\.0\\.[0-9]{1,3})?",
         "(2001:db8::[0-9a-f]{0,4})(/[0-9]{1,3}|-2001:db8::[0-9a-f]{1,4})?",
-        any::<String>(),
-    ]
+    ])
 }
 
 proptest! {
-    // No regression files next to the sources: a failure prints its minimal input instead.
     // PROPTEST_CASES=10000 runs a deeper search.
-    #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(256),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(props::config())]
 
     #[test]
     fn allocator_matches_the_model((spec, ops) in scenario()) {

@@ -14,6 +14,9 @@ use inpool::allocator::{
 };
 use proptest::prelude::*;
 
+#[path = "common/props.rs"]
+mod props;
+
 const WINDOW: u32 = 256;
 const WINDOW_LENGTH: u8 = 120;
 
@@ -423,22 +426,15 @@ fn run(spec: SpecGen, ops: Vec<Op>) -> Result<(), TestCaseError> {
 
 /// Strings made of the characters that matter to the parser.
 fn spec_like_string() -> impl Strategy<Value = String> {
-    prop_oneof![
-        "[0-9a-fA-F:./%-]{0,45}",
+    props::spec_like_string([
         "(fd00:[0-9a-f]{0,4}::[0-9a-f]{0,4})(/[0-9]{1,3}|-fd00::[0-9a-f]{1,4})?",
         "(10\\.0\\.[0-9]{1,3}\\.[0-9]{1,3})(/[0-9]{1,3})?",
-        any::<String>(),
-    ]
+    ])
 }
 
 proptest! {
-    // No regression files next to the sources: a failure prints its minimal input instead.
     // PROPTEST_CASES=10000 runs a deeper search.
-    #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(256),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(props::config())]
 
     #[test]
     fn prefix_allocator_matches_the_model((spec, ops) in scenario()) {
