@@ -97,6 +97,10 @@ pub(crate) fn version_ldflags(package: &str, version: &str) -> String {
     .join(" ")
 }
 
+/// How long one Go build may take before it is stopped as stuck: a cold control-plane build
+/// took 6 to 20 minutes on 2 cores.
+const BUILD_DEADLINE: Duration = Duration::from_secs(45 * 60);
+
 /// How often a long Go build says that it is still working.
 const BUILD_PROGRESS_EVERY: Duration = Duration::from_secs(15);
 
@@ -151,6 +155,16 @@ pub(crate) fn go_build(
     let status = loop {
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
             break status;
+        }
+        if started.elapsed() > BUILD_DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "go build of {what} did not finish within {} minutes (a stuck module download or \
+                 cache lock?); its log so far: {}",
+                BUILD_DEADLINE.as_secs() / 60,
+                log_path.display()
+            ));
         }
         std::thread::sleep(Duration::from_millis(200));
         if started.elapsed() >= next_report {

@@ -102,7 +102,8 @@ async fn pools_claims_who_has_and_why_answer_from_the_api() {
     }
 
     // claims --waiting: the two waiting claims, in queue order, with their messages.
-    let waiting = json(&["claims", "-n", &ns, "--waiting"]);
+    // Flags go before or after the subcommand, as kubectl's do.
+    let waiting = json(&["-n", &ns, "claims", "--waiting"]);
     let waiting: Vec<(String, u64)> = waiting
         .as_array()
         .unwrap()

@@ -3,10 +3,12 @@
 //! kubectl runs it as a plugin.
 //!
 //! ```text
-//! kubectl inpool pools [-n NS | -A] [--watch] [-o json]   pools: total/used/free/waiting, conditions
-//! kubectl inpool claims [-n NS | -A] [--waiting] [-o json] claims: reason, message, queue place
-//! kubectl inpool who-has ADDRESS [-o json]                 pool, claim, IPAddress, since, reservation
-//! kubectl inpool why CLAIM [-n NS] [-o json]               what the claim waits for
+//! kubectl inpool pools [--watch]     pools: total/used/free/waiting, conditions
+//! kubectl inpool claims [--waiting]  claims: reason, message, queue place
+//! kubectl inpool who-has ADDRESS     pool, claim, IPAddress, since, reservation
+//! kubectl inpool why CLAIM           what the claim waits for
+//!
+//! everywhere: [-n NS | -A] [-o json] [--kubeconfig FILE] [--context NAME]
 //! ```
 //!
 //! The views are `inpool::inspect`'s, which the demo's picture uses too.
@@ -17,7 +19,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -33,6 +35,18 @@ struct Cli {
     #[arg(long, global = true, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
 
+    /// Kubeconfig context to use (default: its current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    context: Option<String>,
+
+    /// Namespace (default: the context's).
+    #[arg(short = 'n', long, global = true)]
+    namespace: Option<String>,
+
+    /// Every namespace (pools and claims).
+    #[arg(short = 'A', long, global = true, conflicts_with = "namespace")]
+    all_namespaces: bool,
+
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
@@ -47,31 +61,16 @@ enum Output {
     Json,
 }
 
-#[derive(Debug, Args)]
-struct Where {
-    /// Namespace (default: the kubeconfig context's).
-    #[arg(short = 'n', long)]
-    namespace: Option<String>,
-
-    /// Every namespace.
-    #[arg(short = 'A', long, conflicts_with = "namespace")]
-    all_namespaces: bool,
-}
-
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Pools: counts, waiting claims, conditions (global pools are always listed).
     Pools {
-        #[command(flatten)]
-        scope: Where,
         /// Redraw every 2 seconds until interrupted.
         #[arg(short = 'w', long)]
         watch: bool,
     },
     /// Claims: Ready, reason, message, address, place in the pool's queue.
     Claims {
-        #[command(flatten)]
-        scope: Where,
         /// Only the claims waiting for an address (PoolExhausted).
         #[arg(long)]
         waiting: bool,
@@ -85,9 +84,6 @@ enum Command {
     Why {
         /// The IPAddressClaim's name.
         claim: String,
-        /// Namespace (default: the kubeconfig context's).
-        #[arg(short = 'n', long)]
-        namespace: Option<String>,
     },
 }
 
@@ -104,18 +100,13 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let (client, default_namespace) = connect(cli.kubeconfig.as_deref()).await?;
-    let namespace = |scope: &Where| -> Option<String> {
-        (!scope.all_namespaces).then(|| {
-            scope
-                .namespace
-                .clone()
-                .unwrap_or_else(|| default_namespace.clone())
-        })
-    };
+    let (client, default_namespace) =
+        connect(cli.kubeconfig.as_deref(), cli.context.as_deref()).await?;
+    let namespace = cli.namespace.clone().unwrap_or(default_namespace);
+    let scope = (!cli.all_namespaces).then_some(namespace.as_str());
     match cli.command {
-        Command::Pools { scope, watch } => loop {
-            let snapshot = Snapshot::fetch(&client, namespace(&scope).as_deref()).await?;
+        Command::Pools { watch } => loop {
+            let snapshot = Snapshot::fetch(&client, scope).await?;
             match cli.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&snapshot.pools)?),
                 Output::Table => print!("{}", snapshot.pools_table()),
@@ -126,8 +117,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tokio::time::sleep(Duration::from_secs(2)).await;
             println!();
         },
-        Command::Claims { scope, waiting } => {
-            let snapshot = Snapshot::fetch(&client, namespace(&scope).as_deref()).await?;
+        Command::Claims { waiting } => {
+            let snapshot = Snapshot::fetch(&client, scope).await?;
             let claims: Vec<&inspect::ClaimRow> = snapshot
                 .claims
                 .iter()
@@ -184,8 +175,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Why { claim, namespace } => {
-            let namespace = namespace.unwrap_or(default_namespace);
+        Command::Why { claim } => {
             let why = inspect::why(&client, &namespace, &claim).await?;
             match cli.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&why)?),
@@ -228,17 +218,27 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A client for `--kubeconfig`, else the usual kubeconfig, and the context's namespace.
-async fn connect(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<(Client, String)> {
+/// A client for `--kubeconfig` (else `$KUBECONFIG` or `~/.kube/config`) and `--context`, and
+/// the context's namespace.
+async fn connect(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> anyhow::Result<(Client, String)> {
+    let options = KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..KubeConfigOptions::default()
+    };
     let config = match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            Config::from_custom_kubeconfig(kubeconfig, &options)
                 .await
                 .with_context(|| format!("loading kubeconfig {}", path.display()))?
         }
-        None => Config::infer().await.context("finding a kubeconfig")?,
+        None => Config::from_kubeconfig(&options)
+            .await
+            .context("loading the kubeconfig ($KUBECONFIG or ~/.kube/config)")?,
     };
     let namespace = config.default_namespace.clone();
     Ok((Client::try_from(config)?, namespace))
