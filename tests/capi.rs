@@ -137,14 +137,7 @@ async fn a_claim_written_as_v1beta1_is_served_like_any_other() {
         .await
         .unwrap();
     let claim = wait_reason(&claims, "vm-0", "AddressAllocated").await;
-    assert_eq!(
-        claim
-            .status
-            .as_ref()
-            .and_then(|s| s.address_ref.as_ref())
-            .map(|r| r.name.as_str()),
-        Some("vm-0")
-    );
+    assert_eq!(claim.address_ref(), Some("vm-0"));
     let read = served.get("vm-0").await.unwrap();
     assert_eq!(v1beta1_ready(&read)["status"], "True");
     assert_eq!(read.data["status"]["addressRef"]["name"], "vm-0");

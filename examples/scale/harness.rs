@@ -286,12 +286,7 @@ fn ready_ref(claim: &IPAddressClaim) -> Option<&str> {
         .conditions()
         .iter()
         .any(|c| c.type_ == READY_CONDITION && c.status == "True");
-    let address_ref = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.address_ref.as_ref())
-        .map(|r| r.name.as_str())
-        .filter(|n| !n.is_empty());
+    let address_ref = claim.address_ref().filter(|n| !n.is_empty());
     address_ref.filter(|_| ready)
 }
 

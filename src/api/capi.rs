@@ -235,6 +235,14 @@ impl IPAddressClaim {
             .and_then(|s| s.conditions.as_deref())
             .unwrap_or_default()
     }
+
+    /// `status.addressRef.name`, the claim's `IPAddress`, when set.
+    pub fn address_ref(&self) -> Option<&str> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.address_ref.as_ref())
+            .map(|r| r.name.as_str())
+    }
 }
 
 /// Builds the status inpool applies to a claim: `addressRef` (when an address is held), the

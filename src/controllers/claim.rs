@@ -706,11 +706,7 @@ async fn set_ready(
         .conditions()
         .iter()
         .find(|c| c.type_ == READY_CONDITION);
-    let current_ref = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.address_ref.as_ref())
-        .map(|r| r.name.as_str());
+    let current_ref = claim.address_ref();
     let unchanged = current.is_some_and(|c| {
         c.status == status.as_str()
             && c.reason == reason

@@ -11,11 +11,7 @@ use kube::{Client, ResourceExt};
 /// (status, reason, addressRef) of a claim's Ready condition.
 pub fn ready_of(claim: &IPAddressClaim) -> Option<(String, String, Option<String>)> {
     let ready = claim.conditions().iter().find(|c| c.type_ == "Ready")?;
-    let address_ref = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.address_ref.as_ref())
-        .map(|r| r.name.clone());
+    let address_ref = claim.address_ref().map(str::to_string);
     Some((ready.status.clone(), ready.reason.clone(), address_ref))
 }
 
