@@ -18,14 +18,14 @@ use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use crate::allocator::{Allocator, Family, PoolSpecInput};
-use crate::api::PoolKey;
 use crate::api::{
     Cluster, GlobalInClusterIPPool, IPAM_GROUP, IPAddress, IPAddressClaim, IPPool, IPPoolReference,
-    InClusterIPPool, PAUSED_ANNOTATION, REASON_ADDRESS_ALLOCATED, REASON_POOL_EXHAUSTED,
+    InClusterIPPool, PAUSED_ANNOTATION, PoolKey, READY_CONDITION, REASON_ADDRESS_ALLOCATED,
+    REASON_POOL_EXHAUSTED, find_condition,
 };
-use crate::controllers::facts;
 use crate::controllers::registry::{ObjectKey, QueuedClaim};
 use crate::controllers::reservation::{IPAddressReservation, is_released, reusable_after};
+use crate::controllers::{api_in, facts};
 
 /// One pool, as `kubectl inpool pools` shows it.
 #[derive(Clone, Debug, Serialize)]
@@ -87,28 +87,37 @@ impl Snapshot {
     /// pools, and the global pools its claims may use).
     pub async fn fetch(client: &Client, namespace: Option<&str>) -> anyhow::Result<Snapshot> {
         let lp = ListParams::default();
-        let pools = scoped::<InClusterIPPool>(client, namespace)
+        let pools = api_in::<InClusterIPPool>(client, namespace)
             .list(&lp)
             .await?;
         let global_pools = Api::<GlobalInClusterIPPool>::all(client.clone())
             .list(&lp)
             .await?;
-        let claims = scoped::<IPAddressClaim>(client, namespace)
-            .list(&lp)
-            .await?
-            .items;
-        // A global pool's queue spans namespaces: count it from every claim when the caller may
-        // read them all (else from this namespace's).
-        let queued = match namespace {
-            None => None,
-            Some(_) => Api::<IPAddressClaim>::all(client.clone())
-                .list(&lp)
-                .await
-                .ok()
-                .map(|list| list.items),
+        // A global pool's queue spans namespaces: it is counted from every claim when the caller
+        // may read them all, and the namespace's claims are then taken from that one list; else
+        // both come from the namespace's claims.
+        let everywhere = Api::<IPAddressClaim>::all(client.clone()).list(&lp).await;
+        let (claims, everywhere) = match (namespace, everywhere) {
+            (None, everywhere) => (everywhere?.items, None),
+            (Some(ns), Ok(everywhere)) => {
+                let here = everywhere
+                    .items
+                    .iter()
+                    .filter(|c| c.namespace().as_deref() == Some(ns))
+                    .cloned()
+                    .collect();
+                (here, Some(everywhere.items))
+            }
+            (Some(_), Err(_)) => (
+                api_in::<IPAddressClaim>(client, namespace)
+                    .list(&lp)
+                    .await?
+                    .items,
+                None,
+            ),
         };
-        let queued = queued.as_deref().unwrap_or(&claims);
-        let addresses = scoped::<IPAddress>(client, namespace)
+        let queued = everywhere.as_deref().unwrap_or(&claims);
+        let addresses = api_in::<IPAddress>(client, namespace)
             .list(&lp)
             .await?
             .items;
@@ -269,16 +278,6 @@ impl Snapshot {
     }
 }
 
-fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
 /// Each waiting claim's place in its pool's queue, as inpool's registry orders it
 /// ([`facts::queued`]): (namespace, name) → position from 1.
 fn queue_positions(claims: &[IPAddressClaim]) -> BTreeMap<(String, String), usize> {
@@ -305,10 +304,8 @@ fn queue_positions(claims: &[IPAddressClaim]) -> BTreeMap<(String, String), usiz
 /// The claim waits for an address (`PoolExhausted`) and is not being deleted.
 fn is_waiting(claim: &IPAddressClaim) -> bool {
     claim.metadata.deletion_timestamp.is_none()
-        && claim
-            .conditions()
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.reason == REASON_POOL_EXHAUSTED)
+        && find_condition(claim.conditions(), READY_CONDITION)
+            .is_some_and(|c| c.reason == REASON_POOL_EXHAUSTED)
 }
 
 fn claim_row(
@@ -317,13 +314,8 @@ fn claim_row(
     positions: &BTreeMap<(String, String), usize>,
 ) -> ClaimRow {
     let namespace = claim.namespace().unwrap_or_default();
-    let ready = claim.conditions().iter().find(|c| c.type_ == "Ready");
-    let address_ref = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.address_ref.as_ref())
-        .map(|r| r.name.clone());
-    let address = address_ref.map(|name| {
+    let ready = find_condition(claim.conditions(), READY_CONDITION);
+    let address = claim.address_ref().map(|name| {
         addresses
             .iter()
             .find(|a| a.namespace().as_deref() == Some(namespace.as_str()) && a.name_any() == name)
@@ -408,7 +400,7 @@ fn pool_row<P: IPPool>(
     let ready_reasons: Vec<(String, String)> = of_pool
         .iter()
         .filter_map(|c| {
-            let ready = c.conditions().iter().find(|r| r.type_ == "Ready")?;
+            let ready = find_condition(c.conditions(), READY_CONDITION)?;
             Some((ready.status.clone(), ready.reason.clone()))
         })
         .collect();

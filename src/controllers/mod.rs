@@ -196,7 +196,15 @@ fn scoped<K>(client: &Client, settings: &Settings) -> Api<K>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
 {
-    match &settings.namespace {
+    api_in(client, settings.namespace.as_deref())
+}
+
+/// The API of a namespaced kind in `namespace`, or in every namespace.
+pub fn api_in<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     }
