@@ -203,7 +203,7 @@ fn build_progress(log: &Path) -> String {
 
 /// A line on stderr that shows even inside a test: libtest captures the print macros, not
 /// writes to the stream itself.
-fn say(line: &str) {
+pub fn say(line: &str) {
     use std::io::Write as _;
     let _ = writeln!(std::io::stderr(), "{line}");
 }

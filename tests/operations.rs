@@ -121,11 +121,9 @@ fn promtool_checks_the_alert_rules_and_runs_their_unit_tests() {
         let why =
             "promtool is not on PATH (Debian's prometheus package ships it; .ci/run installs it)";
         assert!(std::env::var_os("CI").is_none(), "{why}");
-        use std::io::Write as _;
-        let _ = writeln!(
-            std::io::stderr(),
+        inpool::testenv::say(&format!(
             "NOT RUN: promtool_checks_the_alert_rules_and_runs_their_unit_tests: {why}"
-        );
+        ));
         return;
     }
     // promtool reads a plain rules file: the PrometheusRule's spec, beside the unit tests.

@@ -233,14 +233,11 @@ pub fn reference_fixtures(dir: &str, test: &str) -> Option<PathBuf> {
     if path.is_dir() {
         Some(path)
     } else {
-        // Past libtest's capture of print macros, so that the line shows for a passing test.
-        use std::io::Write as _;
-        let _ = writeln!(
-            std::io::stderr(),
+        testenv::say(&format!(
             "NOT RUN: {test}: it compares with the reference provider's files, expected in {} \
              (present in CI; no registry serves that module)",
             path.display()
-        );
+        ));
         None
     }
 }
