@@ -15,6 +15,31 @@
 //!
 //! The constants below are the exact identifiers of the IPAM contract (see the README).
 
+/// `Deref`, `DerefMut` and `From` between a global pool kind's spec and the spec it wraps (each
+/// kind needs a derive of its own, the JSON and the schema are the same).
+macro_rules! wraps_spec {
+    ($global:ident, $inner:ident) => {
+        impl std::ops::Deref for $global {
+            type Target = $inner;
+            fn deref(&self) -> &$inner {
+                &self.0
+            }
+        }
+
+        impl std::ops::DerefMut for $global {
+            fn deref_mut(&mut self) -> &mut $inner {
+                &mut self.0
+            }
+        }
+
+        impl From<$inner> for $global {
+            fn from(spec: $inner) -> Self {
+                Self(spec)
+            }
+        }
+    };
+}
+
 pub mod capi;
 pub mod conditions;
 pub mod crds;

@@ -206,24 +206,7 @@ impl InClusterIPPoolSpec {
 )]
 pub struct GlobalInClusterIPPoolSpec(pub InClusterIPPoolSpec);
 
-impl std::ops::Deref for GlobalInClusterIPPoolSpec {
-    type Target = InClusterIPPoolSpec;
-    fn deref(&self) -> &InClusterIPPoolSpec {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for GlobalInClusterIPPoolSpec {
-    fn deref_mut(&mut self) -> &mut InClusterIPPoolSpec {
-        &mut self.0
-    }
-}
-
-impl From<InClusterIPPoolSpec> for GlobalInClusterIPPoolSpec {
-    fn from(spec: InClusterIPPoolSpec) -> Self {
-        Self(spec)
-    }
-}
+wraps_spec!(GlobalInClusterIPPoolSpec, InClusterIPPoolSpec);
 
 /// Observed state of a pool (both kinds).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -184,24 +184,7 @@ impl InClusterPrefixPoolSpec {
 )]
 pub struct GlobalInClusterPrefixPoolSpec(pub InClusterPrefixPoolSpec);
 
-impl std::ops::Deref for GlobalInClusterPrefixPoolSpec {
-    type Target = InClusterPrefixPoolSpec;
-    fn deref(&self) -> &InClusterPrefixPoolSpec {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for GlobalInClusterPrefixPoolSpec {
-    fn deref_mut(&mut self) -> &mut InClusterPrefixPoolSpec {
-        &mut self.0
-    }
-}
-
-impl From<InClusterPrefixPoolSpec> for GlobalInClusterPrefixPoolSpec {
-    fn from(spec: InClusterPrefixPoolSpec) -> Self {
-        Self(spec)
-    }
-}
+wraps_spec!(GlobalInClusterPrefixPoolSpec, InClusterPrefixPoolSpec);
 
 fn prefixes_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
