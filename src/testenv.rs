@@ -22,6 +22,9 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 pub mod capi;
+pub mod capv;
+pub mod tethered;
+pub mod webhooks;
 use kube::{Client, Config};
 
 /// The Kubernetes release `testenv/go.mod` builds (etcd 3.6, kube-apiserver and the controllers).
@@ -78,6 +81,31 @@ fn build_testenv() -> Result<PathBuf, String> {
          Kubernetes modules and compiles kube-apiserver: 6 to 20 minutes on 2 cores, by load",
     )?;
     Ok(binary)
+}
+
+/// The source of Go module `module` as the wrapper module `wrapper` pins it, from the Go module
+/// cache (downloaded if needed): the tests read upstream CRDs and webhook manifests from there.
+pub(crate) fn go_module_dir(wrapper: &Path, module: &str) -> Result<PathBuf, String> {
+    check_go_toolchain(&std::env::var("PATH").unwrap_or_default())?;
+    let output = Command::new("go")
+        .args(["mod", "download", "-json", module])
+        .current_dir(wrapper)
+        .output()
+        .map_err(|e| format!("running go mod download {module}: {e}"))?;
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).map_err(|e| {
+        format!(
+            "go mod download {module} printed no module ({e}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })?;
+    match info["Dir"].as_str() {
+        Some(dir) if output.status.success() => Ok(PathBuf::from(dir)),
+        _ => Err(format!(
+            "go mod download {module} failed: {} {}",
+            info["Error"].as_str().unwrap_or_default(),
+            String::from_utf8_lossy(&output.stderr)
+        )),
+    }
 }
 
 /// The `-ldflags` that stamp `version` (`vMAJOR.MINOR.PATCH`) into a Go `package` that keeps it

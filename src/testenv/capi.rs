@@ -14,24 +14,20 @@
 //!   control plane's serving certificate (valid for 127.0.0.1, signed by its CA) is the
 //!   webhook's certificate, and that CA is every `caBundle`.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Resource};
-use serde_json::{Value, json};
+use serde_json::json;
 
+use super::tethered::{ManagerPorts, Tethered, readyz};
+use super::webhooks::{register_admission, yaml_documents};
 use super::{ControlPlane, go_build, repo_root, version_ldflags};
 
 /// The Cluster API release the tests run with (`testenv/capi/go.mod` pins the same).
@@ -92,38 +88,18 @@ pub fn binaries() -> Result<Binaries, String> {
 /// The Cluster API module's source in the Go module cache (downloaded if needed).
 pub fn module_dir() -> Result<PathBuf, String> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        super::check_go_toolchain(&std::env::var("PATH").unwrap_or_default())?;
-        let output = Command::new("go")
-            .args(["mod", "download", "-json", MODULE])
-            .current_dir(wrapper_module())
-            .output()
-            .map_err(|e| format!("running go mod download {MODULE}: {e}"))?;
-        let info: Value = serde_json::from_slice(&output.stdout).map_err(|e| {
-            format!(
-                "go mod download {MODULE} printed no module ({e}): {}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        })?;
-        match info["Dir"].as_str() {
-            Some(dir) if output.status.success() => Ok(PathBuf::from(dir)),
-            _ => Err(format!(
-                "go mod download {MODULE} failed: {} {}",
-                info["Error"].as_str().unwrap_or_default(),
-                String::from_utf8_lossy(&output.stderr)
-            )),
-        }
-    })
-    .clone()
+    DIR.get_or_init(|| super::go_module_dir(&wrapper_module(), MODULE))
+        .clone()
+}
+
+/// `core/config/` of the Cluster API module: CRDs, their conversion patches, webhooks.
+fn core_config() -> Result<PathBuf, String> {
+    Ok(module_dir()?.join("core").join("config"))
 }
 
 /// CAPI's CRDs (`core/config/crd/bases/` of the module).
 pub fn crd_dir() -> Result<PathBuf, String> {
-    Ok(module_dir()?
-        .join("core")
-        .join("config")
-        .join("crd")
-        .join("bases"))
+    Ok(core_config()?.join("crd").join("bases"))
 }
 
 /// The CAPI CRDs inpool works with: Cluster, IPAddressClaim and IPAddress.
@@ -143,12 +119,10 @@ pub fn all_crd_files() -> Result<Vec<PathBuf>, String> {
     Ok(super::yaml_files(&crd_dir()?))
 }
 
-/// CAPI core's manager running against one control plane, its webhooks registered.
+/// CAPI core's manager running against one control plane, its webhooks registered. It stops
+/// when dropped, or when the test binary exits.
 pub struct Manager {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    /// The manager's log (klog; CAPI's manager logs at verbosity 2 by default).
-    pub log: PathBuf,
+    process: Tethered,
     /// The webhook server's port on 127.0.0.1.
     pub webhook_port: u16,
 }
@@ -159,142 +133,58 @@ impl Manager {
     /// both.
     pub async fn start(plane: &ControlPlane) -> anyhow::Result<Manager> {
         let binaries = binaries().map_err(anyhow::Error::msg)?;
-        let [webhook_port, health_port, diagnostics_port] = free_ports()?;
+        let ports = ManagerPorts::free()?;
         let pki = plane.data_dir.join("pki");
-        let log = plane.data_dir.join("capi-manager.log");
-        let log_file =
-            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        // The manager cannot watch its standard input, so a shell does: when this process exits,
-        // however it exits, the pipe closes and the shell stops the manager.
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(concat!(
-                // An asynchronous list reads /dev/null unless told otherwise: keep stdin as fd 3.
-                r#"exec 3<&0; "$@" </dev/null & manager=$!; "#,
-                r#"(cat <&3 >/dev/null; kill "$manager" 2>/dev/null) & wait "$manager""#
-            ))
-            .arg("capi-manager")
-            .arg(&binaries.manager)
-            .arg(format!("--webhook-port={webhook_port}"))
-            .arg(format!("--webhook-cert-dir={}", pki.display()))
-            .arg("--webhook-cert-name=serving.crt")
-            .arg("--webhook-key-name=serving.key")
-            .arg(format!("--health-addr=127.0.0.1:{health_port}"))
-            .arg(format!(
-                "--diagnostics-address=127.0.0.1:{diagnostics_port}"
-            ))
-            .arg("--insecure-diagnostics")
-            .env("KUBECONFIG", &plane.kubeconfig)
-            .stdin(Stdio::piped())
-            .stdout(log_file.try_clone()?)
-            .stderr(log_file)
-            .spawn()
-            .context("starting CAPI core's manager")?;
-        let stdin = child.stdin.take();
-        let mut manager = Manager {
-            child,
-            stdin,
-            log,
-            webhook_port,
-        };
+        let mut process = Tethered::spawn(
+            "capi-manager",
+            &binaries.manager,
+            &ports.flags(&pki),
+            &[("KUBECONFIG", plane.kubeconfig.as_os_str())],
+            plane.data_dir.join("capi-manager.log"),
+        )?;
         let started = Instant::now();
-        while !readyz(health_port) {
-            if !manager.is_running() {
-                bail!(
-                    "CAPI core's manager exited before it was ready; its log ends:\n{}",
-                    manager.log_tail()
-                );
-            }
-            if started.elapsed() > START_TIMEOUT {
-                bail!(
-                    "CAPI core's manager was not ready within {START_TIMEOUT:?}; its log ends:\n{}",
-                    manager.log_tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        process
+            .wait_until(START_TIMEOUT, || readyz(ports.health))
+            .await?;
         let client = plane.client().await?;
         let ca_bundle =
             std::fs::read(pki.join("ca.crt")).context("reading the control plane CA")?;
-        let base = format!("https://127.0.0.1:{webhook_port}");
+        let base = ports.webhook_base();
         register_conversion(&client, &base, &ca_bundle).await?;
-        register_admission(&client, &base, &ca_bundle).await?;
+        let manifests = core_config()
+            .map_err(anyhow::Error::msg)?
+            .join("webhook")
+            .join("manifests.yaml");
+        register_admission(&client, &manifests, "capi", &base, &ca_bundle).await?;
         wait_until_served(&client, started).await?;
-        Ok(manager)
+        Ok(Manager {
+            process,
+            webhook_port: ports.webhook,
+        })
+    }
+
+    /// The manager's log (klog; CAPI's manager logs at verbosity 2 by default), in the control
+    /// plane's data directory.
+    pub fn log(&self) -> &Path {
+        &self.process.log
     }
 
     /// The last lines of the manager's log (the control plane's data directory, and with it the
     /// log, goes when the tests end).
     pub fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        self.process.log_tail()
     }
 
     /// True while the manager runs.
     pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        self.process.is_running()
     }
-}
-
-impl Drop for Manager {
-    /// Closing stdin asks the shell to stop the manager; after 30 s it is killed.
-    fn drop(&mut self) {
-        self.stdin.take();
-        for _ in 0..300 {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Free loopback ports, distinct: the listeners are held until every port is chosen.
-fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
-    let listeners = (0..N)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut ports = [0; N];
-    for (port, listener) in ports.iter_mut().zip(&listeners) {
-        *port = listener.local_addr()?.port();
-    }
-    Ok(ports)
-}
-
-/// The manager's `/readyz` answers 200 (its webhook server has started).
-fn readyz(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if stream
-        .write_all(b"GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200")
-}
-
-fn yaml_documents(path: &Path) -> anyhow::Result<Vec<Value>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let documents: Vec<Value> = serde_saphyr::from_multiple(&text)
-        .with_context(|| format!("parsing {}", path.display()))?;
-    Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
 }
 
 /// What CAPI's `core/config/crd/patches/webhook_in_*.yaml` do, with a URL for the Service.
 async fn register_conversion(client: &Client, base: &str, ca_bundle: &[u8]) -> anyhow::Result<()> {
-    let patches = module_dir()
+    let patches = core_config()
         .map_err(anyhow::Error::msg)?
-        .join("core")
-        .join("config")
         .join("crd")
         .join("patches");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -326,49 +216,6 @@ async fn register_conversion(client: &Client, base: &str, ca_bundle: &[u8]) -> a
     }
     if patched == 0 {
         bail!("no conversion patches in {}", patches.display());
-    }
-    Ok(())
-}
-
-/// CAPI's `core/config/webhook/manifests.yaml`, each `clientConfig.service` replaced by a URL.
-async fn register_admission(client: &Client, base: &str, ca_bundle: &[u8]) -> anyhow::Result<()> {
-    let manifests = module_dir()
-        .map_err(anyhow::Error::msg)?
-        .join("core")
-        .join("config")
-        .join("webhook")
-        .join("manifests.yaml");
-    let apply = PatchParams::apply("inpool-tests").force();
-    for mut document in yaml_documents(&manifests)? {
-        let name = format!(
-            "capi-{}",
-            document["metadata"]["name"].as_str().unwrap_or("webhooks")
-        );
-        document["metadata"] = json!({ "name": name });
-        for webhook in document["webhooks"].as_array_mut().into_iter().flatten() {
-            let path = webhook["clientConfig"]["service"]["path"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            webhook["clientConfig"] = json!({
-                "url": format!("{base}{path}"),
-                "caBundle": ByteString(ca_bundle.to_vec()),
-            });
-        }
-        match document["kind"].as_str() {
-            Some("ValidatingWebhookConfiguration") => {
-                let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-                api.patch(&name, &apply, &Patch::Apply(&document)).await
-            }
-            Some("MutatingWebhookConfiguration") => {
-                let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-                api.patch(&name, &apply, &Patch::Apply(&document))
-                    .await
-                    .map(|_| ValidatingWebhookConfiguration::default())
-            }
-            other => bail!("unexpected {other:?} in {}", manifests.display()),
-        }
-        .with_context(|| format!("registering {name}"))?;
     }
     Ok(())
 }

@@ -10,7 +10,21 @@ use kube::api::{Api, ListParams};
 use super::reads::{ready_of, reasons};
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout` naming `what`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    wait_explained(what, timeout, check, String::new).await
+}
+
+/// [`wait_for`], whose panic adds what `explain` says then (the end of a process's log, say).
+pub async fn wait_explained<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut check: F,
+    explain: impl FnOnce() -> String,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -20,10 +34,12 @@ where
         if let Some(value) = check().await {
             return value;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        if tokio::time::Instant::now() >= deadline {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}{}",
+                explain()
+            );
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -6,6 +6,8 @@
 //!   own CRDs installed and established.
 //! - [`capi_env`] instead starts it with every CAPI CRD and CAPI core's manager running: its
 //!   validating, mutating and conversion webhooks are in the path of every request.
+//! - [`capv_env`] adds Cluster API Provider vSphere's manager and a vCenter simulator to that
+//!   (see [`inpool::testenv::capv`]).
 //! - [`TestEnv::namespace`] gives each test a fresh namespace and an admin client.
 //! - [`ControlPlane`] runs an extra, separately controlled instance (restart and fault tests).
 //!
@@ -19,7 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use inpool::testenv::{self, capi};
+use inpool::testenv::{self, capi, capv};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -95,7 +97,8 @@ pub async fn client_from_kubeconfig(path: &Path, impersonate: Option<(&str, &[&s
 
 /// The control plane shared by the tests of one test binary, with all CRDs installed.
 pub struct TestEnv {
-    // Declared first: the manager stops before the control plane.
+    // Declared first: the providers stop before the control plane, CAPV before CAPI core.
+    capv: Option<(capv::Manager, capv::Simulator)>,
     capi: Option<capi::Manager>,
     plane: ControlPlane,
 }
@@ -103,7 +106,7 @@ pub struct TestEnv {
 /// Starts (once per test binary) and returns the shared control plane.
 pub fn env() -> &'static TestEnv {
     static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
-    let env = ENV.get_or_init(|| TestEnv::start(false));
+    let env = ENV.get_or_init(|| TestEnv::start(Stack::Contract));
     match env {
         Ok(env) => env,
         Err(e) => panic!("test control plane unavailable: {e}"),
@@ -114,39 +117,78 @@ pub fn env() -> &'static TestEnv {
 /// running and its webhooks registered. A test binary uses either this or [`env`].
 pub fn capi_env() -> &'static TestEnv {
     static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
-    let env = ENV.get_or_init(|| TestEnv::start(true));
+    let env = ENV.get_or_init(|| TestEnv::start(Stack::Capi));
     match env {
         Ok(env) => env,
         Err(e) => panic!("test control plane with Cluster API unavailable: {e}"),
     }
 }
 
+/// Starts (once per test binary) and returns the shared control plane with CAPI core's manager,
+/// a vCenter simulator and CAPV's manager running. A test binary uses one of the three.
+pub fn capv_env() -> &'static TestEnv {
+    static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+    let env = ENV.get_or_init(|| TestEnv::start(Stack::Capv));
+    match env {
+        Ok(env) => env,
+        Err(e) => panic!("test control plane with CAPI and CAPV unavailable: {e}"),
+    }
+}
+
+/// What runs beside the control plane.
+#[derive(Clone, Copy, PartialEq)]
+enum Stack {
+    /// Nothing: CAPI's contract CRDs and inpool's.
+    Contract,
+    /// CAPI core's manager, with every CAPI CRD.
+    Capi,
+    /// CAPI core, the vCenter simulator and CAPV's manager, with CAPV's CRDs too.
+    Capv,
+}
+
 impl TestEnv {
-    fn start(with_capi: bool) -> Result<TestEnv, String> {
+    fn start(stack: Stack) -> Result<TestEnv, String> {
         let data_dir = std::env::temp_dir().join(format!(
             "inpool-testenv-{}-{}",
             std::process::id(),
             test_binary_name()
         ));
         let _ = std::fs::remove_dir_all(&data_dir);
-        let mut crds = if with_capi {
-            capi::all_crd_files()?
-        } else {
-            capi::contract_crd_files()?
+        let mut crds = match stack {
+            Stack::Contract => capi::contract_crd_files()?,
+            Stack::Capi => capi::all_crd_files()?,
+            Stack::Capv => [capi::all_crd_files()?, capv::crd_files()?].concat(),
         };
         crds.extend(yaml_files(&repo_root().join("crds")));
         let plane = ControlPlane::start_with_crds(&data_dir, true, &crds)?;
-        let capi = if with_capi {
-            Some(start_capi(&plane)?)
-        } else {
-            None
+        let capi = match stack {
+            Stack::Contract => None,
+            Stack::Capi | Stack::Capv => Some(on_own_runtime(capi::Manager::start(&plane))?),
         };
-        Ok(TestEnv { capi, plane })
+        let capv = match stack {
+            Stack::Capv => Some(on_own_runtime(async {
+                let simulator = capv::Simulator::start(&plane.data_dir).await?;
+                let manager = capv::Manager::start(&plane, &simulator).await?;
+                Ok((manager, simulator))
+            })?),
+            Stack::Contract | Stack::Capi => None,
+        };
+        Ok(TestEnv { capv, capi, plane })
     }
 
-    /// CAPI core's manager, when started by [`capi_env`].
+    /// CAPI core's manager, when started by [`capi_env`] or [`capv_env`].
     pub fn capi(&self) -> Option<&capi::Manager> {
         self.capi.as_ref()
+    }
+
+    /// CAPV's manager, when started by [`capv_env`].
+    pub fn capv(&self) -> Option<&capv::Manager> {
+        self.capv.as_ref().map(|(manager, _)| manager)
+    }
+
+    /// The vCenter simulator, when started by [`capv_env`].
+    pub fn simulator(&self) -> Option<&capv::Simulator> {
+        self.capv.as_ref().map(|(_, simulator)| simulator)
     }
 
     pub fn kubeconfig(&self) -> &Path {
@@ -207,9 +249,12 @@ pub fn crd_files() -> Vec<PathBuf> {
     files
 }
 
-/// Starts CAPI core's manager for `plane` on a thread of its own: the shared environment is
-/// created inside whichever test's runtime asks first, and cannot block that runtime.
-fn start_capi(plane: &testenv::ControlPlane) -> Result<capi::Manager, String> {
+/// Runs `start` (a provider's start-up) on a thread and runtime of its own: the shared
+/// environment is created inside whichever test's runtime asks first, and cannot block that
+/// runtime.
+fn on_own_runtime<T: Send>(
+    start: impl std::future::Future<Output = anyhow::Result<T>> + Send,
+) -> Result<T, String> {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
@@ -217,11 +262,11 @@ fn start_capi(plane: &testenv::ControlPlane) -> Result<capi::Manager, String> {
                     .enable_all()
                     .build()
                     .map_err(|e| e.to_string())?
-                    .block_on(capi::Manager::start(plane))
+                    .block_on(start)
                     .map_err(|e| format!("{e:#}"))
             })
             .join()
-            .unwrap_or_else(|_| Err("starting CAPI's manager panicked".into()))
+            .unwrap_or_else(|_| Err("starting a provider panicked".into()))
     })
 }
 
