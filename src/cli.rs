@@ -71,8 +71,9 @@ pub struct Args {
     )]
     pub insecure_diagnostics: bool,
 
-    /// Directory holding the diagnostics server's certificate `tls.crt` and key `tls.key` (PEM,
-    /// read at start). Without it a self-signed certificate is generated at start.
+    /// Directory holding the diagnostics server's certificate `tls.crt` and key `tls.key` (PEM;
+    /// re-read every 10 s, so a renewed certificate is used without a restart). Without it a
+    /// self-signed certificate is generated at start.
     #[arg(long, env = "INPOOL_DIAGNOSTICS_CERT_DIR", value_name = "DIR")]
     pub diagnostics_cert_dir: Option<PathBuf>,
 

@@ -199,6 +199,13 @@ where
             }
             plain.push((health_address, Paths::Health));
             let tls = diagnostics::tls_config(cert_dir.as_deref()).await?;
+            if let Some(dir) = cert_dir {
+                tokio::spawn(diagnostics::reload_certificates(
+                    tls.clone(),
+                    dir.clone(),
+                    diagnostics::CERT_RELOAD_PERIOD,
+                ));
+            }
             let listener = diagnostics::bind(diagnostics.address).with_context(|| {
                 format!(
                     "binding the diagnostics server to {} (--diagnostics-address)",

@@ -3,8 +3,10 @@
 //! `filters.WithAuthenticationAndAuthorization` does for Cluster API providers.
 //!
 //! - **TLS**: the certificate and key `tls.crt` / `tls.key` of a directory (the names of
-//!   controller-runtime's certificate watcher), read at start; without one, a self-signed
-//!   certificate generated at start (for `localhost`, `127.0.0.1`, `::1` and the host name).
+//!   controller-runtime's certificate watcher), read at start and re-read every
+//!   [`CERT_RELOAD_PERIOD`] so that a renewed certificate (cert-manager) is used for new
+//!   connections without a restart; without one, a self-signed certificate generated at start
+//!   (for `localhost`, `127.0.0.1`, `::1` and the host name).
 //! - **Authentication**: the request's `Authorization: Bearer TOKEN` goes to a TokenReview. No
 //!   token, or one the API server does not authenticate: 401 `Unauthorized`; the review itself
 //!   failing: 401 `Authentication failed`.
@@ -23,7 +25,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -48,6 +50,8 @@ pub const DENIED_TTL: Duration = Duration::from_secs(10);
 /// Most decisions kept at once; when full, expired ones are dropped, and if none had expired,
 /// all.
 pub const CACHE_CAPACITY: usize = 1024;
+/// How often a certificate directory is checked for a renewed certificate.
+pub const CERT_RELOAD_PERIOD: Duration = Duration::from_secs(10);
 /// How long the server lets requests in flight finish after shutdown is asked.
 const GRACE: Duration = Duration::from_secs(5);
 
@@ -72,6 +76,40 @@ pub async fn tls_config(cert_dir: Option<&Path>) -> anyhow::Result<RustlsConfig>
                 .await
                 .context("using the generated self-signed diagnostics certificate")
         }
+    }
+}
+
+/// Keeps `tls` at the certificate and key of `dir`: every `period`, re-reads `tls.crt` and
+/// `tls.key` and, when their content changed, uses them for new connections. A pair that cannot
+/// be read or used is logged and the one in use kept. Runs until dropped.
+pub async fn reload_certificates(tls: RustlsConfig, dir: PathBuf, period: Duration) {
+    let read = || async {
+        let cert = tokio::fs::read(dir.join("tls.crt")).await?;
+        let key = tokio::fs::read(dir.join("tls.key")).await?;
+        std::io::Result::Ok((cert, key))
+    };
+    let mut last = read().await.ok();
+    loop {
+        tokio::time::sleep(period).await;
+        let pair = match read().await {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "diagnostics certificate unreadable; keeping the one in use");
+                continue;
+            }
+        };
+        if last.as_ref() == Some(&pair) {
+            continue;
+        }
+        match tls.reload_from_pem(pair.0.clone(), pair.1.clone()).await {
+            Ok(()) => tracing::info!(dir = %dir.display(), "diagnostics certificate reloaded"),
+            Err(e) => tracing::warn!(
+                dir = %dir.display(),
+                error = %e,
+                "diagnostics certificate changed but cannot be used; keeping the one in use"
+            ),
+        }
+        last = Some(pair);
     }
 }
 
@@ -522,6 +560,44 @@ mod tests {
             assert!(matches!(decision, Ok(Decision::Unauthenticated)), "{i}");
         }
         assert!(gate.lock().len() <= CACHE_CAPACITY);
+    }
+
+    #[tokio::test]
+    async fn a_renewed_certificate_is_reloaded_and_a_broken_one_ignored() {
+        let dir = std::env::temp_dir().join(format!(
+            "inpool-cert-reload-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |(cert, key): (String, String)| {
+            std::fs::write(dir.join("tls.crt"), cert).unwrap();
+            std::fs::write(dir.join("tls.key"), key).unwrap();
+        };
+        write(self_signed_pem().unwrap());
+        let tls = tls_config(Some(&dir)).await.unwrap();
+        let first = tls.get_inner();
+        let period = Duration::from_millis(20);
+        let watcher = tokio::spawn(reload_certificates(tls.clone(), dir.clone(), period));
+
+        write(("not a certificate".to_string(), "nor a key".to_string()));
+        tokio::time::sleep(period * 10).await;
+        assert!(
+            Arc::ptr_eq(&first, &tls.get_inner()),
+            "a broken pair was used"
+        );
+
+        write(self_signed_pem().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Arc::ptr_eq(&first, &tls.get_inner()) {
+            assert!(
+                Instant::now() < deadline,
+                "the renewed certificate was not loaded"
+            );
+            tokio::time::sleep(period).await;
+        }
+        watcher.abort();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
