@@ -1,7 +1,7 @@
 //! The `inpool` controller binary: parses the command line, sets up logging, metrics, the health
 //! server and the diagnostics server (`/metrics`, HTTPS with authentication unless
-//! `--insecure-diagnostics`), connects to the API server and runs the controllers — under leader election
-//! with `--leader-elect` — until SIGTERM or SIGINT, then stops cleanly and exits 0.
+//! `--insecure-diagnostics`), connects to the API server and runs the controllers — under leader
+//! election with `--leader-elect` — until SIGTERM or SIGINT, then stops cleanly and exits 0.
 
 use std::path::Path;
 use std::process::ExitCode;

@@ -94,7 +94,11 @@ pub async fn reload_certificates(tls: RustlsConfig, dir: PathBuf, period: Durati
         let pair = match read().await {
             Ok(pair) => pair,
             Err(e) => {
-                tracing::warn!(dir = %dir.display(), error = %e, "diagnostics certificate unreadable; keeping the one in use");
+                tracing::warn!(
+                    dir = %dir.display(),
+                    error = %e,
+                    "diagnostics certificate unreadable; keeping the one in use"
+                );
                 continue;
             }
         };
