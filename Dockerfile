@@ -19,5 +19,5 @@ RUN cargo build --release --locked --bin inpool \
 FROM gcr.io/distroless/static:nonroot
 COPY --from=build /inpool /inpool
 USER 65532:65532
-EXPOSE 8080 8081
+EXPOSE 8443 8081
 ENTRYPOINT ["/inpool"]

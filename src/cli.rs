@@ -49,22 +49,55 @@ pub struct Args {
     #[arg(long, env = "INPOOL_CONCURRENCY", default_value_t = 16)]
     pub concurrency: u16,
 
-    /// Address of the HTTP server for `/metrics` (it also answers `/healthz` and `/readyz`).
+    /// Address of the diagnostics server, which serves `/metrics`: over HTTPS, to callers the
+    /// API server authenticates (TokenReview) and authorizes (SubjectAccessReview of `get` on
+    /// the non-resource URL `/metrics`), unless `--insecure-diagnostics`. `:PORT` means every
+    /// interface.
+    #[arg(
+        long,
+        env = "INPOOL_DIAGNOSTICS_ADDRESS",
+        default_value = ":8443",
+        value_name = "ADDR",
+        value_parser = parse_bind_address
+    )]
+    pub diagnostics_address: SocketAddr,
+
+    /// Serve `/metrics` on the diagnostics address over plain HTTP to anyone, without
+    /// authentication or authorization.
+    #[arg(
+        long,
+        env = "INPOOL_INSECURE_DIAGNOSTICS",
+        conflicts_with = "diagnostics_cert_dir"
+    )]
+    pub insecure_diagnostics: bool,
+
+    /// Directory holding the diagnostics server's certificate `tls.crt` and key `tls.key` (PEM;
+    /// re-read every 10 s, so a renewed certificate is used without a restart). Without it a
+    /// self-signed certificate is generated at start.
+    #[arg(long, env = "INPOOL_DIAGNOSTICS_CERT_DIR", value_name = "DIR")]
+    pub diagnostics_cert_dir: Option<PathBuf>,
+
+    /// Deprecated: `--diagnostics-address ADDR --insecure-diagnostics`. Kept so that existing
+    /// command lines keep serving plain `/metrics` where they did; to be removed in a later
+    /// release.
     #[arg(
         long,
         env = "INPOOL_METRICS_BIND_ADDRESS",
-        default_value = "0.0.0.0:8080",
-        value_name = "ADDR"
+        value_name = "ADDR",
+        value_parser = parse_bind_address,
+        conflicts_with_all = ["diagnostics_address", "diagnostics_cert_dir"]
     )]
-    pub metrics_bind_address: SocketAddr,
+    pub metrics_bind_address: Option<SocketAddr>,
 
-    /// Address of the HTTP server for `/healthz` and `/readyz` (it also answers `/metrics`). When
-    /// equal to the metrics address, one server answers all three paths.
+    /// Address of the plain HTTP server for `/healthz` and `/readyz`. With
+    /// `--insecure-diagnostics` and the same address as the diagnostics, one server answers all
+    /// three paths.
     #[arg(
         long,
         env = "INPOOL_HEALTH_BIND_ADDRESS",
         default_value = "0.0.0.0:8081",
-        value_name = "ADDR"
+        value_name = "ADDR",
+        value_parser = parse_bind_address
     )]
     pub health_bind_address: SocketAddr,
 
@@ -170,6 +203,25 @@ impl Default for Settings {
     }
 }
 
+/// How `/metrics` is served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiagnosticsMode {
+    /// HTTPS, only to callers the API server authenticates and authorizes; the certificate from
+    /// `cert_dir` (`tls.crt`, `tls.key`), else self-signed.
+    Secure { cert_dir: Option<PathBuf> },
+    /// Plain HTTP to anyone.
+    Insecure,
+}
+
+/// Where and how `/metrics` is served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiagnosticsSettings {
+    pub address: SocketAddr,
+    pub mode: DiagnosticsMode,
+    /// Given through the deprecated `--metrics-bind-address` (the binary warns).
+    pub deprecated_flag: bool,
+}
+
 /// What leader election needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseSettings {
@@ -194,6 +246,31 @@ impl Args {
             name: self.leader_election_lease_name.clone(),
             identity: self.identity.clone().unwrap_or_else(default_identity),
             duration: self.leader_election_lease_duration,
+        }
+    }
+}
+
+impl Args {
+    /// The diagnostics server's settings; `--metrics-bind-address` stands for
+    /// `--diagnostics-address` with `--insecure-diagnostics`.
+    pub fn diagnostics(&self) -> DiagnosticsSettings {
+        match self.metrics_bind_address {
+            Some(address) => DiagnosticsSettings {
+                address,
+                mode: DiagnosticsMode::Insecure,
+                deprecated_flag: true,
+            },
+            None => DiagnosticsSettings {
+                address: self.diagnostics_address,
+                mode: if self.insecure_diagnostics {
+                    DiagnosticsMode::Insecure
+                } else {
+                    DiagnosticsMode::Secure {
+                        cert_dir: self.diagnostics_cert_dir.clone(),
+                    }
+                },
+                deprecated_flag: false,
+            },
         }
     }
 }
@@ -234,6 +311,21 @@ fn random_u32() -> u32 {
     );
     hasher.write_u32(std::process::id());
     hasher.finish() as u32
+}
+
+/// Parses a listen address: `HOST:PORT` (`[::1]:PORT` for IPv6), or `:PORT` for every IPv4
+/// interface (`0.0.0.0:PORT`), as Go's `net.Listen` and CAPI's `--diagnostics-address :8443`.
+pub fn parse_bind_address(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_string(),
+    };
+    full.parse().map_err(|_| {
+        format!(
+            "`{text}` is not a listen address like :8443, 0.0.0.0:8443, 127.0.0.1:8443 or [::]:8443"
+        )
+    })
 }
 
 /// Parses `15s`, `15`, `2m`, `1h` (whole units) into a duration of at least
@@ -337,7 +429,10 @@ mod tests {
             namespace: None,
             watch_filter: None,
             concurrency: 16,
-            metrics_bind_address: "0.0.0.0:8080".parse().unwrap(),
+            diagnostics_address: "0.0.0.0:8443".parse().unwrap(),
+            insecure_diagnostics: false,
+            diagnostics_cert_dir: None,
+            metrics_bind_address: None,
             health_bind_address: "0.0.0.0:8081".parse().unwrap(),
             log_format: LogFormat::Text,
             log_level: "info".into(),
@@ -351,6 +446,83 @@ mod tests {
         };
         assert_eq!(parsed, format!("{expected:?}"));
         assert_eq!(expected.settings(), Settings::default());
+        assert_eq!(
+            expected.diagnostics(),
+            DiagnosticsSettings {
+                address: "0.0.0.0:8443".parse().unwrap(),
+                mode: DiagnosticsMode::Secure { cert_dir: None },
+                deprecated_flag: false,
+            }
+        );
+    }
+
+    #[test]
+    fn diagnostics_flags() {
+        let parse = |argv: &[&str]| {
+            Args::try_parse_from(std::iter::once("inpool").chain(argv.iter().copied()))
+                .map(|args| args.diagnostics())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            parse(&[
+                "--diagnostics-address=127.0.0.1:9443",
+                "--diagnostics-cert-dir=/certs"
+            ]),
+            Ok(DiagnosticsSettings {
+                address: "127.0.0.1:9443".parse().unwrap(),
+                mode: DiagnosticsMode::Secure {
+                    cert_dir: Some("/certs".into())
+                },
+                deprecated_flag: false,
+            })
+        );
+        assert_eq!(
+            parse(&["--insecure-diagnostics", "--diagnostics-address=[::1]:8080"]),
+            Ok(DiagnosticsSettings {
+                address: "[::1]:8080".parse().unwrap(),
+                mode: DiagnosticsMode::Insecure,
+                deprecated_flag: false,
+            })
+        );
+        // The deprecated flag keeps its old meaning: plain HTTP on that address.
+        assert_eq!(
+            parse(&["--metrics-bind-address=:8080"]),
+            Ok(DiagnosticsSettings {
+                address: "0.0.0.0:8080".parse().unwrap(),
+                mode: DiagnosticsMode::Insecure,
+                deprecated_flag: true,
+            })
+        );
+        for conflict in [
+            &[
+                "--metrics-bind-address=:8080",
+                "--diagnostics-address=:8443",
+            ][..],
+            &[
+                "--metrics-bind-address=:8080",
+                "--diagnostics-cert-dir=/certs",
+            ],
+            &["--insecure-diagnostics", "--diagnostics-cert-dir=/certs"],
+        ] {
+            let error = parse(conflict).unwrap_err();
+            assert!(
+                error.contains("cannot be used with"),
+                "{conflict:?}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn bind_addresses() {
+        assert_eq!(
+            parse_bind_address(":8443"),
+            Ok("0.0.0.0:8443".parse().unwrap())
+        );
+        assert_eq!(parse_bind_address("[::]:1"), Ok("[::]:1".parse().unwrap()));
+        for bad in ["localhost:8443", "8443", ":", ":http", ""] {
+            let error = parse_bind_address(bad).unwrap_err();
+            assert!(error.contains(":8443"), "{bad}: {error}");
+        }
     }
 
     #[test]
@@ -414,6 +586,7 @@ mod tests {
             &["--leader-election-lease-duration=soon"],
             &["--concurrency=-1"],
             &["--metrics-bind-address=localhost"],
+            &["--diagnostics-address=localhost:8443"],
             &["--log-level=inpool=[bad"],
         ] {
             let parsed = parse_in_child(argv, &[]);

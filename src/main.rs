@@ -1,6 +1,7 @@
-//! The `inpool` controller binary: parses the command line, sets up logging, metrics and the
-//! health server, connects to the API server and runs the controllers — under leader election
-//! with `--leader-elect` — until SIGTERM or SIGINT, then stops cleanly and exits 0.
+//! The `inpool` controller binary: parses the command line, sets up logging, metrics, the health
+//! server and the diagnostics server (`/metrics`, HTTPS with authentication unless
+//! `--insecure-diagnostics`), connects to the API server and runs the controllers — under leader
+//! election with `--leader-elect` — until SIGTERM or SIGINT, then stops cleanly and exits 0.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -11,8 +12,9 @@ use kube::Client;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use tokio::sync::watch;
 
-use inpool::cli::Args;
-use inpool::telemetry::{HealthState, Metrics, logging, server};
+use axum_server::tls_rustls::RustlsConfig;
+use inpool::cli::{Args, DiagnosticsMode, DiagnosticsSettings};
+use inpool::telemetry::{HealthState, Metrics, Paths, diagnostics, logging, server};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -58,24 +60,39 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let _ = rx.wait_for(|stop| *stop).await;
         }
     };
-    let mut addresses = vec![args.metrics_bind_address];
-    if args.health_bind_address != args.metrics_bind_address {
-        addresses.push(args.health_bind_address);
+    let diagnostics = args.diagnostics();
+    if diagnostics.deprecated_flag {
+        tracing::warn!(
+            "--metrics-bind-address (INPOOL_METRICS_BIND_ADDRESS) is deprecated: it stands for \
+             --diagnostics-address ADDR --insecure-diagnostics; drop it to serve /metrics over \
+             HTTPS with authentication on :8443"
+        );
     }
     let mut servers = Vec::new();
-    for addr in addresses {
-        let listener = server::bind(addr)
-            .await
-            .with_context(|| format!("binding the HTTP server to {addr}"))?;
-        servers.push(tokio::spawn(server::serve_on(
+    let secure = start_plain_servers(
+        &args,
+        &diagnostics,
+        &health,
+        &metrics,
+        &server_stopped,
+        &mut servers,
+    )
+    .await?;
+
+    let client = connect(args.kubeconfig.as_deref()).await?;
+    if let Some((listener, tls)) = secure {
+        let gate = diagnostics::Gate::new(diagnostics::ApiReviewer::new(client.clone()));
+        let routes = diagnostics::protect(
+            server::router(Paths::Metrics, health.clone(), metrics.clone()),
+            gate,
+        );
+        servers.push(tokio::spawn(diagnostics::serve_tls(
             listener,
-            health.clone(),
-            metrics.clone(),
+            tls,
+            routes,
             server_stopped(),
         )));
     }
-
-    let client = connect(args.kubeconfig.as_deref()).await?;
 
     let result = if args.leader_elect {
         let lease = args.lease_settings();
@@ -144,6 +161,71 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tracing::info!("inpool stopped");
     }
     result
+}
+
+/// Starts the plain HTTP servers: health, and `/metrics` with `--insecure-diagnostics` (one
+/// server when both addresses are equal). With secure diagnostics, binds their address and
+/// loads the certificate, and returns both: the server starts once the API client exists.
+async fn start_plain_servers<F, Fut>(
+    args: &Args,
+    diagnostics: &DiagnosticsSettings,
+    health: &HealthState,
+    metrics: &Metrics,
+    stopped: &F,
+    servers: &mut Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
+) -> anyhow::Result<Option<(std::net::TcpListener, RustlsConfig)>>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let health_address = args.health_bind_address;
+    let mut plain = Vec::new();
+    let mut secure = None;
+    match &diagnostics.mode {
+        DiagnosticsMode::Insecure if diagnostics.address == health_address => {
+            plain.push((health_address, Paths::All));
+        }
+        DiagnosticsMode::Insecure => {
+            plain.push((health_address, Paths::Health));
+            plain.push((diagnostics.address, Paths::Metrics));
+        }
+        DiagnosticsMode::Secure { cert_dir } => {
+            if diagnostics.address == health_address && health_address.port() != 0 {
+                anyhow::bail!(
+                    "--diagnostics-address and --health-bind-address are both {health_address}: \
+                     the diagnostics are served over HTTPS and the health endpoints over plain \
+                     HTTP, so they need two ports"
+                );
+            }
+            plain.push((health_address, Paths::Health));
+            let tls = diagnostics::tls_config(cert_dir.as_deref()).await?;
+            if let Some(dir) = cert_dir {
+                tokio::spawn(diagnostics::reload_certificates(
+                    tls.clone(),
+                    dir.clone(),
+                    diagnostics::CERT_RELOAD_PERIOD,
+                ));
+            }
+            let listener = diagnostics::bind(diagnostics.address).with_context(|| {
+                format!(
+                    "binding the diagnostics server to {} (--diagnostics-address)",
+                    diagnostics.address
+                )
+            })?;
+            secure = Some((listener, tls));
+        }
+    }
+    for (addr, paths) in plain {
+        let listener = server::bind(addr, paths).await.with_context(|| {
+            format!("binding the HTTP server for {} to {addr}", paths.describe())
+        })?;
+        servers.push(tokio::spawn(server::serve_on(
+            listener,
+            server::router(paths, health.clone(), metrics.clone()),
+            stopped(),
+        )));
+    }
+    Ok(secure)
 }
 
 /// Drops the pool gauges when the controllers' future goes (lost lease, shutdown): only the

@@ -24,7 +24,7 @@ use inpool::leader::run_as_leader;
 use inpool::telemetry::HealthState;
 
 use common::{
-    Inpool, SYSTEM_NAMESPACE, ensure_applied, one_inpool_test_at_a_time,
+    Inpool, SYSTEM_NAMESPACE, assert_openmetrics, ensure_applied, one_inpool_test_at_a_time,
     service_account_kubeconfig, unique, wait_for,
 };
 
@@ -91,19 +91,9 @@ async fn the_binary_serves_health_and_metrics_and_exits_0_on_sigterm() {
     assert!(holder.is_some_and(|h| !h.is_empty()));
 
     let metrics = inpool.get("/metrics").await.expect("/metrics answers");
-    assert_eq!(metrics.status, 200);
-    assert_eq!(
-        metrics.content_type.as_deref(),
-        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
-    );
-    assert!(metrics.body.ends_with("# EOF\n"), "{}", metrics.body);
+    assert_openmetrics(&metrics);
     assert!(
         metrics.body.contains("# TYPE inpool_leader gauge"),
-        "{}",
-        metrics.body
-    );
-    assert!(
-        metrics.body.contains("inpool_build_info{version="),
         "{}",
         metrics.body
     );
@@ -162,7 +152,7 @@ fn an_unusable_kubeconfig_is_a_clear_error_and_exit_1() {
     let output = Command::new(env!("CARGO_BIN_EXE_inpool"))
         .args([
             "--kubeconfig=/nonexistent/kubeconfig",
-            "--metrics-bind-address=127.0.0.1:0",
+            "--diagnostics-address=127.0.0.1:0",
             "--health-bind-address=127.0.0.1:0",
         ])
         .stdin(Stdio::null())
@@ -171,6 +161,69 @@ fn an_unusable_kubeconfig_is_a_clear_error_and_exit_1() {
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr}");
+}
+
+/// `inpool ARGS` with an unusable kubeconfig: its exit code and log (JSON lines). The servers start
+/// before the API client, so their set-up is done and logged by then.
+fn run_without_cluster(args: &[&str]) -> (Option<i32>, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_inpool"))
+        .args(["--kubeconfig=/nonexistent/kubeconfig", "--log-format=json"])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("INPOOL_DIAGNOSTICS_CERT_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run inpool");
+    let log = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code(), log)
+}
+
+#[test]
+fn diagnostics_set_up_errors_are_clear_and_the_deprecated_flag_still_serves_plain_metrics() {
+    let (code, log) = run_without_cluster(&[
+        "--diagnostics-address=127.0.0.1:0",
+        "--health-bind-address=127.0.0.1:0",
+        "--diagnostics-cert-dir=/nonexistent/certs",
+    ]);
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains("/nonexistent/certs/tls.crt"), "{log}");
+    assert!(log.contains("--diagnostics-cert-dir"), "{log}");
+
+    let (code, log) = run_without_cluster(&[
+        "--diagnostics-address=127.0.0.1:18443",
+        "--health-bind-address=127.0.0.1:18443",
+    ]);
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains("need two ports"), "{log}");
+
+    // Secure by default: HTTPS /metrics, plain health endpoints.
+    let (_, log) = run_without_cluster(&[
+        "--diagnostics-address=127.0.0.1:0",
+        "--health-bind-address=127.0.0.1:0",
+    ]);
+    assert!(
+        log.contains("scheme\":\"https\",\"serves\":\"/metrics\""),
+        "{log}"
+    );
+    assert!(
+        log.contains("scheme\":\"http\",\"serves\":\"/healthz, /readyz\""),
+        "{log}"
+    );
+
+    // The deprecated flag: a warning, and plain /metrics where it says (with the health paths
+    // when the addresses are equal), as before.
+    let (_, log) = run_without_cluster(&[
+        "--metrics-bind-address=127.0.0.1:0",
+        "--health-bind-address=127.0.0.1:0",
+    ]);
+    assert!(
+        log.contains("--metrics-bind-address (INPOOL_METRICS_BIND_ADDRESS) is deprecated"),
+        "{log}"
+    );
+    assert!(
+        log.contains("scheme\":\"http\",\"serves\":\"/metrics, /healthz, /readyz\""),
+        "{log}"
+    );
 }
 
 #[tokio::test]

@@ -117,13 +117,11 @@ fn the_alert_rules_name_only_metrics_inpool_exports() {
 
 #[test]
 fn promtool_checks_the_alert_rules_and_runs_their_unit_tests() {
-    if Command::new("promtool").arg("--version").output().is_err() {
-        let why =
-            "promtool is not on PATH (Debian's prometheus package ships it; .ci/run installs it)";
-        assert!(std::env::var_os("CI").is_none(), "{why}");
-        inpool::testenv::say(&format!(
-            "NOT RUN: promtool_checks_the_alert_rules_and_runs_their_unit_tests: {why}"
-        ));
+    if !support::tool_or_not_run(
+        "promtool",
+        "Debian's prometheus package",
+        "promtool_checks_the_alert_rules_and_runs_their_unit_tests",
+    ) {
         return;
     }
     // promtool reads a plain rules file: the PrometheusRule's spec, beside the unit tests.

@@ -19,8 +19,10 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use common::{
-    FIELD_MANAGER, PROVIDER, PROVIDER_LABEL, SERVICE_ACCOUNT, SYSTEM_NAMESPACE, api_of,
-    apply_objects, components, ensure_applied, kind, name, parse_documents, service_account_client,
+    FIELD_MANAGER, METRICS_READER_ROLE, PROVIDER, PROVIDER_LABEL, SERVICE_ACCOUNT,
+    SYSTEM_NAMESPACE, api_of, apply_objects, bind_metrics_reader, components, ensure_applied, kind,
+    name, parse_documents, service_account_client, service_account_groups_of,
+    service_account_user_of, unbind_metrics_reader, unique,
 };
 
 /// The ServiceAccount's permissions everywhere (ClusterRole `inpool-manager-role`):
@@ -80,6 +82,9 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
     ),
     ("cluster.x-k8s.io", "clusters", &["get", "list", "watch"]),
     ("events.k8s.io", "events", &["create", "patch"]),
+    // The secure diagnostics: who is calling /metrics, and may they.
+    ("authentication.k8s.io", "tokenreviews", &["create"]),
+    ("authorization.k8s.io", "subjectaccessreviews", &["create"]),
     (
         "ipam.inpool.dev",
         "ipaddressreservations",
@@ -121,6 +126,13 @@ const DENIED: &[(&str, &str, &str, &str)] = &[
         "get",
     ),
     ("", "rbac.authorization.k8s.io", "clusterroles", "escalate"),
+    (
+        "",
+        "authorization.k8s.io",
+        "localsubjectaccessreviews",
+        "create",
+    ),
+    ("", "authentication.k8s.io", "selfsubjectreviews", "delete"),
 ];
 
 fn find<'a>(objects: &'a [Value], kind_: &str, name_: &str) -> &'a Value {
@@ -243,6 +255,21 @@ fn components_follow_the_clusterctl_contract() {
         .collect();
     assert!(args.contains(&"--leader-elect"), "{args:?}");
     assert!(args.contains(&"--log-format=json"), "{args:?}");
+    // Diagnostics over HTTPS with authentication: never the insecure or deprecated flags.
+    assert!(args.contains(&"--diagnostics-address=:8443"), "{args:?}");
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.starts_with("--insecure-diagnostics") || a.starts_with("--metrics-bind")),
+        "{args:?}"
+    );
+    let metrics_port = manager["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .expect("container port `metrics`");
+    assert_eq!(metrics_port["containerPort"], 8443);
     let security = &manager["securityContext"];
     assert_eq!(security["allowPrivilegeEscalation"], false);
     assert_eq!(security["readOnlyRootFilesystem"], true);
@@ -278,6 +305,10 @@ fn components_follow_the_clusterctl_contract() {
     for (k, v) in service["spec"]["selector"].as_object().unwrap() {
         assert_eq!(&pod_labels[k], v, "selector {k}");
     }
+    assert_eq!(
+        service["spec"]["ports"],
+        json!([{ "name": "https", "port": 8443, "targetPort": "metrics", "protocol": "TCP" }])
+    );
 
     // RBAC: no wildcards anywhere.
     for object in objects
@@ -285,12 +316,29 @@ fn components_follow_the_clusterctl_contract() {
         .filter(|o| matches!(kind(o), "ClusterRole" | "Role"))
     {
         for rule in object["rules"].as_array().unwrap() {
-            for key in ["apiGroups", "resources", "verbs"] {
-                for value in rule[key].as_array().unwrap() {
+            for key in ["apiGroups", "resources", "verbs", "nonResourceURLs"] {
+                for value in rule[key].as_array().into_iter().flatten() {
                     assert_ne!(value, "*", "wildcard in {} {}", kind(object), name(object));
                 }
             }
         }
+    }
+    // Reading /metrics: exactly `get` on it, bound to no one (the user binds their Prometheus).
+    let reader = find(&objects, "ClusterRole", METRICS_READER_ROLE);
+    assert_eq!(
+        reader["rules"],
+        json!([{ "nonResourceURLs": ["/metrics"], "verbs": ["get"] }])
+    );
+    for binding in objects
+        .iter()
+        .filter(|o| matches!(kind(o), "ClusterRoleBinding" | "RoleBinding"))
+    {
+        assert_ne!(
+            binding["roleRef"]["name"],
+            METRICS_READER_ROLE,
+            "{}",
+            name(binding)
+        );
     }
 
     // clusterctl metadata for contract v1beta2.
@@ -407,8 +455,15 @@ async fn access_allowed(
     answer.status.expect("review status").allowed
 }
 
-/// (group, resource, verb) triples a subject may use in `namespace`, by SelfSubjectRulesReview.
-async fn rules(client: &Client, namespace: &str) -> BTreeSet<(String, String, String)> {
+/// What a subject may do in `namespace`, by SelfSubjectRulesReview.
+struct Permissions {
+    /// (group, resource, verb).
+    resources: BTreeSet<(String, String, String)>,
+    /// (verb, non-resource URL).
+    non_resources: BTreeSet<(String, String)>,
+}
+
+async fn permissions(client: &Client, namespace: &str) -> Permissions {
     let review = SelfSubjectRulesReview {
         spec: SelfSubjectRulesReviewSpec {
             namespace: Some(namespace.to_string()),
@@ -425,7 +480,7 @@ async fn rules(client: &Client, namespace: &str) -> BTreeSet<(String, String, St
         "incomplete rules review: {:?}",
         status.evaluation_error
     );
-    let mut triples = BTreeSet::new();
+    let mut resources = BTreeSet::new();
     for rule in status.resource_rules {
         assert!(
             rule.resource_names.as_ref().is_none_or(|n| n.is_empty()),
@@ -434,12 +489,28 @@ async fn rules(client: &Client, namespace: &str) -> BTreeSet<(String, String, St
         for group in rule.api_groups.unwrap_or_default() {
             for resource in rule.resources.clone().unwrap_or_default() {
                 for verb in &rule.verbs {
-                    triples.insert((group.clone(), resource.clone(), verb.clone()));
+                    resources.insert((group.clone(), resource.clone(), verb.clone()));
                 }
             }
         }
     }
-    triples
+    let mut non_resources = BTreeSet::new();
+    for rule in status.non_resource_rules {
+        for url in rule.non_resource_urls.unwrap_or_default() {
+            for verb in &rule.verbs {
+                non_resources.insert((verb.clone(), url.clone()));
+            }
+        }
+    }
+    Permissions {
+        resources,
+        non_resources,
+    }
+}
+
+/// (group, resource, verb) triples a subject may use in `namespace`.
+async fn rules(client: &Client, namespace: &str) -> BTreeSet<(String, String, String)> {
+    permissions(client, namespace).await.resources
 }
 
 fn expand(permissions: &[(&str, &str, &[&str])]) -> BTreeSet<(String, String, String)> {
@@ -518,6 +589,47 @@ async fn the_service_account_has_exactly_the_listed_permissions() {
         &effective_other,
         &expand(CLUSTER_PERMISSIONS),
         &other_namespace,
+    );
+    // No non-resource URL beyond what every service account has (not even /metrics).
+    assert_eq!(
+        permissions(&inpool, SYSTEM_NAMESPACE).await.non_resources,
+        permissions(&nobody, SYSTEM_NAMESPACE).await.non_resources
+    );
+}
+
+/// A subject bound to `inpool-metrics-reader` gains exactly `get /metrics` and nothing else.
+#[tokio::test]
+async fn the_metrics_reader_role_grants_exactly_get_metrics() {
+    ensure_applied().await;
+    let admin = support::env().client().await;
+    let (_, namespace) = support::env().namespace().await;
+    let reader_name = "scraper";
+    let binding = unique("metrics-reader");
+    bind_metrics_reader(&admin, &binding, &namespace, reader_name).await;
+    let as_service_account = |name: &'static str| {
+        let user = service_account_user_of(&namespace, name);
+        let groups = service_account_groups_of(&namespace);
+        async move {
+            let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+            support::env().client_as(&user, &groups).await
+        }
+    };
+    let reader = permissions(&as_service_account(reader_name).await, &namespace).await;
+    let nobody = permissions(&as_service_account("nobody").await, &namespace).await;
+    unbind_metrics_reader(&admin, &binding).await;
+
+    let gained: Vec<_> = reader
+        .non_resources
+        .difference(&nobody.non_resources)
+        .collect();
+    assert_eq!(
+        gained,
+        [&("get".to_string(), "/metrics".to_string())],
+        "non-resource permissions the ClusterRole {METRICS_READER_ROLE} adds"
+    );
+    assert_eq!(
+        reader.resources, nobody.resources,
+        "{METRICS_READER_ROLE} grants resources"
     );
 }
 

@@ -30,8 +30,8 @@ impl ProviderSpec {
             name: "inpool".into(),
             command: format!(
                 "{} --kubeconfig {{kubeconfig}} --namespace {{namespace}} \
-                 --concurrency {{concurrency}} --metrics-bind-address {{metrics_addr}} \
-                 --health-bind-address {{health_addr}}",
+                 --concurrency {{concurrency}} --insecure-diagnostics \
+                 --diagnostics-address {{metrics_addr}} --health-bind-address {{health_addr}}",
                 shell_quote(&binary.to_string_lossy())
             ),
             is_inpool: true,

@@ -149,13 +149,12 @@ async fn demo(
     let health = HealthState::with_metrics(&metrics);
     health.set_leader_state_known(true);
     health.set_leading(true);
-    let listener = server::bind("127.0.0.1:0".parse()?).await?;
+    let listener = server::bind("127.0.0.1:0".parse()?, server::Paths::All).await?;
     let metrics_addr = listener.local_addr()?;
     let (server_stop, server_stopped) = watch::channel(false);
     let http = tokio::spawn(server::serve_on(
         listener,
-        health.clone(),
-        metrics.clone(),
+        server::router(server::Paths::All, health.clone(), metrics.clone()),
         async move {
             let mut rx = server_stopped;
             let _ = rx.wait_for(|s| *s).await;

@@ -1,14 +1,17 @@
-//! Observability of the `inpool` process: logging set-up, Prometheus metrics, and the HTTP server
-//! for `/metrics`, `/healthz` and `/readyz`.
+//! Observability of the `inpool` process: logging set-up, Prometheus metrics, and the HTTP
+//! servers for `/metrics`, `/healthz` and `/readyz`.
 //!
 //! - [`logging`]: `tracing` subscriber, text or JSON, filtered by an EnvFilter directive;
 //! - [`metrics`]: [`Metrics`], the registry the controllers record into (names in the README);
-//! - [`server`]: [`HealthState`] and the axum server.
+//! - [`server`]: [`HealthState`] and the plain HTTP servers (health; insecure `/metrics`);
+//! - [`diagnostics`]: `/metrics` over HTTPS for callers the API server authenticates and
+//!   authorizes.
 
+pub mod diagnostics;
 pub mod logging;
 pub mod metrics;
 pub mod server;
 
 pub use logging::LogFormat;
 pub use metrics::Metrics;
-pub use server::{HealthState, serve};
+pub use server::{HealthState, Paths};

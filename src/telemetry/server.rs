@@ -1,4 +1,6 @@
-//! The HTTP server: `/metrics` (OpenMetrics), `/healthz` (liveness) and `/readyz` (readiness).
+//! The plain HTTP servers: `/healthz` (liveness) and `/readyz` (readiness) on the health
+//! address, and `/metrics` (OpenMetrics) with `--insecure-diagnostics` (the secure `/metrics` is
+//! [`super::diagnostics`]); [`Paths`] says which a server answers.
 //!
 //! - `/healthz` answers 200 `ok` while the process runs.
 //! - `/readyz` answers 200 `ok` once the leader election state is known and, if this process
@@ -102,19 +104,46 @@ impl HealthState {
     }
 }
 
+/// Which paths a server answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Paths {
+    /// `/healthz` and `/readyz`.
+    Health,
+    /// `/metrics`.
+    Metrics,
+    /// All three (the demo; `--insecure-diagnostics` on the health address).
+    All,
+}
+
+impl Paths {
+    /// The paths, for the log.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Paths::Health => "/healthz, /readyz",
+            Paths::Metrics => "/metrics",
+            Paths::All => "/metrics, /healthz, /readyz",
+        }
+    }
+}
+
 #[derive(Clone)]
 struct AppState {
     health: HealthState,
     metrics: Metrics,
 }
 
-/// The routes, for serving or for tests.
-pub fn router(health: HealthState, metrics: Metrics) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_handler))
-        .with_state(AppState { health, metrics })
+/// The routes of `paths`, for serving or for tests.
+pub fn router(paths: Paths, health: HealthState, metrics: Metrics) -> Router {
+    let mut router = Router::new();
+    if paths != Paths::Metrics {
+        router = router
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz));
+    }
+    if paths != Paths::Health {
+        router = router.route("/metrics", get(metrics_handler));
+    }
+    router.with_state(AppState { health, metrics })
 }
 
 async fn healthz() -> &'static str {
@@ -136,36 +165,30 @@ async fn metrics_handler(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-/// Binds `addr` (port 0 picks a free port) and logs the address actually bound.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+/// Binds `addr` (port 0 picks a free port) for a server of `paths` and logs the address
+/// actually bound.
+pub async fn bind(addr: SocketAddr, paths: Paths) -> std::io::Result<TcpListener> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    tracing::info!(addr = %local, "HTTP server listening (/metrics, /healthz, /readyz)");
+    tracing::info!(
+        addr = %local,
+        scheme = "http",
+        serves = paths.describe(),
+        "HTTP server listening"
+    );
     Ok(listener)
 }
 
-/// Serves on an already bound listener until `shutdown` completes, then finishes the requests
-/// in flight.
+/// Serves `routes` on an already bound listener until `shutdown` completes, then finishes the
+/// requests in flight.
 pub async fn serve_on(
     listener: TcpListener,
-    health: HealthState,
-    metrics: Metrics,
+    routes: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(health, metrics))
+    axum::serve(listener, routes)
         .with_graceful_shutdown(shutdown)
         .await
-}
-
-/// Binds `addr` and serves `/metrics`, `/healthz` and `/readyz` until `shutdown` completes.
-pub async fn serve(
-    addr: SocketAddr,
-    health: HealthState,
-    metrics: Metrics,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let listener = bind(addr).await?;
-    serve_on(listener, health, metrics, shutdown).await
 }
 
 #[cfg(test)]
@@ -198,7 +221,7 @@ mod tests {
 
     #[tokio::test]
     async fn healthz_is_always_ok() {
-        let app = router(HealthState::new(), Metrics::new());
+        let app = router(Paths::All, HealthState::new(), Metrics::new());
         let (status, _, body) = get_path(&app, "/healthz").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body, "ok\n");
@@ -207,7 +230,7 @@ mod tests {
     #[tokio::test]
     async fn readyz_needs_leader_state_and_synced_caches_on_the_leader() {
         let health = HealthState::new();
-        let app = router(health.clone(), Metrics::new());
+        let app = router(Paths::All, health.clone(), Metrics::new());
 
         let (status, _, body) = get_path(&app, "/readyz").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
@@ -247,7 +270,7 @@ mod tests {
         let metrics = Metrics::new();
         let health = HealthState::with_metrics(&metrics);
         health.set_leading(true);
-        let app = router(health, metrics);
+        let app = router(Paths::All, health, metrics);
         let (status, content_type, body) = get_path(&app, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(content_type.as_deref(), Some(OPENMETRICS_CONTENT_TYPE));
@@ -256,21 +279,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn each_server_answers_only_its_paths() {
+        let health = router(Paths::Health, HealthState::new(), Metrics::new());
+        assert_eq!(get_path(&health, "/healthz").await.0, StatusCode::OK);
+        assert_eq!(get_path(&health, "/metrics").await.0, StatusCode::NOT_FOUND);
+        let metrics = router(Paths::Metrics, HealthState::new(), Metrics::new());
+        assert_eq!(get_path(&metrics, "/metrics").await.0, StatusCode::OK);
+        assert_eq!(get_path(&metrics, "/readyz").await.0, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
     async fn unknown_paths_are_404() {
-        let app = router(HealthState::new(), Metrics::new());
+        let app = router(Paths::All, HealthState::new(), Metrics::new());
         assert_eq!(get_path(&app, "/").await.0, StatusCode::NOT_FOUND);
     }
 
     #[tokio::test]
     async fn serves_on_a_socket_and_stops_on_shutdown() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let listener = bind("127.0.0.1:0".parse().unwrap(), Paths::All)
+            .await
+            .unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(serve_on(
             listener,
-            HealthState::new(),
-            Metrics::new(),
+            router(Paths::All, HealthState::new(), Metrics::new()),
             async move {
                 let _ = stopped.await;
             },

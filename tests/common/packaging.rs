@@ -4,8 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::Client;
-use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, GroupVersionKind, ObjectMeta, Patch, PatchParams, PostParams,
+};
 use kube::discovery::{Scope, pinned_kind};
 use serde_json::{Value, json};
 
@@ -100,16 +103,63 @@ pub async fn ensure_applied() {
 /// The field manager of the tests' server-side applies.
 pub const FIELD_MANAGER: &str = "inpool-deploy-test";
 
+/// The ClusterRole allowing `get` on `/metrics` (`config/rbac/metrics_reader_role.yaml`).
+pub const METRICS_READER_ROLE: &str = "inpool-metrics-reader";
+
+/// The user name of ServiceAccount `namespace/name`.
+pub fn service_account_user_of(namespace: &str, name: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{name}")
+}
+
+/// The groups of a ServiceAccount of `namespace`.
+pub fn service_account_groups_of(namespace: &str) -> [String; 3] {
+    [
+        "system:serviceaccounts".to_string(),
+        format!("system:serviceaccounts:{namespace}"),
+        "system:authenticated".to_string(),
+    ]
+}
+
 pub fn service_account_user() -> String {
-    format!("system:serviceaccount:{SYSTEM_NAMESPACE}:{SERVICE_ACCOUNT}")
+    service_account_user_of(SYSTEM_NAMESPACE, SERVICE_ACCOUNT)
 }
 
 pub fn service_account_groups() -> [String; 3] {
-    [
-        "system:serviceaccounts".to_string(),
-        format!("system:serviceaccounts:{SYSTEM_NAMESPACE}"),
-        "system:authenticated".to_string(),
-    ]
+    service_account_groups_of(SYSTEM_NAMESPACE)
+}
+
+/// Binds ServiceAccount `namespace/account` to [`METRICS_READER_ROLE`] with ClusterRoleBinding
+/// `binding`, as a user binds their Prometheus.
+pub async fn bind_metrics_reader(client: &Client, binding: &str, namespace: &str, account: &str) {
+    let object = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(binding.to_string()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_string(),
+            kind: "ClusterRole".to_string(),
+            name: METRICS_READER_ROLE.to_string(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_string(),
+            name: account.to_string(),
+            namespace: Some(namespace.to_string()),
+            ..Subject::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("creating ClusterRoleBinding {binding}: {e}"));
+}
+
+/// Deletes the ClusterRoleBinding `binding` of [`bind_metrics_reader`].
+pub async fn unbind_metrics_reader(client: &Client, binding: &str) {
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .delete(binding, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("deleting ClusterRoleBinding {binding}: {e}"));
 }
 
 /// A client of the shared control plane that impersonates inpool's ServiceAccount.

@@ -1,16 +1,18 @@
 //! The `inpool` binary as a process: started with a kubeconfig and flags, its JSON log lines
-//! collected, its HTTP endpoints read, stopped with a signal (SIGTERM, SIGINT, SIGKILL) or
-//! frozen (SIGSTOP). Dropping it kills the process.
+//! collected, its HTTP endpoints read (the secure `/metrics` over HTTPS with a bearer token),
+//! stopped with a signal (SIGTERM, SIGINT, SIGKILL) or frozen (SIGSTOP). Dropping it kills the
+//! process.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_rustls::rustls;
 
 use super::reads::sample;
 
@@ -20,7 +22,20 @@ pub struct Inpool {
     pub name: String,
     child: Child,
     logs: Arc<Mutex<Vec<String>>>,
-    addr: SocketAddr,
+    /// The plain HTTP server of `/healthz` and `/readyz`.
+    health_addr: SocketAddr,
+    /// The server of `/metrics` (the same as `health_addr` when insecure).
+    diagnostics_addr: SocketAddr,
+}
+
+/// How the process serves `/metrics`.
+pub enum Diagnostics {
+    /// `--insecure-diagnostics` on the health server's address: one plain server for all three
+    /// paths.
+    Insecure,
+    /// HTTPS with authentication and authorization, with the certificate of `cert_dir` or a
+    /// self-signed one.
+    Secure { cert_dir: Option<PathBuf> },
 }
 
 /// An answer of inpool's HTTP server.
@@ -31,18 +46,41 @@ pub struct HttpResponse {
 }
 
 impl Inpool {
-    /// Starts `inpool --kubeconfig KUBECONFIG ARGS` with JSON logs at level info, its HTTP
-    /// server on a free loopback port; returns once the server listens.
+    /// Starts `inpool --kubeconfig KUBECONFIG ARGS` with JSON logs at level info, one plain
+    /// HTTP server for `/metrics`, `/healthz` and `/readyz` on a free loopback port
+    /// (`--insecure-diagnostics`); returns once the server listens.
     pub fn start(name: &str, kubeconfig: &Path, args: &[&str]) -> Inpool {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_inpool"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args([
-                "--metrics-bind-address=127.0.0.1:0",
-                "--health-bind-address=127.0.0.1:0",
-                "--log-format=json",
-                "--log-level=info",
-            ])
+        Inpool::start_with(name, kubeconfig, &Diagnostics::Insecure, args)
+    }
+
+    /// Starts `inpool --kubeconfig KUBECONFIG ARGS` with JSON logs at level info, its servers on
+    /// free loopback ports and `/metrics` served as `diagnostics` says; returns once both
+    /// servers listen.
+    pub fn start_with(
+        name: &str,
+        kubeconfig: &Path,
+        diagnostics: &Diagnostics,
+        args: &[&str],
+    ) -> Inpool {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_inpool"));
+        command.arg("--kubeconfig").arg(kubeconfig).args([
+            "--diagnostics-address=127.0.0.1:0",
+            "--health-bind-address=127.0.0.1:0",
+            "--log-format=json",
+            "--log-level=info",
+        ]);
+        match diagnostics {
+            Diagnostics::Insecure => {
+                command.arg("--insecure-diagnostics");
+            }
+            Diagnostics::Secure { cert_dir: None } => {}
+            Diagnostics::Secure {
+                cert_dir: Some(dir),
+            } => {
+                command.arg("--diagnostics-cert-dir").arg(dir);
+            }
+        }
+        let mut child = command
             .args(args)
             .env_remove("POD_NAMESPACE")
             .env_remove("RUST_LOG")
@@ -60,33 +98,46 @@ impl Inpool {
                 for line in BufReader::new(stderr).lines() {
                     let Ok(line) = line else { break };
                     if let Ok(entry) = serde_json::from_str::<Value>(&line)
-                        && entry["message"]
-                            .as_str()
-                            .is_some_and(|m| m.starts_with("HTTP server listening"))
+                        && entry["message"] == "HTTP server listening"
                         && let Some(addr) = entry["addr"].as_str().and_then(|a| a.parse().ok())
                     {
-                        let _ = tx.send(addr);
+                        let serves = entry["serves"].as_str().unwrap_or_default();
+                        let _ = tx.send((addr, serves.to_string()));
                     }
                     logs.lock().unwrap().push(line);
                 }
             });
         }
-        let addr: SocketAddr = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(addr) => addr,
-            Err(_) => {
+        let (mut health_addr, mut diagnostics_addr) = (None, None);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while health_addr.is_none() || diagnostics_addr.is_none() {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let Ok((addr, serves)) = rx.recv_timeout(wait) else {
                 let _ = child.kill();
                 panic!(
-                    "inpool {name} did not start its HTTP server; logs:\n{}",
+                    "inpool {name} did not start its HTTP servers; logs:\n{}",
                     logs.lock().unwrap().join("\n")
                 );
+            };
+            if serves.contains("/healthz") {
+                health_addr = Some(addr);
             }
-        };
+            if serves.contains("/metrics") {
+                diagnostics_addr = Some(addr);
+            }
+        }
         Inpool {
             name: name.to_string(),
             child,
             logs,
-            addr,
+            health_addr: health_addr.unwrap(),
+            diagnostics_addr: diagnostics_addr.unwrap(),
         }
+    }
+
+    /// The address `/metrics` is served on.
+    pub fn diagnostics_addr(&self) -> SocketAddr {
+        self.diagnostics_addr
     }
 
     pub fn pid(&self) -> u32 {
@@ -98,9 +149,21 @@ impl Inpool {
         self.logs.lock().unwrap().join("\n")
     }
 
-    /// A GET of one of its endpoints, if it answers within 5 s.
+    /// A plain HTTP GET of one of its endpoints (`/metrics` on the diagnostics address, the
+    /// others on the health address), if it answers within 5 s.
     pub async fn get(&self, path: &str) -> Option<HttpResponse> {
-        http_get(self.addr, path).await
+        let addr = if path == "/metrics" {
+            self.diagnostics_addr
+        } else {
+            self.health_addr
+        };
+        http_get(addr, path).await
+    }
+
+    /// An HTTPS GET of `path` on the diagnostics address with `Authorization: Bearer TOKEN` if
+    /// a token is given (any server certificate accepted), if it answers within 5 s.
+    pub async fn https_get(&self, path: &str, token: Option<&str>) -> Option<HttpResponse> {
+        https_get(self.diagnostics_addr, path, token).await
     }
 
     /// The `/metrics` exposition, if it answers 200.
@@ -180,6 +243,22 @@ impl Drop for Inpool {
     }
 }
 
+/// Panics unless `response` is inpool's `/metrics` page: 200, OpenMetrics, its `# EOF`, and the
+/// build info.
+pub fn assert_openmetrics(response: &HttpResponse) {
+    assert_eq!(response.status, 200, "{}", response.body);
+    assert_eq!(
+        response.content_type.as_deref(),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
+    assert!(response.body.ends_with("# EOF\n"), "{}", response.body);
+    assert!(
+        response.body.contains("inpool_build_info{version="),
+        "{}",
+        response.body
+    );
+}
+
 /// `kill -SIGNAL PID`; panics if it fails.
 pub fn signal(pid: u32, signal: &str) {
     let status = Command::new("kill")
@@ -189,31 +268,126 @@ pub fn signal(pid: u32, signal: &str) {
     assert!(status.success(), "kill -{signal} {pid}");
 }
 
-/// A minimal HTTP/1.1 GET (no client library needed for three fixed endpoints).
+/// A minimal HTTP/1.1 GET (no client library needed for a few fixed endpoints).
 pub async fn http_get(addr: SocketAddr, path: &str) -> Option<HttpResponse> {
     let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await.ok()?;
-        let text = String::from_utf8(raw).ok()?;
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        let mut lines = head.lines();
-        let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
-        let content_type = lines.find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("content-type")
-                .then(|| value.trim().to_string())
-        });
-        Some(HttpResponse {
-            status,
-            content_type,
-            body: body.to_string(),
-        })
+        let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        get_on(stream, addr, path, None).await
     };
     tokio::time::timeout(Duration::from_secs(5), exchange)
         .await
         .ok()
         .flatten()
+}
+
+/// [`http_get`] over TLS, with `Authorization: Bearer TOKEN` if a token is given. Any server
+/// certificate is accepted: the tests that need it verified hand Prometheus the CA.
+pub async fn https_get(addr: SocketAddr, path: &str, token: Option<&str>) -> Option<HttpResponse> {
+    let exchange = async {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+        let tls = connector.connect(name, tcp).await.ok()?;
+        get_on(tls, addr, path, token).await
+    };
+    tokio::time::timeout(Duration::from_secs(5), exchange)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// One GET on a connected stream; the answer is read to the end of the connection (a TLS
+/// stream closed without close_notify ends it too).
+async fn get_on(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> Option<HttpResponse> {
+    let authorization = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{authorization}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        match stream.read(&mut chunk).await {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => break,
+            Err(_) => return None,
+        }
+    }
+    let text = String::from_utf8(raw).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.lines();
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let content_type = lines.find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("content-type")
+            .then(|| value.trim().to_string())
+    });
+    Some(HttpResponse {
+        status,
+        content_type,
+        body: body.to_string(),
+    })
+}
+
+/// Accepts any server certificate, still checking the handshake's signatures.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }

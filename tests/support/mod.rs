@@ -35,6 +35,26 @@ pub fn shared_dir() -> PathBuf {
     repo_root().join("..").join("shared")
 }
 
+/// Whether `tool` runs (`tool --version`). If not, `test` cannot run: under CI (`CI` set) that
+/// is a failure naming `package`, elsewhere a `NOT RUN` line past libtest's capture saying how to
+/// install it; returns false.
+pub fn tool_or_not_run(tool: &str, package: &str, test: &str) -> bool {
+    if std::process::Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        return true;
+    }
+    let why = format!(
+        "{tool} is not on PATH: install {package} \
+         (`apt-get install -y --no-install-recommends prometheus`; .ci/run does)"
+    );
+    assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
+    inpool::testenv::say(&format!("NOT RUN: {test}: {why}"));
+    false
+}
+
 /// Checks that a Go toolchain is on `path` (a `PATH` value) and says what to install if not.
 pub fn check_go_toolchain(path: &str) -> Result<String, String> {
     testenv::check_go_toolchain(path)
