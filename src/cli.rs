@@ -52,7 +52,7 @@ pub struct Args {
     /// Address of the diagnostics server, which serves `/metrics`: over HTTPS, to callers the
     /// API server authenticates (TokenReview) and authorizes (SubjectAccessReview of `get` on
     /// the non-resource URL `/metrics`), unless `--insecure-diagnostics`. `:PORT` means every
-    /// interface.
+    /// interface, IPv6 and IPv4 (`[::]:PORT`, or `0.0.0.0:PORT` where there is no IPv6).
     #[arg(
         long,
         env = "INPOOL_DIAGNOSTICS_ADDRESS",
@@ -91,11 +91,11 @@ pub struct Args {
 
     /// Address of the plain HTTP server for `/healthz` and `/readyz`. With
     /// `--insecure-diagnostics` and the same address as the diagnostics, one server answers all
-    /// three paths.
+    /// three paths. `:PORT` as for `--diagnostics-address`.
     #[arg(
         long,
         env = "INPOOL_HEALTH_BIND_ADDRESS",
-        default_value = "0.0.0.0:8081",
+        default_value = ":8081",
         value_name = "ADDR",
         value_parser = parse_bind_address
     )]
@@ -313,12 +313,14 @@ fn random_u32() -> u32 {
     hasher.finish() as u32
 }
 
-/// Parses a listen address: `HOST:PORT` (`[::1]:PORT` for IPv6), or `:PORT` for every IPv4
-/// interface (`0.0.0.0:PORT`), as Go's `net.Listen` and CAPI's `--diagnostics-address :8443`.
+/// Parses a listen address: `HOST:PORT` (`[::1]:PORT` for IPv6), or `:PORT` for every
+/// interface, as Go's `net.Listen` and CAPI's `--diagnostics-address :8443`: the IPv6 wildcard
+/// `[::]:PORT`, which on Linux also accepts IPv4 (the servers fall back to `0.0.0.0:PORT` where
+/// IPv6 is unavailable, [`crate::telemetry::server::listen`]), so that IPv6-only clusters work.
 pub fn parse_bind_address(text: &str) -> Result<SocketAddr, String> {
     let text = text.trim();
     let full = match text.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
+        Some(port) => format!("[::]:{port}"),
         None => text.to_string(),
     };
     full.parse().map_err(|_| {
@@ -429,11 +431,11 @@ mod tests {
             namespace: None,
             watch_filter: None,
             concurrency: 16,
-            diagnostics_address: "0.0.0.0:8443".parse().unwrap(),
+            diagnostics_address: "[::]:8443".parse().unwrap(),
             insecure_diagnostics: false,
             diagnostics_cert_dir: None,
             metrics_bind_address: None,
-            health_bind_address: "0.0.0.0:8081".parse().unwrap(),
+            health_bind_address: "[::]:8081".parse().unwrap(),
             log_format: LogFormat::Text,
             log_level: "info".into(),
             leader_elect: false,
@@ -449,7 +451,7 @@ mod tests {
         assert_eq!(
             expected.diagnostics(),
             DiagnosticsSettings {
-                address: "0.0.0.0:8443".parse().unwrap(),
+                address: "[::]:8443".parse().unwrap(),
                 mode: DiagnosticsMode::Secure { cert_dir: None },
                 deprecated_flag: false,
             }
@@ -488,7 +490,7 @@ mod tests {
         assert_eq!(
             parse(&["--metrics-bind-address=:8080"]),
             Ok(DiagnosticsSettings {
-                address: "0.0.0.0:8080".parse().unwrap(),
+                address: "[::]:8080".parse().unwrap(),
                 mode: DiagnosticsMode::Insecure,
                 deprecated_flag: true,
             })
@@ -514,8 +516,14 @@ mod tests {
 
     #[test]
     fn bind_addresses() {
+        // `:PORT` is every interface: the IPv6 wildcard (dual-stack), for IPv6-only clusters.
         assert_eq!(
             parse_bind_address(":8443"),
+            Ok("[::]:8443".parse().unwrap())
+        );
+        assert_eq!(parse_bind_address(" :0 "), Ok("[::]:0".parse().unwrap()));
+        assert_eq!(
+            parse_bind_address("0.0.0.0:8443"),
             Ok("0.0.0.0:8443".parse().unwrap())
         );
         assert_eq!(parse_bind_address("[::]:1"), Ok("[::]:1".parse().unwrap()));

@@ -166,17 +166,51 @@ async fn metrics_handler(State(state): State<AppState>) -> Response {
 }
 
 /// Binds `addr` (port 0 picks a free port) for a server of `paths` and logs the address
-/// actually bound.
+/// actually bound; `[::]:PORT` falls back to `0.0.0.0:PORT` without IPv6 ([`listen`]).
 pub async fn bind(addr: SocketAddr, paths: Paths) -> std::io::Result<TcpListener> {
-    let listener = TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
+    TcpListener::from_std(listen(addr, "http", paths.describe())?)
+}
+
+/// Binds `addr` (non-blocking, for tokio) and logs `HTTP server listening` with the address
+/// actually bound, the `scheme` and the paths it `serves`. The IPv6 wildcard `[::]:PORT` (what
+/// `:PORT` means) listens on IPv6 and, as Linux does by default, IPv4; where IPv6 is not
+/// available it falls back to `0.0.0.0:PORT` ([`bind_falling_back`]).
+pub fn listen(
+    addr: SocketAddr,
+    scheme: &str,
+    serves: &str,
+) -> std::io::Result<std::net::TcpListener> {
+    let listener = bind_falling_back(addr, std::net::TcpListener::bind)?;
+    listener.set_nonblocking(true)?;
     tracing::info!(
-        addr = %local,
-        scheme = "http",
-        serves = paths.describe(),
+        addr = %listener.local_addr()?,
+        scheme,
+        serves,
         "HTTP server listening"
     );
     Ok(listener)
+}
+
+/// `bind(addr)`; if `addr` is `[::]:PORT` and that fails other than because the port is taken
+/// or not allowed (no IPv6: the address family unsupported, the address unavailable),
+/// `bind(0.0.0.0:PORT)`. Fails with the first error if the fallback fails too.
+pub fn bind_falling_back<L>(
+    addr: SocketAddr,
+    mut bind: impl FnMut(SocketAddr) -> std::io::Result<L>,
+) -> std::io::Result<L> {
+    use std::io::ErrorKind;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    match bind(addr) {
+        Err(e)
+            if addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+                && !matches!(e.kind(), ErrorKind::AddrInUse | ErrorKind::PermissionDenied) =>
+        {
+            let ipv4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), addr.port());
+            tracing::info!(%addr, error = %e, fallback = %ipv4, "no IPv6: listening on IPv4 only");
+            bind(ipv4).map_err(|_| e)
+        }
+        result => result,
+    }
 }
 
 /// Serves `routes` on an already bound listener until `shutdown` completes, then finishes the
@@ -292,6 +326,53 @@ mod tests {
     async fn unknown_paths_are_404() {
         let app = router(Paths::All, HealthState::new(), Metrics::new());
         assert_eq!(get_path(&app, "/").await.0, StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn the_ipv6_wildcard_falls_back_to_ipv4_only_without_ipv6() {
+        use std::io::{Error, ErrorKind};
+        let v6: SocketAddr = "[::]:8443".parse().unwrap();
+        let v4: SocketAddr = "0.0.0.0:8443".parse().unwrap();
+        // Binding `[::]` works: no fallback.
+        let mut tried = Vec::new();
+        let bound = bind_falling_back(v6, |a| {
+            tried.push(a);
+            Ok(a)
+        });
+        assert_eq!((bound.unwrap(), tried), (v6, vec![v6]));
+        // No IPv6: the IPv4 wildcard, same port.
+        let mut tried = Vec::new();
+        let bound = bind_falling_back(v6, |a| {
+            tried.push(a);
+            if a.is_ipv6() {
+                Err(Error::new(ErrorKind::AddrNotAvailable, "no IPv6"))
+            } else {
+                Ok(a)
+            }
+        });
+        assert_eq!((bound.unwrap(), tried), (v4, vec![v6, v4]));
+        // A taken port, a specific address, or a failing fallback: the first error, as is.
+        for (addr, kind) in [
+            (v6, ErrorKind::AddrInUse),
+            (v6, ErrorKind::PermissionDenied),
+            ("[::1]:8443".parse().unwrap(), ErrorKind::AddrNotAvailable),
+        ] {
+            let mut tried = Vec::new();
+            let error = bind_falling_back(addr, |a| -> std::io::Result<SocketAddr> {
+                tried.push(a);
+                Err(Error::new(kind, "no"))
+            })
+            .unwrap_err();
+            assert_eq!((error.kind(), tried), (kind, vec![addr]), "{addr} {kind:?}");
+        }
+        let error = bind_falling_back(v6, |a| -> std::io::Result<SocketAddr> {
+            Err(Error::new(
+                ErrorKind::AddrNotAvailable,
+                if a.is_ipv6() { "first" } else { "second" },
+            ))
+        })
+        .unwrap_err();
+        assert_eq!(error.to_string(), "first");
     }
 
     #[tokio::test]
