@@ -198,12 +198,14 @@ where
                 );
             }
             plain.push((health_address, Paths::Health));
-            let tls = diagnostics::tls_config(cert_dir.as_deref()).await?;
+            let (tls, loaded) = diagnostics::tls_config(cert_dir.as_deref()).await?;
             if let Some(dir) = cert_dir {
+                // From the bytes loaded, so that a pair renewed since is picked up.
                 tokio::spawn(diagnostics::reload_certificates(
                     tls.clone(),
                     dir.clone(),
                     diagnostics::CERT_RELOAD_PERIOD,
+                    loaded,
                 ));
             }
             let listener = diagnostics::bind(diagnostics.address).with_context(|| {
