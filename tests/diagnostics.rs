@@ -21,8 +21,8 @@ use serde_json::{Value, json};
 
 use common::{
     Diagnostics, Inpool, assert_openmetrics, bind_metrics_reader, create, ensure_applied, http_get,
-    one_inpool_test_at_a_time, pool, service_account_kubeconfig, unbind_metrics_reader, unique,
-    wait_for,
+    negotiated_protocol, one_inpool_test_at_a_time, pool, service_account_kubeconfig,
+    unbind_metrics_reader, unique, wait_for,
 };
 
 /// Creates ServiceAccount `namespace/name` and returns a one-hour token for it (TokenRequest).
@@ -104,11 +104,23 @@ async fn secure_metrics_answer_only_authenticated_and_authorized_callers() {
         );
     }
 
-    // Nothing of it over plain HTTP: not on the diagnostics port, not on the health port.
+    // Nothing of it over plain HTTP: the diagnostics port speaks only TLS, and the health
+    // server does not serve /metrics.
     assert!(
         http_get(inpool.diagnostics_addr(), "/metrics")
             .await
             .is_none_or(|r| r.status != 200)
+    );
+    let plain = http_get(inpool.health_addr(), "/metrics").await;
+    assert_eq!(
+        plain.map(|r| r.status),
+        Some(404),
+        "/metrics on the health address"
+    );
+    // HTTP/1.1 only, even to a client offering HTTP/2 first (CVE-2023-44487).
+    assert_eq!(
+        negotiated_protocol(inpool.diagnostics_addr(), &[b"h2", b"http/1.1"]).await,
+        Some(Some(b"http/1.1".to_vec()))
     );
     let health = inpool.get("/healthz").await.expect("/healthz answers");
     assert_eq!(health.status, 200);

@@ -132,7 +132,8 @@ const DENIED: &[(&str, &str, &str, &str)] = &[
         "localsubjectaccessreviews",
         "create",
     ),
-    ("", "authentication.k8s.io", "selfsubjectreviews", "delete"),
+    // Something a careless rule could grant: minting tokens for any ServiceAccount.
+    ("", "", "serviceaccounts/token", "create"),
 ];
 
 fn find<'a>(objects: &'a [Value], kind_: &str, name_: &str) -> &'a Value {
@@ -307,7 +308,15 @@ fn components_follow_the_clusterctl_contract() {
     }
     assert_eq!(
         service["spec"]["ports"],
-        json!([{ "name": "https", "port": 8443, "targetPort": "metrics", "protocol": "TCP" }])
+        // Named `metrics` as before HTTPS, so that ServiceMonitors selecting `port: metrics`
+        // keep working (with `scheme: https`).
+        json!([{
+            "name": "metrics",
+            "port": 8443,
+            "targetPort": "metrics",
+            "protocol": "TCP",
+            "appProtocol": "https",
+        }])
     );
 
     // RBAC: no wildcards anywhere.

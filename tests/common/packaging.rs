@@ -4,6 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::Client;
 use kube::api::{
@@ -12,6 +17,7 @@ use kube::api::{
 use kube::discovery::{Scope, pinned_kind};
 use serde_json::{Value, json};
 
+use super::wait::wait_for;
 use crate::support;
 
 pub const PROVIDER_LABEL: &str = "cluster.x-k8s.io/provider";
@@ -152,6 +158,36 @@ pub async fn bind_metrics_reader(client: &Client, binding: &str, namespace: &str
         .create(&PostParams::default(), &object)
         .await
         .unwrap_or_else(|e| panic!("creating ClusterRoleBinding {binding}: {e}"));
+    wait_until_allowed_to_get_metrics(client, namespace, account).await;
+}
+
+/// Waits until a SubjectAccessReview allows ServiceAccount `namespace/account` `get /metrics`:
+/// a new binding reaches the API server's RBAC authorizer through its informers, so for a moment
+/// after the create it may still be denied.
+pub async fn wait_until_allowed_to_get_metrics(client: &Client, namespace: &str, account: &str) {
+    let user = service_account_user_of(namespace, account);
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.clone()),
+            groups: Some(service_account_groups_of(namespace).to_vec()),
+            non_resource_attributes: Some(NonResourceAttributes {
+                path: Some("/metrics".to_string()),
+                verb: Some("get".to_string()),
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let reviews = Api::<SubjectAccessReview>::all(client.clone());
+    wait_for(
+        &format!("{user} to be allowed get /metrics"),
+        Duration::from_secs(30),
+        || async {
+            let answer = reviews.create(&PostParams::default(), &review).await.ok()?;
+            answer.status.filter(|s| s.allowed).map(|_| ())
+        },
+    )
+    .await;
 }
 
 /// Deletes the ClusterRoleBinding `binding` of [`bind_metrics_reader`].

@@ -140,6 +140,11 @@ impl Inpool {
         self.diagnostics_addr
     }
 
+    /// The plain HTTP server of `/healthz` and `/readyz`.
+    pub fn health_addr(&self) -> SocketAddr {
+        self.health_addr
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -284,23 +289,46 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> Option<HttpResponse> {
 /// certificate is accepted: the tests that need it verified hand Prometheus the CA.
 pub async fn https_get(addr: SocketAddr, path: &str, token: Option<&str>) -> Option<HttpResponse> {
     let exchange = async {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .ok()?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-            .with_no_client_auth();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-        let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
-        let tls = connector.connect(name, tcp).await.ok()?;
+        let tls = tls_connect(addr, &[]).await?;
         get_on(tls, addr, path, token).await
     };
     tokio::time::timeout(Duration::from_secs(5), exchange)
         .await
         .ok()
         .flatten()
+}
+
+/// The application protocol the TLS server at `addr` picks among `offered` (ALPN; `None` if it
+/// picks none), if the handshake completes within 5 s.
+pub async fn negotiated_protocol(addr: SocketAddr, offered: &[&[u8]]) -> Option<Option<Vec<u8>>> {
+    let handshake = async {
+        let tls = tls_connect(addr, offered).await?;
+        Some(tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec))
+    };
+    tokio::time::timeout(Duration::from_secs(5), handshake)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// A TLS connection to `addr` offering the ALPN protocols `alpn`, any server certificate
+/// accepted.
+async fn tls_connect(
+    addr: SocketAddr,
+    alpn: &[&[u8]],
+) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    connector.connect(name, tcp).await.ok()
 }
 
 /// One GET on a connected stream; the answer is read to the end of the connection (a TLS
