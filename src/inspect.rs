@@ -17,11 +17,11 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 
-use crate::allocator::{Allocator, Family, PoolSpecInput};
+use crate::allocator::{Allocator, Family};
 use crate::api::{
     Cluster, GlobalInClusterIPPool, IPAM_GROUP, IPAddress, IPAddressClaim, IPPool, IPPoolReference,
-    InClusterIPPool, PAUSED_ANNOTATION, PoolKey, READY_CONDITION, REASON_ADDRESS_ALLOCATED,
-    REASON_POOL_EXHAUSTED, find_condition,
+    InClusterIPPool, InClusterIPPoolSpec, PAUSED_ANNOTATION, PoolKey, READY_CONDITION,
+    REASON_ADDRESS_ALLOCATED, REASON_POOL_EXHAUSTED, find_condition,
 };
 use crate::controllers::registry::{ObjectKey, QueuedClaim};
 use crate::controllers::reservation::{IPAddressReservation, is_released, reusable_after};
@@ -134,6 +134,7 @@ impl Snapshot {
             let namespace = pool.namespace().unwrap_or_default();
             pool_rows.push(pool_row(
                 pool,
+                &pool.spec,
                 "InClusterIPPool",
                 Some(namespace),
                 &addresses,
@@ -143,6 +144,7 @@ impl Snapshot {
         for pool in &global_pools.items {
             pool_rows.push(pool_row(
                 pool,
+                &pool.spec.0,
                 "GlobalInClusterIPPool",
                 None,
                 &addresses,
@@ -342,6 +344,7 @@ fn claim_row(
 /// else counted here from the spec and the `IPAddress`es that name the pool.
 fn pool_row<P: IPPool>(
     pool: &P,
+    spec: &InClusterIPPoolSpec,
     kind: &'static str,
     namespace: Option<String>,
     addresses: &[IPAddress],
@@ -354,15 +357,7 @@ fn pool_row<P: IPPool>(
             && pool_ref.name == name
             && (namespace.is_none() || object_namespace == namespace)
     };
-    let spec = pool.pool_spec();
-    let input = PoolSpecInput {
-        addresses: spec.addresses.clone(),
-        prefix: i64::from(spec.prefix),
-        gateway: spec.gateway.clone(),
-        excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
-        allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
-    };
-    let parsed = input.parse();
+    let parsed = crate::controllers::facts::spec_input(spec).parse();
     let family = match parsed.as_ref().map(|p| p.family()) {
         Ok(Family::V4) => "IPv4",
         Ok(Family::V6) => "IPv6",
