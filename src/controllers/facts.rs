@@ -3,7 +3,7 @@
 use kube::ResourceExt;
 
 use super::registry::{HoldRecord, ObjectKey, QueuedClaim, Unready};
-use crate::allocator::{ParsedSpec, PoolSpecInput, PrefixPoolSpecInput};
+use crate::allocator::{ParsedSpec, PoolSpecInput, PrefixPoolSpecInput, SpecErrors};
 use crate::api::{
     IPAddress, IPAddressClaim, IPPool, InClusterIPPoolSpec, InClusterPrefixPoolSpec,
     PAUSED_ANNOTATION, PoolKey, PoolSpecRef,
@@ -17,11 +17,15 @@ pub fn pool_state<P: IPPool>(pool: &P) -> Result<ParsedSpec, Unready> {
     if pool.annotations().contains_key(PAUSED_ANNOTATION) {
         return Err(Unready::Paused);
     }
-    let parsed = match pool.spec_of() {
+    parse_spec(pool.spec_of()).map_err(|errors| Unready::Invalid(errors.to_string()))
+}
+
+/// A pool's spec, validated, whatever its shape.
+pub fn parse_spec(spec: PoolSpecRef<'_>) -> Result<ParsedSpec, SpecErrors> {
+    match spec {
         PoolSpecRef::Addresses(spec) => spec_input(spec).parse().map(ParsedSpec::Addresses),
         PoolSpecRef::Prefixes(spec) => prefix_spec_input(spec).parse().map(ParsedSpec::Prefixes),
-    };
-    parsed.map_err(|errors| Unready::Invalid(errors.to_string()))
+    }
 }
 
 pub fn spec_input(spec: &InClusterIPPoolSpec) -> PoolSpecInput {
