@@ -353,7 +353,7 @@ async fn claims_get_the_references_sub_prefixes_in_address_order() {
 #[tokio::test]
 async fn an_exhausted_pool_serves_its_waiting_claims_on_release_and_on_growth() {
     let (client, ns) = support::env().namespace().await;
-    let _controller = start_controller(&client, &ns);
+    let controller = start_controller(&client, &ns);
     let pools: Api<InClusterPrefixPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
     create(&pools, &pool("single", json!({"prefixes": ["fd30::/64"]}))).await;
@@ -403,6 +403,16 @@ async fn an_exhausted_pool_serves_its_waiting_claims_on_release_and_on_growth() 
         .await
         .unwrap();
     wait_reason(&claims, "grower", "AddressAllocated").await;
+    // The pool's gauges, labelled by its kind, count sub-prefixes.
+    let labels =
+        format!(r#"{{pool_kind="InClusterPrefixPool",pool_namespace="{ns}",pool_name="single"}}"#);
+    wait_for("the pool's gauges", Duration::from_secs(30), || async {
+        let metrics = controller.metrics();
+        (sample(&metrics, &format!("inpool_pool_size{labels}")) == Some(2.0)
+            && sample(&metrics, &format!("inpool_pool_used{labels}")) == Some(2.0))
+        .then_some(())
+    })
+    .await;
     assert_eq!(
         addresses_by_claim(&client, &ns)
             .await
@@ -539,4 +549,42 @@ async fn a_global_prefix_pool_serves_every_namespace_and_two_controllers_never_s
         .await
         .unwrap();
     wait_gone(&global, &name, Duration::from_secs(60)).await;
+}
+
+#[tokio::test]
+async fn a_paused_prefix_pool_holds_its_claims_until_unpaused() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterPrefixPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("open", json!({"prefixes": ["fd60::/64"]}))).await;
+    let mut frozen = pool("frozen", json!({"prefixes": ["fd61::/64"]}));
+    frozen.metadata.annotations = Some([("cluster.x-k8s.io/paused".into(), String::new())].into());
+    create(&pools, &frozen).await;
+    create(&claims, &prefix_claim("held", "frozen")).await;
+    // Created last, realised: the controller has seen the held claim before it.
+    realise(&client, &ns, prefix_claim("witness", "open")).await;
+    let held = claims.get("held").await.unwrap();
+    assert!(held.status.is_none(), "no change at all while paused");
+    assert!(
+        held.metadata.finalizers.is_none(),
+        "no finalizer while paused"
+    );
+
+    pools
+        .patch(
+            "frozen",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": null}}})),
+        )
+        .await
+        .unwrap();
+    wait_reason(&claims, "held", "AddressAllocated").await;
+    assert_eq!(
+        addresses_by_claim(&client, &ns)
+            .await
+            .get("held")
+            .map(String::as_str),
+        Some("fd61::")
+    );
 }
