@@ -129,3 +129,28 @@ pub enum Scope {
     Namespace(String),
     Cluster,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_reads_back_from_its_name_and_keeps_a_namespace_only_when_namespaced() {
+        for kind in PoolKind::ALL {
+            assert_eq!(PoolKind::from_name(kind.name()), Some(kind));
+            let key = PoolKey::of_kind(kind, Some("ns"), "p").unwrap();
+            assert_eq!(key.namespace.is_some(), kind.is_namespaced(), "{kind:?}");
+            assert_eq!(
+                PoolKey::of_kind(kind, None, "p").is_some(),
+                !kind.is_namespaced(),
+                "{kind:?} without a namespace"
+            );
+        }
+        assert_eq!(PoolKind::from_name("IPPool"), None);
+        let prefix_ref = IPPoolReference::new(IPAM_GROUP, "InClusterPrefixPool", "v6");
+        assert_eq!(
+            PoolKey::from_ref(&prefix_ref, "team-a").map(|k| k.scope()),
+            Some(Scope::Namespace("team-a".into()))
+        );
+    }
+}
