@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example scale -- [--claims 10000] [--pools 10 --claims-per-pool 100]
+//!     [--prefix-claims 1000]
 //!     [--skip-floor] [--provider-command "CMD"] [--provider-name NAME] [--json PATH]
 //! ```
 //!
@@ -13,7 +14,9 @@
 //! 1. the floor: the same claims, realised by an ideal provider inside the harness that only
 //!    writes (see `harness::FLOOR_DEFINITION`);
 //! 2. the provider (inpool's release binary unless `--provider-command`) on N claims in one pool;
-//! 3. a fresh provider process on M pools × K claims.
+//! 3. a fresh provider process on M pools × K claims;
+//! 4. with `--prefix-claims P`, a fresh provider process on P claims in one prefix pool (/64s out
+//!    of a /48).
 //!
 //! Each provider run waits for a canary claim (the provider is up, caches synced), creates the
 //! claims 16 at a time, waits until a watch sees every claim `Ready=True`, checks the result
@@ -55,6 +58,10 @@ struct Args {
     /// Claims per pool in the multi-pool scenario.
     #[arg(long, default_value_t = 100)]
     claims_per_pool: usize,
+    /// Claims in the prefix-pool scenario: one `InClusterPrefixPool` of a /48 handing out /64s
+    /// (0 skips it).
+    #[arg(long, default_value_t = 0)]
+    prefix_claims: usize,
     /// Client concurrency: claims created at once by the harness, claims realised at once by the
     /// floor's ideal provider, and `{concurrency}` in the provider command (inpool's default).
     #[arg(long, default_value_t = 16)]
@@ -223,6 +230,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             concurrency: args.concurrency,
             timeout,
             settle: true,
+            sub_prefixes: None,
         });
     }
     if args.pools > 0 && args.claims_per_pool > 0 {
@@ -234,6 +242,19 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             concurrency: args.concurrency,
             timeout,
             settle: true,
+            sub_prefixes: None,
+        });
+    }
+    if args.prefix_claims > 0 {
+        scenarios.push(Scenario {
+            name: "prefix".into(),
+            namespace: "scale-prefix".into(),
+            pools: 1,
+            claims_per_pool: args.prefix_claims,
+            concurrency: args.concurrency,
+            timeout,
+            settle: true,
+            sub_prefixes: Some(64),
         });
     }
     for scenario in &scenarios {

@@ -26,7 +26,8 @@ pub enum LogFormat {
 }
 
 /// The `inpool` controller: a Cluster API IPAM provider that hands out addresses from
-/// `InClusterIPPool` and `GlobalInClusterIPPool` pools.
+/// `InClusterIPPool` and `GlobalInClusterIPPool` pools, and IPv6 sub-prefixes from
+/// `InClusterPrefixPool` and `GlobalInClusterPrefixPool` pools.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "inpool", version, about, long_about = None)]
 pub struct Args {

@@ -17,10 +17,11 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 
-use crate::allocator::{Allocator, Family, PoolSpecInput};
+use crate::allocator::{AnyAllocator, Family, ParsedSpec};
 use crate::api::{
-    Cluster, GlobalInClusterIPPool, IPAM_GROUP, IPAddress, IPAddressClaim, IPPool, IPPoolReference,
-    InClusterIPPool, PAUSED_ANNOTATION, PoolKey, READY_CONDITION, REASON_ADDRESS_ALLOCATED,
+    Cluster, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAM_GROUP, IPAddress,
+    IPAddressClaim, IPPool, IPPoolReference, InClusterIPPool, InClusterPrefixPool,
+    PAUSED_ANNOTATION, PoolKey, PoolKind, READY_CONDITION, REASON_ADDRESS_ALLOCATED,
     REASON_POOL_EXHAUSTED, find_condition,
 };
 use crate::controllers::registry::{ObjectKey, QueuedClaim};
@@ -93,6 +94,12 @@ impl Snapshot {
         let global_pools = Api::<GlobalInClusterIPPool>::all(client.clone())
             .list(&lp)
             .await?;
+        let prefix_pools = api_in::<InClusterPrefixPool>(client, namespace)
+            .list(&lp)
+            .await?;
+        let global_prefix_pools = Api::<GlobalInClusterPrefixPool>::all(client.clone())
+            .list(&lp)
+            .await?;
         // A global pool's queue spans namespaces: it is counted from every claim when the caller
         // may read them all, and the namespace's claims are then taken from that one list; else
         // both come from the namespace's claims.
@@ -129,25 +136,19 @@ impl Snapshot {
             .collect();
         claim_rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
 
+        // A namespaced pool's rows count the namespace's claims, a global pool's every claim.
         let mut pool_rows = Vec::new();
         for pool in &pools.items {
-            let namespace = pool.namespace().unwrap_or_default();
-            pool_rows.push(pool_row(
-                pool,
-                "InClusterIPPool",
-                Some(namespace),
-                &addresses,
-                &claims,
-            ));
+            pool_rows.push(pool_row(pool, &addresses, &claims));
+        }
+        for pool in &prefix_pools.items {
+            pool_rows.push(pool_row(pool, &addresses, &claims));
         }
         for pool in &global_pools.items {
-            pool_rows.push(pool_row(
-                pool,
-                "GlobalInClusterIPPool",
-                None,
-                &addresses,
-                queued,
-            ));
+            pool_rows.push(pool_row(pool, &addresses, queued));
+        }
+        for pool in &global_prefix_pools.items {
+            pool_rows.push(pool_row(pool, &addresses, queued));
         }
         Ok(Snapshot {
             pools: pool_rows,
@@ -340,13 +341,9 @@ fn claim_row(
 
 /// A pool's row: counts from `status.ipAddresses` when the pool controller has written them,
 /// else counted here from the spec and the `IPAddress`es that name the pool.
-fn pool_row<P: IPPool>(
-    pool: &P,
-    kind: &'static str,
-    namespace: Option<String>,
-    addresses: &[IPAddress],
-    claims: &[IPAddressClaim],
-) -> PoolRow {
+fn pool_row<P: IPPool>(pool: &P, addresses: &[IPAddress], claims: &[IPAddressClaim]) -> PoolRow {
+    let kind = P::KIND.name();
+    let namespace = pool.namespace();
     let name = pool.name_any();
     let names_pool = |pool_ref: &IPPoolReference, object_namespace: Option<String>| {
         pool_ref.api_group == IPAM_GROUP
@@ -354,28 +351,21 @@ fn pool_row<P: IPPool>(
             && pool_ref.name == name
             && (namespace.is_none() || object_namespace == namespace)
     };
-    let spec = pool.pool_spec();
-    let input = PoolSpecInput {
-        addresses: spec.addresses.clone(),
-        prefix: i64::from(spec.prefix),
-        gateway: spec.gateway.clone(),
-        excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
-        allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
+    let parsed = crate::controllers::facts::parse_spec(pool.spec_of());
+    let family = match &parsed {
+        Ok(ParsedSpec::Addresses(p)) if p.family() == Family::V4 => "IPv4".to_string(),
+        Ok(ParsedSpec::Addresses(_)) => "IPv6".to_string(),
+        // A prefix pool: IPv6, in sub-prefixes of its allocation length.
+        Ok(ParsedSpec::Prefixes(p)) => format!("IPv6/{}", p.allocation_prefix_length()),
+        Err(_) => "?".to_string(),
     };
-    let parsed = input.parse();
-    let family = match parsed.as_ref().map(|p| p.family()) {
-        Ok(Family::V4) => "IPv4",
-        Ok(Family::V6) => "IPv6",
-        Err(_) => "?",
-    }
-    .to_string();
     let status = pool.pool_status();
     let (counts, counts_from) = match status.and_then(|s| s.ip_addresses) {
         Some(c) => (Ok((c.total, c.used, c.free)), "status"),
         None => {
             let counted = match parsed {
                 Ok(parsed) => {
-                    let mut allocator = Allocator::new(parsed.into_allocatable());
+                    let mut allocator = AnyAllocator::new(parsed);
                     for a in addresses {
                         if names_pool(&a.spec.pool_ref, a.namespace())
                             && a.metadata.deletion_timestamp.is_none()
@@ -605,16 +595,22 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
                 && (p.namespace.is_none() || p.namespace.as_deref() == Some(namespace))
         })
         .cloned();
-    let pool_paused = match pool_ref.kind.as_str() {
-        "InClusterIPPool" => Api::<InClusterIPPool>::namespaced(client.clone(), namespace)
-            .get_opt(&pool_ref.name)
-            .await?
-            .is_some_and(|p| p.annotations().contains_key(PAUSED_ANNOTATION)),
-        "GlobalInClusterIPPool" => Api::<GlobalInClusterIPPool>::all(client.clone())
-            .get_opt(&pool_ref.name)
-            .await?
-            .is_some_and(|p| p.annotations().contains_key(PAUSED_ANNOTATION)),
-        _ => false,
+    let served = PoolKey::from_ref(pool_ref, namespace);
+    let name = &pool_ref.name;
+    let pool_paused = match served.as_ref().map(|key| key.kind) {
+        Some(PoolKind::InCluster) => {
+            is_paused(api_in::<InClusterIPPool>(client, Some(namespace)), name).await?
+        }
+        Some(PoolKind::Global) => {
+            is_paused(Api::<GlobalInClusterIPPool>::all(client.clone()), name).await?
+        }
+        Some(PoolKind::InClusterPrefix) => {
+            is_paused(api_in::<InClusterPrefixPool>(client, Some(namespace)), name).await?
+        }
+        Some(PoolKind::GlobalPrefix) => {
+            is_paused(Api::<GlobalInClusterPrefixPool>::all(client.clone()), name).await?
+        }
+        None => false,
     };
     let cluster = match claim.cluster_name() {
         None => None,
@@ -629,11 +625,7 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
         }
     };
     let claim_paused = claim.annotations().contains_key(PAUSED_ANNOTATION);
-    let ours = pool_ref.api_group == IPAM_GROUP
-        && matches!(
-            pool_ref.kind.as_str(),
-            "InClusterIPPool" | "GlobalInClusterIPPool"
-        );
+    let ours = served.is_some();
 
     let mut findings = Vec::new();
     if !ours {
@@ -709,6 +701,17 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
         claim_paused,
         findings,
     })
+}
+
+/// Whether the pool `name` exists and carries the paused annotation.
+async fn is_paused<K>(api: Api<K>, name: &str) -> kube::Result<bool>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Ok(api
+        .get_opt(name)
+        .await?
+        .is_some_and(|p| p.annotations().contains_key(PAUSED_ANNOTATION)))
 }
 
 #[cfg(test)]

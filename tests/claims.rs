@@ -709,7 +709,9 @@ async fn every_kind_is_watched_once() {
     let kinds = [
         "clusters",
         "globalinclusterippools",
+        "globalinclusterprefixpools",
         "inclusterippools",
+        "inclusterprefixpools",
         "ipaddressclaims",
         "ipaddresses",
         "ipaddressreservations",

@@ -104,7 +104,8 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
     );
     assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
 
-    // Before the pool grows: five IPv4 claims realised, three waiting, both IPv6 claims realised.
+    // Before the pool grows: five IPv4 claims realised, three waiting, both IPv6 claims and both
+    // prefix-pool claims realised.
     let (before, after) = stdout
         .split_once("step 4/4: growing")
         .unwrap_or_else(|| panic!("the demo never grew the pool:\n{stdout}"));
@@ -113,7 +114,7 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
         .copied()
         .unwrap_or_else(|| panic!("no picture before the growth:\n{stdout}"));
     let rows = claim_rows(first);
-    assert_eq!(rows.len(), 10, "{first}");
+    assert_eq!(rows.len(), 12, "{first}");
     let exhausted: Vec<_> = rows
         .iter()
         .filter(|(_, ready, reason, address)| {
@@ -125,7 +126,7 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
         .iter()
         .filter(|(_, ready, reason, _)| ready == "True" && reason == "AddressAllocated")
         .collect();
-    assert_eq!(realised.len(), 7, "{first}");
+    assert_eq!(realised.len(), 9, "{first}");
     assert!(first.contains("the first picture is stable"), "{first}");
 
     // After: every claim realised, each with its own address; the IPv4 pool has 8 addresses.
@@ -135,7 +136,7 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
         .unwrap_or_else(|| panic!("no picture after the growth:\n{stdout}"));
     assert!(last.contains("(final)"), "{last}");
     let rows = claim_rows(last);
-    assert_eq!(rows.len(), 10, "{last}");
+    assert_eq!(rows.len(), 12, "{last}");
     for (name, ready, reason, address) in &rows {
         assert_eq!(
             (ready.as_str(), reason.as_str()),
@@ -147,7 +148,7 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
     let mut addresses: Vec<&String> = rows.iter().map(|(_, _, _, a)| a).collect();
     addresses.sort();
     addresses.dedup();
-    assert_eq!(addresses.len(), 10, "addresses are unique:\n{last}");
+    assert_eq!(addresses.len(), 12, "addresses are unique:\n{last}");
     let v4 = addresses
         .iter()
         .filter(|a| a.starts_with("10.10.0."))
@@ -159,7 +160,20 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
             .is_match(last),
         "the grown pool shows 8 addresses:\n{last}"
     );
-    assert!(stdout.contains("all 10 claims are Ready"), "{stdout}");
+    // The prefix pool's claims hold the first two /64s of its /56, and its row counts 256.
+    let sub_prefixes: Vec<&str> = addresses
+        .iter()
+        .map(|a| a.as_str())
+        .filter(|a| a.starts_with("fd00:10:"))
+        .collect();
+    assert_eq!(sub_prefixes, ["fd00:10:0:1::/64", "fd00:10::/64"], "{last}");
+    assert!(
+        Regex::new(r"GlobalInClusterPrefixPool\s+-\s+demo-prefixes\s+IPv6/64\s+256\s+2\s+254\s+")
+            .unwrap()
+            .is_match(last),
+        "the prefix pool shows 256 sub-prefixes, 2 used:\n{last}"
+    );
+    assert!(stdout.contains("all 12 claims are Ready"), "{stdout}");
     assert!(stdout.contains("kubeconfig: "), "{stdout}");
 
     assert_control_plane_gone(&started(&stdout), &stdout);

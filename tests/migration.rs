@@ -4,8 +4,10 @@
 //! - its pool CRDs (`../shared/fixtures/in-cluster/`: v1alpha1 and v1alpha2, storage v1alpha2)
 //!   with the conversion webhook its kustomize patches add, and its mutating and validating
 //!   webhook configurations for pools (whose service is gone once it is scaled down);
-//! - pools, claims and addresses as it leaves them: pools with its `ProtectPool` finalizer and
-//!   its counts but no conditions; claims with `ReleaseAddress` and `status.addressRef`;
+//! - its prefix pool CRDs (`../shared/fixtures/in-cluster-prefix/`, v1alpha2 only);
+//! - pools, claims and addresses as it leaves them (IP pools and a prefix pool, whose claim's
+//!   `IPAddress` holds a sub-prefix's first address and the allocation length): pools with its
+//!   `ProtectPool` finalizer and its counts but no conditions; claims with `ReleaseAddress` and `status.addressRef`;
 //!   `IPAddress`es with `ProtectAddress`, owner references and the cluster-name label; no
 //!   reservations.
 //!
@@ -28,7 +30,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use inpool::api::reservation::IPAddressReservation;
-use inpool::api::{GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool};
+use inpool::api::{
+    GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim, InClusterIPPool,
+};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -39,8 +43,8 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use common::{
-    GROUP, Inpool, apply_objects, claim, components, create, of_cluster, ready_of, reservations_of,
-    service_account_kubeconfig, typed, wait_for, wait_reason,
+    GROUP, Inpool, apply_objects, claim, components, create, global_prefix_claim, of_cluster,
+    ready_of, reservations_of, service_account_kubeconfig, typed, wait_for, wait_reason,
 };
 
 const NS: &str = "workloads";
@@ -56,14 +60,24 @@ const POOL_CRDS: [&str; 2] = [
     "inclusterippools.ipam.cluster.x-k8s.io",
     "globalinclusterippools.ipam.cluster.x-k8s.io",
 ];
+/// The reference's prefix pool CRDs: v1alpha2 only, no conversion webhook.
+const PREFIX_POOL_CRDS: [&str; 2] = [
+    "inclusterprefixpools.ipam.cluster.x-k8s.io",
+    "globalinclusterprefixpools.ipam.cluster.x-k8s.io",
+];
 /// The addresses the reference provider handed out: not what inpool would pick first (it
 /// picks the lowest free address, 10.20.0.10), so a re-allocation could not go unnoticed.
-const ADOPTED: [(&str, &str); 4] = [
+const ADOPTED: [(&str, &str); 5] = [
     ("m-0", "10.20.0.13"),
     ("m-1", "10.20.0.11"),
     ("m-2", "10.20.0.17"),
     ("m-v6", "2001:db8:20::15"),
+    // A sub-prefix of the prefix pool `ref-prefix` (fd20::/48 by 64), by its first address: not
+    // the lowest, fd20::.
+    ("m-p6", "fd20:0:0:3::"),
 ];
+/// The claims of the walkthrough: the adopted ones and one new claim on each of two pools.
+const CLAIMS: u64 = ADOPTED.len() as u64 + 2;
 
 // ------------------------------------------------------------------------------------------
 // What the reference provider leaves behind
@@ -73,9 +87,11 @@ const ADOPTED: [(&str, &str); 4] = [
 /// `../shared/fixtures/in-cluster`), or `None` when the latter are not beside the checkout.
 fn reference_crd_files(test: &str) -> Option<Vec<PathBuf>> {
     let reference = support::reference_fixtures("in-cluster", test)?;
+    let prefix_pools = support::reference_fixtures("in-cluster-prefix", test)?;
     let mut files = inpool::testenv::capi::contract_crd_files().expect("CAPI's CRDs");
     files.extend(inpool::testenv::yaml_files(&reference));
-    assert_eq!(files.len(), 5, "CAPI and reference CRDs: {files:?}");
+    files.extend(inpool::testenv::yaml_files(&prefix_pools));
+    assert_eq!(files.len(), 7, "CAPI and reference CRDs: {files:?}");
     Some(files)
 }
 
@@ -186,69 +202,64 @@ async fn create_reference_objects(client: &Client) {
         .unwrap();
 
     // Pools: the reference's ProtectPool finalizer and its counts, no conditions.
-    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), NS);
-    let pool = pools
-        .create(
-            &PostParams::default(),
-            &typed(json!({
-                "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
-                "metadata": { "name": "ref-pool", "finalizers": ["ipam.cluster.x-k8s.io/ProtectPool"] },
-                "spec": { "addresses": ["10.20.0.10-10.20.0.19"], "prefix": 24, "gateway": "10.20.0.1" }
-            })),
-        )
-        .await
-        .unwrap();
-    pools
-        .patch_status(
-            "ref-pool",
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": { "ipAddresses":
-                { "total": 10, "used": 3, "free": 7, "outOfRange": 0 } } })),
-        )
-        .await
-        .unwrap();
-    let global_pools: Api<GlobalInClusterIPPool> = Api::all(client.clone());
-    let global = global_pools
-        .create(
-            &PostParams::default(),
-            &typed(json!({
-                "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "GlobalInClusterIPPool",
-                "metadata": { "name": "ref-v6", "finalizers": ["ipam.cluster.x-k8s.io/ProtectPool"] },
-                "spec": { "addresses": ["2001:db8:20::10-2001:db8:20::1f"], "prefix": 64, "gateway": "2001:db8:20::1" }
-            })),
-        )
-        .await
-        .unwrap();
-    global_pools
-        .patch_status(
-            "ref-v6",
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": { "ipAddresses":
-                { "total": 16, "used": 1, "free": 15, "outOfRange": 0 } } })),
-        )
-        .await
-        .unwrap();
+    let pool = create_reference_pool(
+        Api::<InClusterIPPool>::namespaced(client.clone(), NS),
+        json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+            "metadata": { "name": "ref-pool" },
+            "spec": { "addresses": ["10.20.0.10-10.20.0.19"], "prefix": 24, "gateway": "10.20.0.1" }
+        }),
+        [10, 3, 7],
+    )
+    .await;
+    let global = create_reference_pool(
+        Api::<GlobalInClusterIPPool>::all(client.clone()),
+        json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "GlobalInClusterIPPool",
+            "metadata": { "name": "ref-v6" },
+            "spec": { "addresses": ["2001:db8:20::10-2001:db8:20::1f"], "prefix": 64, "gateway": "2001:db8:20::1" }
+        }),
+        [16, 1, 15],
+    )
+    .await;
+    let prefix_pool = create_reference_pool(
+        Api::<GlobalInClusterPrefixPool>::all(client.clone()),
+        json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "GlobalInClusterPrefixPool",
+            "metadata": { "name": "ref-prefix" },
+            "spec": { "prefixes": ["fd20::/48"], "allocationPrefixLength": 64, "gateway": "fd20::1" }
+        }),
+        [65536, 1, 65535],
+    )
+    .await;
 
-    // Claims and their addresses.
+    // Claims and their addresses (a prefix pool's: the sub-prefix's first address, the
+    // allocation length, the pool's gateway).
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), NS);
     let addresses: Api<IPAddress> = Api::namespaced(client.clone(), NS);
     for (name, address) in ADOPTED {
-        let (kind, pool_name, pool_uid, prefix, gateway) = if address.contains(':') {
-            (
+        let (kind, pool_name, pool_uid, prefix, gateway) = match name {
+            "m-p6" => (
+                "GlobalInClusterPrefixPool",
+                "ref-prefix",
+                prefix_pool.uid().unwrap(),
+                64,
+                "fd20::1",
+            ),
+            "m-v6" => (
                 "GlobalInClusterIPPool",
                 "ref-v6",
                 global.uid().unwrap(),
                 64,
                 "2001:db8:20::1",
-            )
-        } else {
-            (
+            ),
+            _ => (
                 "InClusterIPPool",
                 "ref-pool",
                 pool.uid().unwrap(),
                 24,
                 "10.20.0.1",
-            )
+            ),
         };
         let claim = claims
             .create(
@@ -304,6 +315,32 @@ async fn create_reference_objects(client: &Client) {
             .await
             .unwrap();
     }
+}
+
+/// A pool as the reference leaves it: `object` with its `ProtectPool` finalizer, and its counts
+/// (`[total, used, free]`) in the status, no conditions.
+async fn create_reference_pool<K>(
+    api: Api<K>,
+    mut object: Value,
+    [total, used, free]: [i64; 3],
+) -> K
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    object["metadata"]["finalizers"] = json!(["ipam.cluster.x-k8s.io/ProtectPool"]);
+    let created = api
+        .create(&PostParams::default(), &typed(object))
+        .await
+        .unwrap();
+    api.patch_status(
+        &created.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": { "ipAddresses":
+            { "total": total, "used": used, "free": free, "outOfRange": 0 } } })),
+    )
+    .await
+    .unwrap();
+    created
 }
 
 // ------------------------------------------------------------------------------------------
@@ -556,12 +593,17 @@ async fn state(client: &Client) -> Vec<BTreeMap<String, String>> {
         .list(&lp)
         .await
         .unwrap();
+    let prefix_pools = Api::<GlobalInClusterPrefixPool>::all(client.clone())
+        .list(&lp)
+        .await
+        .unwrap();
     vec![
         versions(&claims.items),
         versions(&addresses.items),
         versions(&reservations.items),
         versions(&pools.items),
         versions(&global_pools.items),
+        versions(&prefix_pools.items),
     ]
 }
 
@@ -674,8 +716,19 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
         assert!(conversion.webhook.is_none(), "{name}");
         assert!(!crd.annotations().contains_key(CA_INJECTION), "{name}");
     }
+    // The prefix pool CRDs are taken over the same way (nothing to remove: no conversion).
+    for name in PREFIX_POOL_CRDS {
+        let crd = crds.get(name).await.unwrap();
+        assert_eq!(
+            crd.labels()
+                .get("cluster.x-k8s.io/provider")
+                .map(String::as_str),
+            Some("ipam-inpool"),
+            "{name}"
+        );
+    }
     wait_established(&client, "ipaddressreservations.ipam.inpool.dev").await;
-    for name in POOL_CRDS {
+    for name in POOL_CRDS.into_iter().chain(PREFIX_POOL_CRDS) {
         wait_established(&client, name).await;
     }
 
@@ -753,6 +806,43 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
         },
     )
     .await;
+
+    // The prefix pool: inpool's counts and conditions in sub-prefixes, and a new claim gets the
+    // lowest free sub-prefix, not the adopted one.
+    let prefix_pools: Api<GlobalInClusterPrefixPool> = Api::all(client.clone());
+    let prefix_pool = wait_for(
+        "inpool's prefix pool status",
+        Duration::from_secs(30),
+        || async {
+            let pool = prefix_pools.get("ref-prefix").await.ok()?;
+            let status = pool.status.as_ref()?;
+            let ready = status
+                .conditions
+                .as_ref()?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let counts = status.ip_addresses?;
+            (ready && (counts.total, counts.used, counts.free) == (65536, 1, 65535)).then_some(pool)
+        },
+    )
+    .await;
+    assert!(
+        prefix_pool
+            .finalizers()
+            .contains(&"ipam.cluster.x-k8s.io/ProtectPool".to_string())
+    );
+    create(
+        &claims,
+        &of_cluster(global_prefix_claim("m-new6", "ref-prefix"), "prod"),
+    )
+    .await;
+    wait_reason(&claims, "m-new6", "AddressAllocated").await;
+    let now = addresses(&client).await;
+    assert_eq!(now["m-new6"].2, "fd20::", "{now:?}");
+    assert_eq!(
+        now["m-p6"], before["m-p6"],
+        "the adopted sub-prefix changed"
+    );
     inpool.assert_nothing_forbidden();
 
     // Upgrade: stop inpool, apply the (new) components, start the (new) binary. Nothing inpool
@@ -761,10 +851,10 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     let settled = wait_for(
         "every claim reconciled",
         Duration::from_secs(10),
-        || async { claim_reconciles(&inpool).await.filter(|n| *n >= 5) },
+        || async { claim_reconciles(&inpool).await.filter(|n| *n >= CLAIMS) },
     )
     .await;
-    assert!(settled >= 5);
+    assert!(settled >= CLAIMS);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before_upgrade = state(&client).await;
     assert_eq!(inpool.terminate(), Some(0), "logs:\n{}", inpool.logs());
@@ -774,7 +864,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     wait_for(
         "the upgraded inpool to reconcile every claim",
         Duration::from_secs(60),
-        || async { claim_reconciles(&upgraded).await.filter(|n| *n >= 5) },
+        || async { claim_reconciles(&upgraded).await.filter(|n| *n >= CLAIMS) },
     )
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -785,6 +875,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
         "reservations",
         "pools",
         "global pools",
+        "global prefix pools",
     ];
     for (i, kind) in kinds.iter().enumerate() {
         assert_eq!(

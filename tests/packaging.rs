@@ -62,6 +62,16 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
     ),
     (
         "ipam.cluster.x-k8s.io",
+        "inclusterprefixpools",
+        &["get", "list", "watch", "patch", "update"],
+    ),
+    (
+        "ipam.cluster.x-k8s.io",
+        "globalinclusterprefixpools",
+        &["get", "list", "watch", "patch", "update"],
+    ),
+    (
+        "ipam.cluster.x-k8s.io",
         "inclusterippools/status",
         &["get", "patch", "update"],
     ),
@@ -72,12 +82,32 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
     ),
     (
         "ipam.cluster.x-k8s.io",
+        "inclusterprefixpools/status",
+        &["get", "patch", "update"],
+    ),
+    (
+        "ipam.cluster.x-k8s.io",
+        "globalinclusterprefixpools/status",
+        &["get", "patch", "update"],
+    ),
+    (
+        "ipam.cluster.x-k8s.io",
         "inclusterippools/finalizers",
         &["update"],
     ),
     (
         "ipam.cluster.x-k8s.io",
         "globalinclusterippools/finalizers",
+        &["update"],
+    ),
+    (
+        "ipam.cluster.x-k8s.io",
+        "inclusterprefixpools/finalizers",
+        &["update"],
+    ),
+    (
+        "ipam.cluster.x-k8s.io",
+        "globalinclusterprefixpools/finalizers",
         &["update"],
     ),
     ("cluster.x-k8s.io", "clusters", &["get", "list", "watch"]),

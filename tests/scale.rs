@@ -1,5 +1,6 @@
-//! The scale harness's correctness check at a small size (issue 8): 200 claims in one pool
-//! against the `inpool` binary as a separate process, on the test control plane. It asserts the
+//! The scale harness's correctness check at a small size (issue 8): 200 claims in one pool, and
+//! 100 in one prefix pool, against the `inpool` binary as a separate process, on the test
+//! control plane. It asserts the
 //! end state only — every claim Ready with its own address inside the pool, one reservation per
 //! claim, no orphan `IPAddress`, nothing left after every claim is deleted — never timing.
 //! The full run with timings is `cargo run --release --example scale`.
@@ -18,19 +19,36 @@ use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_claims_in_one_pool_are_realised_distinct_and_released_without_orphans() {
+    realise_and_release("scale-test", 200, None).await;
+}
+
+/// The same on a prefix pool: distinct /64s inside its /48, and the same writes per claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_claims_in_one_prefix_pool_get_distinct_sub_prefixes_and_are_released() {
+    realise_and_release("scale-test-prefix", 100, Some(64)).await;
+}
+
+/// Runs `claims` claims in one pool of the scenario's kind (`sub_prefixes`: a prefix pool) and
+/// checks the end state and the writes per claim.
+async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Option<u8>) {
+    // The writes are counted from the API server's own metrics, which every run on the control
+    // plane adds to: one run at a time.
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _turn = ONE_AT_A_TIME.lock().await;
     let env = support::env();
     let client = env.client().await;
     let provider = process::ProviderSpec::inpool(Path::new(env!("CARGO_BIN_EXE_inpool")));
     let scenario = harness::Scenario {
         name: "single".into(),
-        namespace: "scale-test".into(),
+        namespace: namespace.into(),
         pools: 1,
-        claims_per_pool: 200,
+        claims_per_pool: claims,
         concurrency: 16,
         timeout: Duration::from_secs(300),
         settle: false,
+        sub_prefixes,
     };
-    let log_dir = std::env::temp_dir().join(format!("inpool-scale-test-{}", std::process::id()));
+    let log_dir = std::env::temp_dir().join(format!("inpool-{namespace}-{}", std::process::id()));
     let run = harness::run_scenario(
         &client,
         env.kubeconfig(),
@@ -48,10 +66,10 @@ async fn two_hundred_claims_in_one_pool_are_realised_distinct_and_released_witho
         "problems: {:#?}\n{correctness:#?}",
         correctness.problems
     );
-    assert_eq!(correctness.claims, 200);
-    assert_eq!(correctness.claims_ready, 200);
-    assert_eq!(correctness.distinct_addresses, 200);
-    assert_eq!(correctness.reservations, Some(200));
+    assert_eq!(correctness.claims, claims);
+    assert_eq!(correctness.claims_ready, claims);
+    assert_eq!(correctness.distinct_addresses, claims);
+    assert_eq!(correctness.reservations, Some(claims));
     assert_eq!(correctness.orphan_addresses, 0);
     let left = correctness.left_after_release.expect("released");
     assert_eq!(
@@ -94,8 +112,8 @@ async fn two_hundred_claims_in_one_pool_are_realised_distinct_and_released_witho
     ];
     for (what, count, expected) in per_claim {
         assert!(
-            count <= 200.0 * expected * 1.02,
-            "{what}: {count} writes for 200 claims, expected {expected} per claim"
+            count <= claims as f64 * expected * 1.02,
+            "{what}: {count} writes for {claims} claims, expected {expected} per claim"
         );
     }
     let _ = std::fs::remove_dir_all(&log_dir);

@@ -43,8 +43,20 @@ impl RequestKey {
             ("ipaddressclaims", "status") => "claims/status",
             ("ipaddresses", _) => "ipaddresses",
             ("ipaddressreservations", _) => "ipaddressreservations",
-            ("inclusterippools" | "globalinclusterippools", "status") => "pools/status",
-            ("inclusterippools" | "globalinclusterippools", _) => "pools",
+            (
+                "inclusterippools"
+                | "globalinclusterippools"
+                | "inclusterprefixpools"
+                | "globalinclusterprefixpools",
+                "status",
+            ) => "pools/status",
+            (
+                "inclusterippools"
+                | "globalinclusterippools"
+                | "inclusterprefixpools"
+                | "globalinclusterprefixpools",
+                _,
+            ) => "pools",
             ("events", _) => "events",
             _ => "other",
         }

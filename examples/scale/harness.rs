@@ -15,9 +15,10 @@ use futures::StreamExt;
 use inpool::api::reservation::{IPAddressReservation, IPAddressReservationSpec};
 use inpool::api::{
     ADDRESS_FINALIZER, CLAIM_FINALIZER, ConditionStatus, DesiredCondition, IN_CLUSTER_IP_POOL_KIND,
-    IPAM_GROUP, IPAddress, IPAddressClaim, IPAddressClaimReference, IPAddressClaimSpec,
-    IPAddressSpec, IPPoolReference, InClusterIPPool, InClusterIPPoolSpec, POOL_VERSION,
-    READY_CONDITION, REASON_ADDRESS_ALLOCATED, claim_status_patch, claim_status_with_ready,
+    IN_CLUSTER_PREFIX_POOL_KIND, IPAM_GROUP, IPAddress, IPAddressClaim, IPAddressClaimReference,
+    IPAddressClaimSpec, IPAddressSpec, IPPoolReference, InClusterIPPool, InClusterIPPoolSpec,
+    InClusterPrefixPool, InClusterPrefixPoolSpec, POOL_VERSION, READY_CONDITION,
+    REASON_ADDRESS_ALLOCATED, claim_status_patch, claim_status_with_ready,
 };
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Namespace;
@@ -71,11 +72,58 @@ pub struct Scenario {
     /// Before each measured phase, wait until the API server is quiet (leftover work of the
     /// previous phase is not measured). Timing runs want it; a correctness run need not.
     pub settle: bool,
+    /// `Some(length)`: the pools are `InClusterPrefixPool`s, each a /48 handing out sub-prefixes
+    /// of this length; `None`: `InClusterIPPool`s (see [`pool_net`]).
+    pub sub_prefixes: Option<u8>,
 }
 
 impl Scenario {
     pub fn total(&self) -> usize {
         self.pools * self.claims_per_pool
+    }
+
+    /// The kind of the scenario's pools, as its claims name it.
+    fn pool_kind(&self) -> &'static str {
+        match self.sub_prefixes {
+            Some(_) => IN_CLUSTER_PREFIX_POOL_KIND,
+            None => IN_CLUSTER_IP_POOL_KIND,
+        }
+    }
+
+    /// What pool `j` hands out from: its subnet, or for a prefix pool the /48 `fd01:j::/48`.
+    fn net(&self, j: usize) -> IpNet {
+        match self.sub_prefixes {
+            Some(_) => IpNet::new(
+                IpAddr::V6(Ipv6Addr::new(0xfd01, j as u16, 0, 0, 0, 0, 0, 0)),
+                48,
+            )
+            .expect("valid /48"),
+            None => pool_net(j, self.pools, self.claims_per_pool),
+        }
+    }
+
+    /// Creates pool `j` of the scenario.
+    async fn create_pool(&self, client: &Client, ns: &str, j: usize) -> anyhow::Result<IpNet> {
+        let net = self.net(j);
+        let created = match self.sub_prefixes {
+            Some(length) => {
+                let mut spec = InClusterPrefixPoolSpec::new([net.to_string()]);
+                spec.allocation_prefix_length = Some(i32::from(length));
+                Api::<InClusterPrefixPool>::namespaced(client.clone(), ns)
+                    .create(
+                        &PostParams::default(),
+                        &InClusterPrefixPool::new(&pool_name(j), spec),
+                    )
+                    .await
+                    .map(drop)
+            }
+            None => Api::<InClusterIPPool>::namespaced(client.clone(), ns)
+                .create(&PostParams::default(), &pool_object(&pool_name(j), &net))
+                .await
+                .map(drop),
+        };
+        created.with_context(|| format!("creating pool {}", pool_name(j)))?;
+        Ok(net)
     }
 
     /// Claim `i` (in creation order): name and pool index. Pools are interleaved.
@@ -994,12 +1042,7 @@ pub async fn run_scenario(
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), ns);
     let mut nets = Vec::new();
     for j in 0..scenario.pools {
-        let net = pool_net(j, scenario.pools, scenario.claims_per_pool);
-        pools
-            .create(&PostParams::default(), &pool_object(&pool_name(j), &net))
-            .await
-            .with_context(|| format!("creating pool {}", pool_name(j)))?;
-        nets.push(net);
+        nets.push(scenario.create_pool(client, ns, j).await?);
     }
     // The canary proves the provider is up and its caches are synced before the clock starts.
     let canary_net: IpNet = "192.168.255.0/24".parse().expect("valid CIDR");
@@ -1111,7 +1154,7 @@ async fn measure_scenario(
             claim_object(
                 name,
                 IPAM_GROUP,
-                IN_CLUSTER_IP_POOL_KIND,
+                scenario.pool_kind(),
                 &pool_name(*pool),
                 true,
             )
@@ -1139,10 +1182,14 @@ async fn measure_scenario(
 
     let mut run = Run {
         label: format!(
-            "{}, {} × {}",
+            "{}, {} × {}{}",
             provider.name,
             pools_text(scenario.pools),
-            scenario.claims_per_pool
+            scenario.claims_per_pool,
+            scenario
+                .sub_prefixes
+                .map(|length| format!(" /{length}s"))
+                .unwrap_or_default()
         ),
         provider: provider.name.clone(),
         scenario: scenario.name.clone(),
@@ -1232,12 +1279,18 @@ async fn tear_down(client: &Client, ns: &str) -> anyhow::Result<Option<String>> 
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let prefix_pools: Api<InClusterPrefixPool> = Api::namespaced(client.clone(), ns);
     pools
         .delete_collection(&dp, &ListParams::default())
         .await
         .context("deleting the pools")?;
+    prefix_pools
+        .delete_collection(&dp, &ListParams::default())
+        .await
+        .context("deleting the prefix pools")?;
     loop {
-        let left = count(&pools, &ListParams::default()).await?;
+        let left = count(&pools, &ListParams::default()).await?
+            + count(&prefix_pools, &ListParams::default()).await?;
         if left == 0 {
             return Ok(None);
         }
@@ -1259,6 +1312,14 @@ async fn strip_finalizers(client: &Client, ns: &str) -> anyhow::Result<()> {
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), ns);
     for p in pools.list_metadata(&ListParams::default()).await?.items {
         let _ = pools.patch(&p.name_any(), &pp, &patch).await;
+    }
+    let prefix_pools: Api<InClusterPrefixPool> = Api::namespaced(client.clone(), ns);
+    for p in prefix_pools
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+    {
+        let _ = prefix_pools.patch(&p.name_any(), &pp, &patch).await;
     }
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
     for c in claims.list_metadata(&ListParams::default()).await?.items {

@@ -127,6 +127,7 @@
 //! costs no memory per address; scattered use costs about one entry per hole.
 
 mod addr;
+mod any;
 mod counts;
 mod entry;
 mod error;
@@ -138,6 +139,7 @@ mod slots;
 mod spec;
 
 pub use addr::{AddrRange, Family, Subnet, canonical};
+pub use any::{AnyAllocator, ParsedSpec};
 pub use counts::{Counts, StatusCounts, saturating_i32, saturating_i64};
 pub use entry::{EntryError, parse_entry, parse_ip, parse_network};
 pub use error::{AllocError, Field, PrefixAllocError, SpecError, SpecErrors};

@@ -61,7 +61,7 @@ pub use conditions::{
 pub use key::{PoolKey, PoolKind, Scope};
 pub use pool::{
     GlobalInClusterIPPool, GlobalInClusterIPPoolSpec, IPAddressesStatus, IPPool, InClusterIPPool,
-    InClusterIPPoolSpec, InClusterIPPoolStatus, pool_status_patch,
+    InClusterIPPoolSpec, InClusterIPPoolStatus, PoolSpecRef, pool_status_patch,
 };
 pub use prefix_pool::{
     GlobalInClusterPrefixPool, GlobalInClusterPrefixPoolSpec, InClusterPrefixPool,
@@ -83,6 +83,10 @@ pub const CLUSTER_VERSION: &str = "v1beta2";
 pub const IN_CLUSTER_IP_POOL_KIND: &str = "InClusterIPPool";
 /// Kind of the cluster-scoped pool.
 pub const GLOBAL_IN_CLUSTER_IP_POOL_KIND: &str = "GlobalInClusterIPPool";
+/// Kind of the namespaced prefix pool.
+pub const IN_CLUSTER_PREFIX_POOL_KIND: &str = "InClusterPrefixPool";
+/// Kind of the cluster-scoped prefix pool.
+pub const GLOBAL_IN_CLUSTER_PREFIX_POOL_KIND: &str = "GlobalInClusterPrefixPool";
 /// Kind of the claim.
 pub const IP_ADDRESS_CLAIM_KIND: &str = "IPAddressClaim";
 /// Kind of the address.

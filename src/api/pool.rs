@@ -248,23 +248,35 @@ pub struct IPAddressesStatus {
     pub out_of_range: i64,
 }
 
-/// What the two pool kinds have in common.
+/// What every pool kind has in common, IP pools and prefix pools alike: an identity, a spec of
+/// one of two shapes, and the one status shape.
 pub trait IPPool: Resource<DynamicType = ()> + Clone + Send + Sync + 'static {
-    /// The pool's identity.
-    fn key(&self) -> super::PoolKey;
-    /// The shared spec.
-    fn pool_spec(&self) -> &InClusterIPPoolSpec;
+    /// The kind, as [`super::PoolKey`] names it.
+    const KIND: super::PoolKind;
+    /// The spec, by shape.
+    fn spec_of(&self) -> PoolSpecRef<'_>;
     /// The status, if any.
     fn pool_status(&self) -> Option<&InClusterIPPoolStatus>;
+
+    /// The pool's identity.
+    fn key(&self) -> super::PoolKey {
+        let name = self.meta().name.as_deref().unwrap_or_default();
+        let namespace = self.meta().namespace.as_deref().unwrap_or_default();
+        super::PoolKey::of_kind(Self::KIND, Some(namespace), name).expect("a namespace was given")
+    }
+}
+
+/// A pool's spec: the addresses of an IP pool or the prefixes of a prefix pool.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PoolSpecRef<'a> {
+    Addresses(&'a InClusterIPPoolSpec),
+    Prefixes(&'a super::InClusterPrefixPoolSpec),
 }
 
 impl IPPool for InClusterIPPool {
-    fn key(&self) -> super::PoolKey {
-        let namespace = self.metadata.namespace.as_deref().unwrap_or_default();
-        super::PoolKey::in_cluster(namespace, self.metadata.name.as_deref().unwrap_or_default())
-    }
-    fn pool_spec(&self) -> &InClusterIPPoolSpec {
-        &self.spec
+    const KIND: super::PoolKind = super::PoolKind::InCluster;
+    fn spec_of(&self) -> PoolSpecRef<'_> {
+        PoolSpecRef::Addresses(&self.spec)
     }
     fn pool_status(&self) -> Option<&InClusterIPPoolStatus> {
         self.status.as_ref()
@@ -272,11 +284,9 @@ impl IPPool for InClusterIPPool {
 }
 
 impl IPPool for GlobalInClusterIPPool {
-    fn key(&self) -> super::PoolKey {
-        super::PoolKey::global(self.metadata.name.as_deref().unwrap_or_default())
-    }
-    fn pool_spec(&self) -> &InClusterIPPoolSpec {
-        &self.spec.0
+    const KIND: super::PoolKind = super::PoolKind::Global;
+    fn spec_of(&self) -> PoolSpecRef<'_> {
+        PoolSpecRef::Addresses(&self.spec.0)
     }
     fn pool_status(&self) -> Option<&InClusterIPPoolStatus> {
         self.status.as_ref()

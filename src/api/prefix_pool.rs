@@ -18,7 +18,10 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::pool::{InClusterIPPoolStatus, MAX_ADDRESS_ENTRIES, MAX_ADDRESS_TEXT};
+use super::PoolKind;
+use super::pool::{
+    IPPool, InClusterIPPoolStatus, MAX_ADDRESS_ENTRIES, MAX_ADDRESS_TEXT, PoolSpecRef,
+};
 
 /// The allocation length the reference defaults to.
 pub const DEFAULT_ALLOCATION_PREFIX_LENGTH: i32 = 64;
@@ -185,6 +188,26 @@ impl InClusterPrefixPoolSpec {
 pub struct GlobalInClusterPrefixPoolSpec(pub InClusterPrefixPoolSpec);
 
 wraps_spec!(GlobalInClusterPrefixPoolSpec, InClusterPrefixPoolSpec);
+
+impl IPPool for InClusterPrefixPool {
+    const KIND: PoolKind = PoolKind::InClusterPrefix;
+    fn spec_of(&self) -> PoolSpecRef<'_> {
+        PoolSpecRef::Prefixes(&self.spec)
+    }
+    fn pool_status(&self) -> Option<&InClusterIPPoolStatus> {
+        self.status.as_ref()
+    }
+}
+
+impl IPPool for GlobalInClusterPrefixPool {
+    const KIND: PoolKind = PoolKind::GlobalPrefix;
+    fn spec_of(&self) -> PoolSpecRef<'_> {
+        PoolSpecRef::Prefixes(&self.spec.0)
+    }
+    fn pool_status(&self) -> Option<&InClusterIPPoolStatus> {
+        self.status.as_ref()
+    }
+}
 
 fn prefixes_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({

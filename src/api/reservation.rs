@@ -33,11 +33,12 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "camelCase")]
 pub struct IPAddressReservationSpec {
-    /// The address, in canonical text.
+    /// The address, in canonical text (for a prefix pool, the first address of the sub-prefix).
     pub address: String,
-    /// `InClusterIPPool` or `GlobalInClusterIPPool`.
+    /// `InClusterIPPool`, `GlobalInClusterIPPool`, `InClusterPrefixPool` or
+    /// `GlobalInClusterPrefixPool`.
     pub pool_kind: String,
-    /// Namespace of an `InClusterIPPool`; absent for global pools.
+    /// Namespace of an `InClusterIPPool` or `InClusterPrefixPool`; absent for global pools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool_namespace: Option<String>,
     pub pool_name: String,

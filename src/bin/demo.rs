@@ -7,7 +7,8 @@
 //! 2. Runs inpool's controllers in this process, as the `inpool` binary does (its log goes to a
 //!    file, so the terminal shows the picture), and serves its `/metrics` on 127.0.0.1.
 //! 3. Applies `config/samples/*.yaml` with server-side apply: a Cluster, a 5-address IPv4 pool, a
-//!    global IPv6 pool and 10 claims, 8 of them for the IPv4 pool.
+//!    global IPv6 pool, a global prefix pool (/64s out of a /56) and 12 claims, 8 of them for the
+//!    IPv4 pool.
 //! 4. Shows pools (total/used/free, conditions) and claims (Ready, reason, address) every second.
 //!    Once every claim has a Ready condition and the picture is stable (5 realised, 3
 //!    `PoolExhausted`), applies `config/samples/grow/*.yaml`, which grows the IPv4 pool to 8
@@ -173,7 +174,7 @@ async fn demo(
     let info = vec![
         format!("kubeconfig: {}", plane.kubeconfig.display()),
         format!(
-            "  try: KUBECONFIG={} kubectl get inclusterippools,globalinclusterippools,ipaddressclaims,ipaddresses -A",
+            "  try: KUBECONFIG={} kubectl get inclusterippools,globalinclusterippools,globalinclusterprefixpools,ipaddressclaims,ipaddresses -A",
             plane.kubeconfig.display()
         ),
         format!("inpool's metrics: http://{metrics_addr}/metrics"),
@@ -448,7 +449,10 @@ fn read_manifests(files: &[PathBuf]) -> anyhow::Result<Vec<Value>> {
     objects.sort_by_key(|o| match kind(o) {
         "Namespace" => 0,
         "Cluster" => 1,
-        "InClusterIPPool" | "GlobalInClusterIPPool" => 2,
+        "InClusterIPPool"
+        | "GlobalInClusterIPPool"
+        | "InClusterPrefixPool"
+        | "GlobalInClusterPrefixPool" => 2,
         _ => 3,
     });
     Ok(objects)

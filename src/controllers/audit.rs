@@ -44,11 +44,11 @@ use kube::{Resource, ResourceExt};
 use super::Context;
 use super::error::Error;
 use super::facts::{address_hold, address_key, pool_state};
-use super::registry::{Change, ObjectKey, PoolKind};
+use super::registry::{Change, ObjectKey};
 use super::reservation::{IPAddressReservation, hold_of, is_released, records_claim};
 use crate::api::{
-    ADDRESS_FINALIZER, GlobalInClusterIPPool, IPAddress, IPAddressClaim, IPPool, InClusterIPPool,
-    PoolKey,
+    ADDRESS_FINALIZER, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim,
+    IPPool, InClusterIPPool, InClusterPrefixPool, PoolKey,
 };
 
 /// How long the watches get to catch up with a list before a difference counts as drift.
@@ -132,8 +132,8 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
 
 /// Fresh lists of what the watches feeding the registry see (same scopes).
 struct Lists {
-    pools: Vec<InClusterIPPool>,
-    global_pools: Vec<GlobalInClusterIPPool>,
+    /// One `PoolsListed` per pool kind.
+    pools: Vec<Change>,
     reservations: Vec<IPAddressReservation>,
     addresses: Vec<IPAddress>,
 }
@@ -141,15 +141,14 @@ struct Lists {
 impl Lists {
     async fn fetch(ctx: &Context) -> Result<Lists, Error> {
         let all = ListParams::default();
+        let (client, settings) = (&ctx.client, &ctx.settings);
         Ok(Lists {
-            pools: super::scoped::<InClusterIPPool>(&ctx.client, &ctx.settings)
-                .list(&all)
-                .await?
-                .items,
-            global_pools: Api::<GlobalInClusterIPPool>::all(ctx.client.clone())
-                .list(&all)
-                .await?
-                .items,
+            pools: vec![
+                listed_pools(super::scoped::<InClusterIPPool>(client, settings)).await?,
+                listed_pools(Api::<GlobalInClusterIPPool>::all(client.clone())).await?,
+                listed_pools(super::scoped::<InClusterPrefixPool>(client, settings)).await?,
+                listed_pools(Api::<GlobalInClusterPrefixPool>::all(client.clone())).await?,
+            ],
             reservations: Api::<IPAddressReservation>::all(ctx.client.clone())
                 .list(&all)
                 .await?
@@ -162,35 +161,21 @@ impl Lists {
     }
 
     /// The same lists the watches hand the registry on a re-list.
-    fn as_changes(&self) -> [Change; 4] {
-        [
-            Change::PoolsListed(
-                PoolKind::InCluster,
-                self.pools
-                    .iter()
-                    .map(|p| (p.key(), pool_state(p)))
-                    .collect(),
-            ),
-            Change::PoolsListed(
-                PoolKind::Global,
-                self.global_pools
-                    .iter()
-                    .map(|p| (p.key(), pool_state(p)))
-                    .collect(),
-            ),
-            Change::ReservationsListed(
-                self.reservations
-                    .iter()
-                    .filter_map(|r| Some((r.name_any(), hold_of(r)?)))
-                    .collect(),
-            ),
-            Change::AddressesListed(
-                self.addresses
-                    .iter()
-                    .filter_map(|a| Some((address_key(a), address_hold(a)?)))
-                    .collect(),
-            ),
-        ]
+    fn as_changes(&self) -> Vec<Change> {
+        let mut changes = self.pools.clone();
+        changes.push(Change::ReservationsListed(
+            self.reservations
+                .iter()
+                .filter_map(|r| Some((r.name_any(), hold_of(r)?)))
+                .collect(),
+        ));
+        changes.push(Change::AddressesListed(
+            self.addresses
+                .iter()
+                .filter_map(|a| Some((address_key(a), address_hold(a)?)))
+                .collect(),
+        ));
+        changes
     }
 
     fn differences(&self, ctx: &Context) -> Vec<Change> {
@@ -200,6 +185,18 @@ impl Lists {
             .flat_map(|listed| registry.diff(listed))
             .collect()
     }
+}
+
+/// Every pool of one kind, as a re-list of its watch tells the registry.
+async fn listed_pools<P>(api: Api<P>) -> Result<Change, Error>
+where
+    P: IPPool + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let pools = api.list(&ListParams::default()).await?.items;
+    Ok(Change::PoolsListed(
+        P::KIND,
+        pools.iter().map(|p| (p.key(), pool_state(p))).collect(),
+    ))
 }
 
 /// Releases the orphaned addresses that someone deletes (see the module docs); returns how many.

@@ -172,10 +172,7 @@ async fn realise(
                 return Ok(Action::requeue(Duration::from_millis(100)));
             }
             Allocation::Exhausted { total, .. } => {
-                let message = format!(
-                    "{pool} has no free address: all {total} of its addresses are in use. The claim \
-                     gets the next address that is released or added, in order of creation."
-                );
+                let message = exhausted_message(pool, total);
                 return fail(claim, ctx, REASON_POOL_EXHAUSTED, message).await;
             }
             Allocation::NotReady(unready) => {
@@ -580,7 +577,7 @@ fn reuse_grace_period(ctx: &Context, pool: &PoolKey) -> Option<Duration> {
         .meta()
         .deletion_timestamp
         .is_none()
-        .then_some(cached.spec().address_reuse_grace_period_seconds)
+        .then_some(cached.reuse_grace_period_seconds())
         .flatten()?;
     u64::try_from(seconds)
         .ok()
@@ -610,9 +607,24 @@ async fn keep_released(
 }
 
 fn pool_paused(ctx: &Context, pool: &PoolKey) -> bool {
-    ctx.stores
-        .pool(pool)
-        .is_some_and(|p| p.annotations().contains_key(PAUSED_ANNOTATION))
+    ctx.stores.pool(pool).is_some_and(|p| p.is_paused())
+}
+
+/// Why a claim waits in an exhausted pool, and what frees or adds room.
+fn exhausted_message(pool: &PoolKey, total: u128) -> String {
+    if pool.kind.is_prefix() {
+        format!(
+            "{pool} has no free sub-prefix: all {total} of its sub-prefixes are in use. Add a prefix \
+             to spec.prefixes (or remove an entry of spec.excludedPrefixes), or delete a claim of \
+             the pool; the claim gets the next sub-prefix that is released or added, in order of \
+             creation."
+        )
+    } else {
+        format!(
+            "{pool} has no free address: all {total} of its addresses are in use. The claim gets \
+             the next address that is released or added, in order of creation."
+        )
+    }
 }
 
 fn not_ready_message(pool: &PoolKey, unready: &Unready) -> String {

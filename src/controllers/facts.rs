@@ -3,22 +3,29 @@
 use kube::ResourceExt;
 
 use super::registry::{HoldRecord, ObjectKey, QueuedClaim, Unready};
-use crate::allocator::{ParsedPool, PoolSpecInput};
+use crate::allocator::{ParsedSpec, PoolSpecInput, PrefixPoolSpecInput, SpecErrors};
 use crate::api::{
-    IPAddress, IPAddressClaim, IPPool, InClusterIPPoolSpec, PAUSED_ANNOTATION, PoolKey,
+    IPAddress, IPAddressClaim, IPPool, InClusterIPPoolSpec, InClusterPrefixPoolSpec,
+    PAUSED_ANNOTATION, PoolKey, PoolSpecRef,
 };
 
 /// What the pool can do now: its parsed spec, or why it cannot hand out addresses.
-pub fn pool_state<P: IPPool>(pool: &P) -> Result<ParsedPool, Unready> {
+pub fn pool_state<P: IPPool>(pool: &P) -> Result<ParsedSpec, Unready> {
     if pool.meta().deletion_timestamp.is_some() {
         return Err(Unready::Deleting);
     }
     if pool.annotations().contains_key(PAUSED_ANNOTATION) {
         return Err(Unready::Paused);
     }
-    spec_input(pool.pool_spec())
-        .parse()
-        .map_err(|errors| Unready::Invalid(errors.to_string()))
+    parse_spec(pool.spec_of()).map_err(|errors| Unready::Invalid(errors.to_string()))
+}
+
+/// A pool's spec, validated, whatever its shape.
+pub fn parse_spec(spec: PoolSpecRef<'_>) -> Result<ParsedSpec, SpecErrors> {
+    match spec {
+        PoolSpecRef::Addresses(spec) => spec_input(spec).parse().map(ParsedSpec::Addresses),
+        PoolSpecRef::Prefixes(spec) => prefix_spec_input(spec).parse().map(ParsedSpec::Prefixes),
+    }
 }
 
 pub fn spec_input(spec: &InClusterIPPoolSpec) -> PoolSpecInput {
@@ -28,6 +35,15 @@ pub fn spec_input(spec: &InClusterIPPoolSpec) -> PoolSpecInput {
         gateway: spec.gateway.clone(),
         excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
         allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
+    }
+}
+
+pub fn prefix_spec_input(spec: &InClusterPrefixPoolSpec) -> PrefixPoolSpecInput {
+    PrefixPoolSpecInput {
+        prefixes: spec.prefixes.clone(),
+        allocation_prefix_length: spec.allocation_prefix_length.map(i64::from),
+        gateway: spec.gateway.clone(),
+        excluded_prefixes: spec.excluded_prefixes.clone().unwrap_or_default(),
     }
 }
 

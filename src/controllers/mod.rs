@@ -36,7 +36,10 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 
-use crate::api::{GlobalInClusterIPPool, IPAddressClaim, InClusterIPPool};
+use crate::api::{
+    GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddressClaim, InClusterIPPool,
+    InClusterPrefixPool, PoolKind,
+};
 use crate::cli::Settings;
 use crate::telemetry::{HealthState, Metrics};
 use registry::Registry;
@@ -53,14 +56,72 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Metrics,
     wake: mpsc::UnboundedSender<ObjectRef<IPAddressClaim>>,
-    pool_wake: mpsc::UnboundedSender<ObjectRef<InClusterIPPool>>,
-    global_pool_wake: mpsc::UnboundedSender<ObjectRef<GlobalInClusterIPPool>>,
+    pool_wakes: PoolWakes,
     /// When each pool's status was last written (see `pool::MIN_STATUS_INTERVAL`).
     pub pool_writes: Mutex<std::collections::HashMap<registry::PoolKey, std::time::Instant>>,
     /// Claim versions our own writes replaced (never held across an await).
     pub own_writes: Mutex<own_writes::OwnWrites>,
     /// Failures in a row per object, for the backoff.
     pub retries: error::Retries,
+}
+
+/// Where a pool's status reconcile is asked for: one channel per pool kind, each read by that
+/// kind's pool controller.
+struct PoolWakes {
+    in_cluster: mpsc::UnboundedSender<ObjectRef<InClusterIPPool>>,
+    global: mpsc::UnboundedSender<ObjectRef<GlobalInClusterIPPool>>,
+    in_cluster_prefix: mpsc::UnboundedSender<ObjectRef<InClusterPrefixPool>>,
+    global_prefix: mpsc::UnboundedSender<ObjectRef<GlobalInClusterPrefixPool>>,
+}
+
+/// The receiving ends of [`PoolWakes`].
+struct PoolWakeReceivers {
+    in_cluster: mpsc::UnboundedReceiver<ObjectRef<InClusterIPPool>>,
+    global: mpsc::UnboundedReceiver<ObjectRef<GlobalInClusterIPPool>>,
+    in_cluster_prefix: mpsc::UnboundedReceiver<ObjectRef<InClusterPrefixPool>>,
+    global_prefix: mpsc::UnboundedReceiver<ObjectRef<GlobalInClusterPrefixPool>>,
+}
+
+impl PoolWakes {
+    fn new() -> (PoolWakes, PoolWakeReceivers) {
+        let (in_cluster, in_cluster_rx) = mpsc::unbounded();
+        let (global, global_rx) = mpsc::unbounded();
+        let (in_cluster_prefix, in_cluster_prefix_rx) = mpsc::unbounded();
+        let (global_prefix, global_prefix_rx) = mpsc::unbounded();
+        let wakes = PoolWakes {
+            in_cluster,
+            global,
+            in_cluster_prefix,
+            global_prefix,
+        };
+        let receivers = PoolWakeReceivers {
+            in_cluster: in_cluster_rx,
+            global: global_rx,
+            in_cluster_prefix: in_cluster_prefix_rx,
+            global_prefix: global_prefix_rx,
+        };
+        (wakes, receivers)
+    }
+
+    fn send(&self, pool: &registry::PoolKey) {
+        // A closed channel means the run is ending: nothing is left to update.
+        match pool.kind {
+            PoolKind::InCluster => drop(self.in_cluster.unbounded_send(object_ref(pool))),
+            PoolKind::Global => drop(self.global.unbounded_send(object_ref(pool))),
+            PoolKind::InClusterPrefix => {
+                drop(self.in_cluster_prefix.unbounded_send(object_ref(pool)))
+            }
+            PoolKind::GlobalPrefix => drop(self.global_prefix.unbounded_send(object_ref(pool))),
+        }
+    }
+}
+
+/// The reference to the pool object `pool` names.
+pub(crate) fn object_ref<K: Resource<DynamicType = ()>>(pool: &registry::PoolKey) -> ObjectRef<K> {
+    match &pool.namespace {
+        Some(ns) => ObjectRef::new(&pool.name).within(ns),
+        None => ObjectRef::new(&pool.name),
+    }
 }
 
 /// Exclusive access to the registry; on release, the pools whose status may have changed are
@@ -139,18 +200,7 @@ impl Context {
 
     /// Asks for a pool's status to be brought up to date.
     pub fn wake_pool(&self, pool: &registry::PoolKey) {
-        match &pool.namespace {
-            Some(ns) => {
-                let _ = self
-                    .pool_wake
-                    .unbounded_send(ObjectRef::new(&pool.name).within(ns));
-            }
-            None => {
-                let _ = self
-                    .global_pool_wake
-                    .unbounded_send(ObjectRef::new(&pool.name));
-            }
-        }
+        self.pool_wakes.send(pool);
     }
 
     /// Asks for claims to be reconciled (capacity appeared, a Cluster changed, ...).
@@ -221,8 +271,7 @@ pub async fn run(
     health: HealthState,
 ) -> anyhow::Result<()> {
     let (wake_tx, wake_rx) = mpsc::unbounded();
-    let (pool_wake, pool_wake_rx) = mpsc::unbounded();
-    let (global_pool_wake, global_pool_wake_rx) = mpsc::unbounded();
+    let (pool_wakes, pool_wake_rx) = PoolWakes::new();
     let (claim_store, claim_writer) = reflector::store();
     let claims = watcher::watcher(
         scoped::<IPAddressClaim>(&client, &settings),
@@ -243,8 +292,7 @@ pub async fn run(
         stores,
         metrics,
         wake: wake_tx,
-        pool_wake,
-        global_pool_wake,
+        pool_wakes,
         pool_writes: Mutex::default(),
         own_writes: Mutex::default(),
         retries: error::Retries::default(),
@@ -262,23 +310,19 @@ pub async fn run(
             controller.run(claim::reconcile, claim::error_policy, ctx.clone()),
         );
         // The pool and reuse-grace controllers share the feed's watches (see `watch`).
-        let pools = error::drain(
-            &ctx,
-            "pool",
-            subscriptions
-                .pools
-                .controller()
-                .reconcile_on(pool_wake_rx)
-                .run(pool::reconcile, pool::error_policy, ctx.clone()),
-        );
-        let global_pools = error::drain(
-            &ctx,
-            "pool",
-            subscriptions
-                .global_pools
-                .controller()
-                .reconcile_on(global_pool_wake_rx)
-                .run(pool::reconcile, pool::error_policy, ctx.clone()),
+        let pools = futures::future::join4(
+            pool::run(&ctx, subscriptions.pools, pool_wake_rx.in_cluster),
+            pool::run(&ctx, subscriptions.global_pools, pool_wake_rx.global),
+            pool::run(
+                &ctx,
+                subscriptions.prefix_pools,
+                pool_wake_rx.in_cluster_prefix,
+            ),
+            pool::run(
+                &ctx,
+                subscriptions.global_prefix_pools,
+                pool_wake_rx.global_prefix,
+            ),
         );
         let released = error::drain(
             &ctx,
@@ -290,7 +334,7 @@ pub async fn run(
             ),
         );
         let audits = audit::run(ctx.clone());
-        futures::join!(claims, pools, global_pools, released, audits);
+        futures::join!(claims, pools, released, audits);
         anyhow::Ok(())
     };
     tokio::select! {

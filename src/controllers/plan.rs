@@ -112,7 +112,7 @@ pub fn release(registry: &mut Registry, claim: &ObjectKey, pool: &PoolKey) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::allocator::PoolSpecInput;
+    use crate::allocator::{ParsedSpec, PoolSpecInput};
     use crate::controllers::registry::{Change, HoldRecord};
 
     fn pool() -> PoolKey {
@@ -153,7 +153,7 @@ mod tests {
         }
         .parse()
         .unwrap();
-        registry.apply(Change::Pool(pool(), Ok(parsed)));
+        registry.apply(Change::Pool(pool(), Ok(ParsedSpec::Addresses(parsed))));
         registry
     }
 
@@ -213,7 +213,10 @@ mod tests {
         }
         .parse()
         .unwrap();
-        r.apply(Change::Pool(PoolKey::global("g"), Ok(global)));
+        r.apply(Change::Pool(
+            PoolKey::global("g"),
+            Ok(ParsedSpec::Addresses(global)),
+        ));
         let step = plan_allocation(&mut r, &queued("t1", "a"), &pool(), &[], everyone_lives);
         assert_eq!(
             step,

@@ -8,22 +8,25 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::channel::mpsc::UnboundedReceiver;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use super::error::Error;
 use super::registry::{ObjectKey, PoolKey, Unready};
 use super::reservation::{IPAddressReservation, RELEASED_HOLDER};
+use super::watch::Subscription;
 use super::{Context, MANAGER, delete_if_present};
 use crate::allocator::canonical;
 use crate::api::conditions::{now, set_condition_at};
 use crate::api::{
-    ConditionStatus, DesiredCondition, GlobalInClusterIPPool, IPAddressesStatus, IPPool,
-    InClusterIPPool, InClusterIPPoolStatus, PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION,
-    REASON_POOL_EXHAUSTED, pool_status_patch,
+    ConditionStatus, DesiredCondition, GlobalInClusterIPPool, GlobalInClusterPrefixPool,
+    IPAddressesStatus, IPPool, InClusterIPPool, InClusterIPPoolStatus, InClusterPrefixPool,
+    PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
 };
 
 /// The shortest time between two status writes of one pool.
@@ -58,6 +61,33 @@ impl PoolObject for GlobalInClusterIPPool {
     fn api(client: kube::Client, _key: &PoolKey) -> Api<Self> {
         Api::all(client)
     }
+}
+
+impl PoolObject for InClusterPrefixPool {
+    fn api(client: kube::Client, key: &PoolKey) -> Api<Self> {
+        Api::namespaced(client, key.namespace.as_deref().unwrap_or_default())
+    }
+}
+
+impl PoolObject for GlobalInClusterPrefixPool {
+    fn api(client: kube::Client, _key: &PoolKey) -> Api<Self> {
+        Api::all(client)
+    }
+}
+
+/// The pool controller of one kind, fed by the kind's watch (`subscription`) and by the registry
+/// (`wakes`: pools whose status may have changed). Runs until the run ends.
+pub async fn run<P: PoolObject>(
+    ctx: &Arc<Context>,
+    subscription: Subscription<P>,
+    wakes: UnboundedReceiver<ObjectRef<P>>,
+) {
+    let outcomes =
+        subscription
+            .controller()
+            .reconcile_on(wakes)
+            .run(reconcile, error_policy, ctx.clone());
+    super::error::drain(ctx, "pool", outcomes).await;
 }
 
 #[tracing::instrument(skip_all, fields(pool = %pool.key()))]
@@ -174,9 +204,14 @@ pub fn desired_status<P: IPPool>(pool: &P, key: &PoolKey, ctx: &Context) -> InCl
     let waiting = registry.waiting(key);
     let overlaps = registry.overlaps(key);
     let out_of_range = registry.out_of_range(key);
+    let sub_prefix_length = registry
+        .network(key)
+        .filter(|_| key.kind.is_prefix())
+        .map(|(length, _)| length);
     drop(registry);
 
     let generation = pool.meta().generation;
+    let (_, units) = units(key);
     let mut desired = vec![ready_condition(pool, key, out_of_range.len())];
     if let Some(counts) = &counts {
         desired.push(if counts.free > 0 {
@@ -184,7 +219,7 @@ pub fn desired_status<P: IPPool>(pool: &P, key: &PoolKey, ctx: &Context) -> InCl
                 ADDRESSES_AVAILABLE_CONDITION,
                 ConditionStatus::True,
                 "AddressesAvailable",
-                format!("{} of {} addresses are free", counts.free, counts.total),
+                format!("{} of {} {units} are free", counts.free, counts.total),
             )
         } else {
             condition(
@@ -192,13 +227,13 @@ pub fn desired_status<P: IPPool>(pool: &P, key: &PoolKey, ctx: &Context) -> InCl
                 ConditionStatus::False,
                 REASON_POOL_EXHAUSTED,
                 format!(
-                    "all {} addresses are in use; {waiting} claims are waiting for one",
+                    "all {} {units} are in use; {waiting} claims are waiting for one",
                     counts.total
                 ),
             )
         });
         desired.push(overlap_condition(&overlaps));
-        desired.push(in_range_condition(&out_of_range));
+        desired.push(in_range_condition(key, sub_prefix_length, &out_of_range));
     }
     let current = pool
         .pool_status()
@@ -218,6 +253,15 @@ pub fn desired_status<P: IPPool>(pool: &P, key: &PoolKey, ctx: &Context) -> InCl
     }
 }
 
+/// What the pool hands out, singular and plural, for messages.
+fn units(key: &PoolKey) -> (&'static str, &'static str) {
+    if key.kind.is_prefix() {
+        ("sub-prefix", "sub-prefixes")
+    } else {
+        ("address", "addresses")
+    }
+}
+
 fn condition(
     type_: &str,
     status: ConditionStatus,
@@ -233,7 +277,7 @@ fn ready_condition<P: IPPool>(pool: &P, key: &PoolKey, out_of_range: usize) -> D
             READY_CONDITION,
             ConditionStatus::True,
             "Ready",
-            "the spec is valid; addresses are handed out".to_string(),
+            format!("the spec is valid; {} are handed out", units(key).1),
         ),
         Err(Unready::Invalid(errors)) => condition(
             READY_CONDITION,
@@ -288,7 +332,11 @@ fn overlap_condition(overlaps: &[(PoolKey, crate::allocator::AddrRange)]) -> Des
     )
 }
 
-fn in_range_condition(out_of_range: &[(std::net::IpAddr, ObjectKey)]) -> DesiredCondition {
+fn in_range_condition(
+    key: &PoolKey,
+    sub_prefix_length: Option<u8>,
+    out_of_range: &[(std::net::IpAddr, ObjectKey)],
+) -> DesiredCondition {
     if out_of_range.is_empty() {
         return condition(
             ADDRESSES_IN_RANGE_CONDITION,
@@ -297,17 +345,27 @@ fn in_range_condition(out_of_range: &[(std::net::IpAddr, ObjectKey)]) -> Desired
             String::new(),
         );
     }
+    // A sub-prefix is named by its first address and the allocation length.
+    let length = sub_prefix_length
+        .map(|l| format!("/{l}"))
+        .unwrap_or_default();
     let listed: Vec<String> = out_of_range
         .iter()
         .take(LISTED)
-        .map(|(ip, claim)| format!("{} (claim {claim})", canonical(*ip)))
+        .map(|(ip, claim)| format!("{}{length} (claim {claim})", canonical(*ip)))
         .collect();
+    let (_, units) = units(key);
+    let outside = if key.kind.is_prefix() {
+        "outside spec.prefixes or overlapped by spec.excludedPrefixes"
+    } else {
+        "outside spec.addresses"
+    };
     condition(
         ADDRESSES_IN_RANGE_CONDITION,
         ConditionStatus::False,
         "AddressesOutOfRange",
         format!(
-            "{} allocated addresses are outside spec.addresses: {}{}; they stay with their claims until released and are never handed out again",
+            "{} allocated {units} are {outside}: {}{}; they stay with their claims until released and are never handed out again",
             out_of_range.len(),
             listed.join(", "),
             if out_of_range.len() > LISTED {

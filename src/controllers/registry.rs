@@ -1,5 +1,8 @@
-//! The in-memory picture of every pool inpool serves: its parsed spec, an [`Allocator`] with the
-//! addresses held in it, and the claims waiting for an address, in order of creation.
+//! The in-memory picture of every pool inpool serves: its parsed spec, an [`AnyAllocator`] with
+//! the addresses (or, in a prefix pool, the sub-prefixes) held in it, and the claims waiting for
+//! one, in order of creation. IP pools and prefix pools take the same path: a hold is recorded by
+//! address (a sub-prefix by its first address), and the allocator maps it to the unit it uses
+//! (the address itself, or the sub-prefix that contains it).
 //!
 //! Pure bookkeeping with no API calls, fed by the watch tasks (pools, reservations, addresses)
 //! and by the claim reconciler. The API server stays the arbiter of uniqueness (a reservation
@@ -24,7 +27,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
-use crate::allocator::{Allocator, ParsedPool};
+use crate::allocator::{AnyAllocator, ParsedSpec};
 pub use crate::api::{PoolKey, PoolKind, Scope};
 
 /// A namespaced object's identity.
@@ -87,10 +90,10 @@ pub enum Decision {
 /// has just written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
-    Pool(PoolKey, Result<ParsedPool, Unready>),
+    Pool(PoolKey, Result<ParsedSpec, Unready>),
     PoolGone(PoolKey),
     /// Every pool of this kind that exists now (a re-list or the audit's list).
-    PoolsListed(PoolKind, Vec<(PoolKey, Result<ParsedPool, Unready>)>),
+    PoolsListed(PoolKind, Vec<(PoolKey, Result<ParsedSpec, Unready>)>),
     /// A reservation object by name, with what it holds.
     Reservation(String, HoldRecord),
     ReservationGone(String),
@@ -120,17 +123,30 @@ impl Change {
 struct PoolEntry {
     /// What [`Registry::set_pool`] was last given: a pool event that does not change it (its
     /// status, most often) changes nothing here.
-    source: Option<Result<ParsedPool, Unready>>,
-    state: Option<Result<Allocator, Unready>>,
-    /// Prefix and gateway of a ready pool, copied onto every `IPAddress`.
+    source: Option<Result<ParsedSpec, Unready>>,
+    state: Option<Result<AnyAllocator, Unready>>,
+    /// Prefix (an IP pool's subnet's, a prefix pool's allocation length) and gateway of a ready
+    /// pool, copied onto every `IPAddress`.
     network: Option<(u8, Option<IpAddr>)>,
+    /// Records holding each unit (see [`PoolEntry::unit`]).
     holds: HashMap<IpAddr, u32>,
+    /// Units being allocated by this process.
     in_flight: HashSet<IpAddr>,
     waiting: BTreeSet<QueuedClaim>,
 }
 
 impl PoolEntry {
-    fn allocator(&mut self) -> Option<&mut Allocator> {
+    /// The address that stands for what `ip` uses in this pool: `ip`, or in a prefix pool the
+    /// first address of its sub-prefix. Holds and allocations in flight are keyed by it, so that
+    /// two records inside one sub-prefix count as two holds of it.
+    fn unit(&self, ip: IpAddr) -> IpAddr {
+        match &self.state {
+            Some(Ok(allocator)) => allocator.unit_of(ip),
+            _ => ip,
+        }
+    }
+
+    fn allocator(&mut self) -> Option<&mut AnyAllocator> {
         match &mut self.state {
             Some(Ok(allocator)) => Some(allocator),
             _ => None,
@@ -146,7 +162,7 @@ impl PoolEntry {
 
     fn range(&self) -> Option<&crate::allocator::AddressSet> {
         match &self.state {
-            Some(Ok(allocator)) => Some(allocator.pool()),
+            Some(Ok(allocator)) => Some(allocator.range()),
             _ => None,
         }
     }
@@ -159,6 +175,7 @@ impl PoolEntry {
     }
 
     fn hold(&mut self, ip: IpAddr) {
+        let ip = self.unit(ip);
         *self.holds.entry(ip).or_default() += 1;
         if let Some(allocator) = self.allocator() {
             allocator.mark_used(ip);
@@ -167,6 +184,7 @@ impl PoolEntry {
 
     /// Returns true when the address became free.
     fn unhold(&mut self, ip: IpAddr) -> bool {
+        let ip = self.unit(ip);
         let Some(count) = self.holds.get_mut(&ip) else {
             return false;
         };
@@ -283,7 +301,7 @@ impl Registry {
     pub fn diff(&self, listed: &Change) -> Vec<Change> {
         match listed {
             Change::PoolsListed(kind, pools) => {
-                let listed: HashMap<&PoolKey, &Result<ParsedPool, Unready>> =
+                let listed: HashMap<&PoolKey, &Result<ParsedSpec, Unready>> =
                     pools.iter().map(|(k, v)| (k, v)).collect();
                 let gone = self
                     .pools
@@ -336,7 +354,7 @@ impl Registry {
             let Some(Ok(allocator)) = &entry.state else {
                 continue;
             };
-            let mut fresh = Allocator::new(allocator.pool().clone());
+            let mut fresh = allocator.emptied();
             for ip in entry.holds.keys().chain(entry.in_flight.iter()) {
                 fresh.mark_used(*ip);
             }
@@ -356,7 +374,7 @@ impl Registry {
     pub fn set_pool(
         &mut self,
         key: &PoolKey,
-        parsed: Result<ParsedPool, Unready>,
+        parsed: Result<ParsedSpec, Unready>,
     ) -> Vec<ObjectKey> {
         let entry = self.pools.entry(key.clone()).or_default();
         if entry.source.as_ref() == Some(&parsed) {
@@ -365,8 +383,8 @@ impl Registry {
         entry.source = Some(parsed.clone());
         match parsed {
             Ok(parsed) => {
-                entry.network = Some((parsed.prefix(), parsed.gateway()));
-                entry.state = Some(Ok(Allocator::new(parsed.into_allocatable())));
+                entry.network = Some(parsed.network());
+                entry.state = Some(Ok(AnyAllocator::new(parsed)));
             }
             Err(unready) => {
                 entry.state = Some(Err(unready));
@@ -393,7 +411,7 @@ impl Registry {
         let mut holds: HashMap<IpAddr, u32> = HashMap::new();
         for record in self.reservations.values().chain(self.addresses.values()) {
             if entry.is_held_by(key, record) {
-                *holds.entry(record.ip).or_default() += 1;
+                *holds.entry(entry.unit(record.ip)).or_default() += 1;
             }
         }
         let entry = self.pools.get_mut(key).expect("checked above");
@@ -574,12 +592,12 @@ impl Registry {
             };
         }
         match allocator.allocate_lowest() {
-            Ok(ip) => {
+            Some(ip) => {
                 entry.in_flight.insert(ip);
                 entry.waiting.remove(&claim);
                 Decision::Allocate(ip)
             }
-            Err(_) => Decision::Exhausted {
+            None => Decision::Exhausted {
                 total: counts.total,
                 ahead,
             },
@@ -606,6 +624,7 @@ impl Registry {
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
         entry.waiting.retain(|q| &q.claim != claim);
+        let ip = entry.unit(ip);
         if let Some(allocator) = entry.allocator() {
             allocator.mark_used(ip);
         }
@@ -619,6 +638,7 @@ impl Registry {
     pub fn finish(&mut self, pool: &PoolKey, ip: IpAddr) -> Vec<ObjectKey> {
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
+        let ip = entry.unit(ip);
         entry.in_flight.remove(&ip);
         if entry.holds.contains_key(&ip) {
             return Vec::new();
@@ -646,7 +666,7 @@ impl Registry {
     /// unique across both; otherwise the pool's own scope.
     pub fn reservation_scope(&self, pool: &PoolKey, ip: IpAddr) -> Scope {
         let in_global_pool = self.pools.iter().any(|(key, entry)| {
-            key.kind == PoolKind::Global && entry.range().is_some_and(|r| r.contains(ip))
+            !key.kind.is_namespaced() && entry.range().is_some_and(|r| r.contains(ip))
         });
         if in_global_pool {
             Scope::Cluster
@@ -761,14 +781,16 @@ mod tests {
     use super::*;
     use crate::allocator::PoolSpecInput;
 
-    fn parsed(addresses: &[&str], prefix: i64) -> ParsedPool {
-        PoolSpecInput {
-            addresses: addresses.iter().map(|s| s.to_string()).collect(),
-            prefix,
-            ..Default::default()
-        }
-        .parse()
-        .expect("valid spec")
+    fn parsed(addresses: &[&str], prefix: i64) -> ParsedSpec {
+        ParsedSpec::Addresses(
+            PoolSpecInput {
+                addresses: addresses.iter().map(|s| s.to_string()).collect(),
+                prefix,
+                ..Default::default()
+            }
+            .parse()
+            .expect("valid spec"),
+        )
     }
 
     fn queued(created: &str, name: &str) -> QueuedClaim {
@@ -811,6 +833,121 @@ mod tests {
         assert_eq!(
             r.finish(&pool(), ip("10.0.0.11")),
             vec![ObjectKey::new("ns", "c")]
+        );
+    }
+
+    fn prefix_pool(key: &PoolKey, prefixes: &[&str], length: i64) -> ParsedSpec {
+        ParsedSpec::Prefixes(
+            crate::allocator::PrefixPoolSpecInput {
+                prefixes: prefixes.iter().map(|s| s.to_string()).collect(),
+                allocation_prefix_length: Some(length),
+                gateway: Some("fd00::1".into()),
+                excluded_prefixes: Vec::new(),
+            }
+            .parse()
+            .unwrap_or_else(|e| panic!("{key}: {e}")),
+        )
+    }
+
+    #[test]
+    fn a_prefix_pool_takes_the_same_path_with_sub_prefixes() {
+        let key = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "p6").unwrap();
+        let mut r = Registry::default();
+        r.set_pool(&key, Ok(prefix_pool(&key, &["fd00::/63"], 64)));
+        assert_eq!(r.network(&key), Some((64, Some(ip("fd00::1")))));
+        let a = r.try_allocate(&key, queued("t1", "a"));
+        assert_eq!(a, Decision::Allocate(ip("fd00::")));
+        let b = r.try_allocate(&key, queued("t2", "b"));
+        assert_eq!(b, Decision::Allocate(ip("fd00:0:0:1::")));
+        assert!(matches!(
+            r.try_allocate(&key, queued("t3", "c")),
+            Decision::Exhausted { total: 2, ahead: 0 }
+        ));
+        // b's reservation holds its sub-prefix; the in-flight allocation ends.
+        let reserved = |name: &str, address: &str| HoldRecord {
+            pool: key.clone(),
+            ip: ip(address),
+            claim: ObjectKey::new("ns", name),
+            scope: key.scope(),
+        };
+        r.apply(Change::Reservation(
+            "b".into(),
+            reserved("b", "fd00:0:0:1::"),
+        ));
+        assert!(r.finish(&key, ip("fd00:0:0:1::")).is_empty());
+        // a's create failed: its sub-prefix is free again and c is woken.
+        assert_eq!(
+            r.finish(&key, ip("fd00::")),
+            vec![ObjectKey::new("ns", "c")]
+        );
+        assert_eq!(r.counts(&key).map(|c| (c.used, c.free)), Some((1, 1)));
+        assert!(r.recount().is_empty());
+    }
+
+    #[test]
+    fn addresses_inside_one_sub_prefix_hold_it_until_the_last_goes() {
+        let prefixes = PoolKey::global("v6");
+        let addresses = PoolKey::global("ips");
+        let mut r = Registry::default();
+        r.set_pool(&prefixes, Ok(prefix_pool(&prefixes, &["fd00::/63"], 64)));
+        r.set_pool(&addresses, Ok(parsed(&["fd00::5-fd00::6"], 64)));
+        assert_eq!(r.overlaps(&prefixes).len(), 1, "range-aware overlap");
+        let held = |name: &str, address: &str| HoldRecord {
+            pool: addresses.clone(),
+            ip: ip(address),
+            claim: ObjectKey::new("ns", name),
+            scope: Scope::Cluster,
+        };
+        r.apply(Change::Address(
+            ObjectKey::new("ns", "x"),
+            held("x", "fd00::5"),
+        ));
+        r.apply(Change::Address(
+            ObjectKey::new("ns", "y"),
+            held("y", "fd00::6"),
+        ));
+        assert_eq!(
+            r.counts(&prefixes).map(|c| c.used),
+            Some(1),
+            "one sub-prefix"
+        );
+        assert_eq!(
+            r.try_allocate(&prefixes, queued("t1", "a")),
+            Decision::Allocate(ip("fd00:0:0:1::")),
+            "the sub-prefix with addresses in use is skipped"
+        );
+        r.apply(Change::AddressGone(ObjectKey::new("ns", "x")));
+        assert_eq!(
+            r.counts(&prefixes).map(|c| c.used),
+            Some(2),
+            "y still holds it"
+        );
+        r.apply(Change::AddressGone(ObjectKey::new("ns", "y")));
+        assert_eq!(
+            r.counts(&prefixes).map(|c| c.used),
+            Some(1),
+            "only a's, in flight"
+        );
+        assert!(r.recount().is_empty());
+    }
+
+    #[test]
+    fn a_sub_prefix_inside_a_global_prefix_pool_is_reserved_in_the_cluster_scope() {
+        let namespaced = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "p6").unwrap();
+        let global = PoolKey::of_kind(PoolKind::GlobalPrefix, None, "g6").unwrap();
+        let mut r = Registry::default();
+        r.set_pool(
+            &namespaced,
+            Ok(prefix_pool(&namespaced, &["fd00::/63"], 64)),
+        );
+        assert_eq!(
+            r.reservation_scope(&namespaced, ip("fd00::")),
+            namespaced.scope()
+        );
+        r.set_pool(&global, Ok(prefix_pool(&global, &["fd00::/48"], 64)));
+        assert_eq!(
+            r.reservation_scope(&namespaced, ip("fd00::")),
+            Scope::Cluster
         );
     }
 

@@ -110,12 +110,11 @@ pub fn release_patch(until: Timestamp) -> serde_json::Value {
 /// What a reservation holds, or `None` when it cannot be read (never inpool's own objects).
 pub fn hold_of(reservation: &IPAddressReservation) -> Option<HoldRecord> {
     let spec = &reservation.spec;
-    let pool = match PoolKind::from_name(&spec.pool_kind)? {
-        PoolKind::InCluster => {
-            PoolKey::in_cluster(spec.pool_namespace.as_deref()?, &spec.pool_name)
-        }
-        PoolKind::Global => PoolKey::global(&spec.pool_name),
-    };
+    let pool = PoolKey::of_kind(
+        PoolKind::from_name(&spec.pool_kind)?,
+        spec.pool_namespace.as_deref(),
+        &spec.pool_name,
+    )?;
     let name = reservation.metadata.name.as_deref()?;
     let scope = match name.rsplit_once(".ns.") {
         Some((_, namespace)) => Scope::Namespace(namespace.to_string()),

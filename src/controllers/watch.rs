@@ -5,7 +5,8 @@
 //! nothing here polls.
 //!
 //! Who reads each watch:
-//! - `InClusterIPPool`, `GlobalInClusterIPPool`: the store, the registry, the pool controller;
+//! - `InClusterIPPool`, `GlobalInClusterIPPool`, `InClusterPrefixPool`,
+//!   `GlobalInClusterPrefixPool`: the store, the registry, the pool controller of the kind;
 //! - `Cluster`: the store, and the pause record (claims are woken only when a pause changes);
 //! - `IPAddressReservation`: the registry, and the reuse-grace controller (the released ones,
 //!   kept in a store of their own);
@@ -49,8 +50,8 @@ use super::facts::{address_hold, address_key, pool_state};
 use super::registry::{Change, ObjectKey, PoolKey, PoolKind};
 use super::reservation::{IPAddressReservation, hold_of, is_released};
 use crate::api::{
-    Cluster, GlobalInClusterIPPool, IPAddress, IPAddressClaim, IPPool, InClusterIPPool,
-    InClusterIPPoolSpec, PAUSED_ANNOTATION,
+    Cluster, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim, IPPool,
+    InClusterIPPool, InClusterPrefixPool, PAUSED_ANNOTATION,
 };
 use crate::cli::Settings;
 
@@ -60,6 +61,8 @@ pub struct Stores {
     pub claims: Store<IPAddressClaim>,
     pub pools: Store<InClusterIPPool>,
     pub global_pools: Store<GlobalInClusterIPPool>,
+    pub prefix_pools: Store<InClusterPrefixPool>,
+    pub global_prefix_pools: Store<GlobalInClusterPrefixPool>,
     pub clusters: Store<Cluster>,
     holds_listed: Arc<Latch>,
     cluster_pauses: Arc<ClusterPauses>,
@@ -68,10 +71,12 @@ pub struct Stores {
     pub relisted: Arc<Notify>,
 }
 
-/// A cached pool of either kind.
+/// A cached pool of any kind.
 pub enum CachedPool {
     InCluster(Arc<InClusterIPPool>),
     Global(Arc<GlobalInClusterIPPool>),
+    InClusterPrefix(Arc<InClusterPrefixPool>),
+    GlobalPrefix(Arc<GlobalInClusterPrefixPool>),
 }
 
 impl CachedPool {
@@ -79,21 +84,25 @@ impl CachedPool {
         match self {
             CachedPool::InCluster(p) => &p.metadata,
             CachedPool::Global(p) => &p.metadata,
+            CachedPool::InClusterPrefix(p) => &p.metadata,
+            CachedPool::GlobalPrefix(p) => &p.metadata,
         }
     }
 
-    pub fn spec(&self) -> &InClusterIPPoolSpec {
+    /// `spec.addressReuseGracePeriodSeconds`; prefix pools have none (as the reference's).
+    pub fn reuse_grace_period_seconds(&self) -> Option<i32> {
         match self {
-            CachedPool::InCluster(p) => p.pool_spec(),
-            CachedPool::Global(p) => p.pool_spec(),
+            CachedPool::InCluster(p) => p.spec.address_reuse_grace_period_seconds,
+            CachedPool::Global(p) => p.spec.address_reuse_grace_period_seconds,
+            CachedPool::InClusterPrefix(_) | CachedPool::GlobalPrefix(_) => None,
         }
     }
 
-    pub fn annotations(&self) -> &std::collections::BTreeMap<String, String> {
-        match self {
-            CachedPool::InCluster(p) => p.annotations(),
-            CachedPool::Global(p) => p.annotations(),
-        }
+    pub fn is_paused(&self) -> bool {
+        self.meta()
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
     }
 }
 
@@ -117,18 +126,25 @@ impl Stores {
             .collect()
     }
 
-    /// The cached pool `key` names, of either kind; `None` when it is not in the cache.
+    /// The cached pool `key` names, of any kind; `None` when it is not in the cache.
     pub fn pool(&self, key: &PoolKey) -> Option<CachedPool> {
-        match (key.kind, &key.namespace) {
-            (PoolKind::InCluster, Some(ns)) => self
+        match key.kind {
+            PoolKind::InCluster => self
                 .pools
-                .get(&reflector::ObjectRef::new(&key.name).within(ns))
+                .get(&super::object_ref(key))
                 .map(CachedPool::InCluster),
-            (PoolKind::Global, _) => self
+            PoolKind::Global => self
                 .global_pools
-                .get(&reflector::ObjectRef::new(&key.name))
+                .get(&super::object_ref(key))
                 .map(CachedPool::Global),
-            (PoolKind::InCluster, None) => None,
+            PoolKind::InClusterPrefix => self
+                .prefix_pools
+                .get(&super::object_ref(key))
+                .map(CachedPool::InClusterPrefix),
+            PoolKind::GlobalPrefix => self
+                .global_prefix_pools
+                .get(&super::object_ref(key))
+                .map(CachedPool::GlobalPrefix),
         }
     }
 
@@ -137,6 +153,8 @@ impl Stores {
     pub async fn wait_until_ready(&self) -> anyhow::Result<()> {
         self.pools.wait_until_ready().await?;
         self.global_pools.wait_until_ready().await?;
+        self.prefix_pools.wait_until_ready().await?;
+        self.global_prefix_pools.wait_until_ready().await?;
         self.clusters.wait_until_ready().await?;
         self.holds_listed.wait().await;
         Ok(())
@@ -410,12 +428,12 @@ where
 }
 
 /// The registry change for a pool update.
-fn pool_change<P: IPPool>(kind: PoolKind, update: Update<P>) -> Fed {
+fn pool_change<P: IPPool>(update: Update<P>) -> Fed {
     Fed::Registry(match update {
         Update::Applied(p) => Change::Pool(p.key(), pool_state(&p)),
         Update::Deleted(p) => Change::PoolGone(p.key()),
         Update::Listed(pools) => Change::PoolsListed(
-            kind,
+            P::KIND,
             pools.iter().map(|p| (p.key(), pool_state(p))).collect(),
         ),
     })
@@ -479,6 +497,8 @@ fn address_change(update: Update<IPAddress>) -> Fed {
 pub struct Subscriptions {
     pub pools: Subscription<InClusterIPPool>,
     pub global_pools: Subscription<GlobalInClusterIPPool>,
+    pub prefix_pools: Subscription<InClusterPrefixPool>,
+    pub global_prefix_pools: Subscription<GlobalInClusterPrefixPool>,
     /// Reservations labelled released (the reuse-grace controller).
     pub released: Subscription<IPAddressReservation>,
 }
@@ -492,23 +512,22 @@ pub fn start(
 ) -> (Stores, Feeds, Subscriptions) {
     let mut feeds = SelectAll::new();
 
-    let (pools, writer) = reflector::store();
-    let (subscriber, pools_subscription) = Subscriber::every(pools.clone());
-    feeds.push(watch(
+    let (pools, pools_subscription) = pool_watch(
+        &mut feeds,
         super::scoped::<InClusterIPPool>(client, settings),
-        Some(writer),
-        Some(subscriber),
-        |update| pool_change(PoolKind::InCluster, update),
-    ));
-
-    let (global_pools, writer) = reflector::store();
-    let (subscriber, global_pools_subscription) = Subscriber::every(global_pools.clone());
-    feeds.push(watch(
+    );
+    let (global_pools, global_pools_subscription) = pool_watch(
+        &mut feeds,
         Api::<GlobalInClusterIPPool>::all(client.clone()),
-        Some(writer),
-        Some(subscriber),
-        |update| pool_change(PoolKind::Global, update),
-    ));
+    );
+    let (prefix_pools, prefix_pools_subscription) = pool_watch(
+        &mut feeds,
+        super::scoped::<InClusterPrefixPool>(client, settings),
+    );
+    let (global_prefix_pools, global_prefix_pools_subscription) = pool_watch(
+        &mut feeds,
+        Api::<GlobalInClusterPrefixPool>::all(client.clone()),
+    );
 
     let (clusters, writer) = reflector::store();
     feeds.push(watch(
@@ -537,6 +556,8 @@ pub fn start(
         claims,
         pools,
         global_pools,
+        prefix_pools,
+        global_prefix_pools,
         clusters,
         holds_listed: Arc::new(Latch::default()),
         cluster_pauses: Arc::new(ClusterPauses::default()),
@@ -545,9 +566,25 @@ pub fn start(
     let subscriptions = Subscriptions {
         pools: pools_subscription,
         global_pools: global_pools_subscription,
+        prefix_pools: prefix_pools_subscription,
+        global_prefix_pools: global_prefix_pools_subscription,
         released,
     };
     (stores, Feeds(feeds), subscriptions)
+}
+
+/// The one watch of a pool kind: its store, the registry, and the kind's pool controller.
+fn pool_watch<P>(
+    feeds: &mut SelectAll<BoxStream<'static, Result<Handed, watcher::Error>>>,
+    api: Api<P>,
+) -> (Store<P>, Subscription<P>)
+where
+    P: IPPool + Debug + serde::de::DeserializeOwned,
+{
+    let (store, writer) = reflector::store();
+    let (subscriber, subscription) = Subscriber::every(store.clone());
+    feeds.push(watch(api, Some(writer), Some(subscriber), pool_change::<P>));
+    (store, subscription)
 }
 
 /// Cached objects keep everything but `metadata.managedFields`: nothing here reads them, and

@@ -16,9 +16,10 @@
 //! | `inpool_leader` | gauge | — |
 //! | `inpool_build_info` | info | `version` |
 //!
-//! `pool_namespace` is `""` for a `GlobalInClusterIPPool`. Counters are registered without the
-//! `_total` suffix: prometheus-client adds it (and, since 0.26, panics under debug assertions if a
-//! counter's registered name already ends in `_total`).
+//! `pool_namespace` is `""` for a global pool (`GlobalInClusterIPPool`,
+//! `GlobalInClusterPrefixPool`); a prefix pool's gauges count sub-prefixes. Counters are
+//! registered without the `_total` suffix: prometheus-client adds it (and, since 0.26, panics
+//! under debug assertions if a counter's registered name already ends in `_total`).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;

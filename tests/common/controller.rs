@@ -42,6 +42,11 @@ pub fn start_controller(client: &Client, ns: &str) -> RunningController {
 }
 
 impl RunningController {
+    /// The controller's metrics, as `/metrics` would show them.
+    pub fn metrics(&self) -> String {
+        self.metrics.encode()
+    }
+
     /// The `inpool_state_drift_total` samples that are not zero.
     pub fn drift(&self) -> Vec<String> {
         nonzero_samples(&self.metrics.encode(), "inpool_state_drift_total")

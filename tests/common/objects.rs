@@ -35,6 +35,22 @@ pub fn global_claim(name: &str, pool: &str) -> IPAddressClaim {
     )
 }
 
+/// A claim on the `InClusterPrefixPool` `pool` of its namespace.
+pub fn prefix_claim(name: &str, pool: &str) -> IPAddressClaim {
+    claim_on(
+        name,
+        IPPoolReference::new(GROUP, "InClusterPrefixPool", pool),
+    )
+}
+
+/// A claim on the `GlobalInClusterPrefixPool` `pool`.
+pub fn global_prefix_claim(name: &str, pool: &str) -> IPAddressClaim {
+    claim_on(
+        name,
+        IPPoolReference::new(GROUP, "GlobalInClusterPrefixPool", pool),
+    )
+}
+
 pub fn claim_on(name: &str, pool_ref: IPPoolReference) -> IPAddressClaim {
     IPAddressClaim::new(
         name,
