@@ -351,6 +351,54 @@ async fn claims_get_the_references_sub_prefixes_in_address_order() {
 }
 
 #[tokio::test]
+async fn an_existing_ip_address_is_adopted_only_as_an_aligned_sub_prefix_of_the_pools_length() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterPrefixPool> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("v6", json!({"prefixes": ["fd20::/48"]}))).await;
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    // What each claim's IPAddress holds before the claim is reconciled: the whole /48, a
+    // misaligned /64, an IPv4 address, and one the reference could have written.
+    let existing = [
+        ("wide", "fd20::", 48, false),
+        ("odd", "fd20::5", 64, false),
+        ("v4", "10.0.0.0", 64, false),
+        ("fits", "fd20:0:0:7::", 64, true),
+    ];
+    for (name, address, prefix, _) in existing {
+        let object: IPAddress = typed(json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+            "metadata": {"name": name},
+            "spec": {
+                "address": address, "prefix": prefix,
+                "claimRef": {"name": name},
+                "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterPrefixPool", "name": "v6"},
+            },
+        }));
+        create(&addresses, &object).await;
+        create(&claims, &prefix_claim(name, "v6")).await;
+    }
+    for (name, address, prefix, fits) in existing {
+        if fits {
+            wait_reason(&claims, name, "AddressAllocated").await;
+            continue;
+        }
+        let claim = wait_reason(&claims, name, "AllocationFailed").await;
+        assert_eq!(
+            ready_message(&claim),
+            format!(
+                "IPAddress {ns}/{name} holds {address}/{prefix}, not a /64 sub-prefix of \
+                 InClusterPrefixPool {ns}/v6 (allocationPrefixLength 64); delete it or the claim"
+            )
+        );
+    }
+    // Only the sub-prefix that fits is reserved, by its first address.
+    let reserved: BTreeSet<String> = reservations_of(&client, &ns).await.into_keys().collect();
+    assert_eq!(reserved, BTreeSet::from(["fd20:0:0:7::".to_string()]));
+}
+
+#[tokio::test]
 async fn an_exhausted_pool_serves_its_waiting_claims_on_release_and_on_growth() {
     let (client, ns) = support::env().namespace().await;
     let controller = start_controller(&client, &ns);

@@ -30,7 +30,7 @@ use super::plan::{self, Allocation, Step};
 use super::registry::{Change, ObjectKey, PoolKey, Scope, Unready};
 use super::reservation::{IPAddressReservation, hold_of, new_reservation, records_claim};
 use super::{Context, MANAGER, delete_if_present};
-use crate::allocator::canonical;
+use crate::allocator::{Subnet, canonical};
 use crate::api::{
     ADDRESS_FINALIZER, CLAIM_FINALIZER, CLUSTER_NAME_LABEL, ConditionStatus,
     DELETE_FOR_MOVE_ANNOTATION, DesiredCondition, IPAM_GROUP, IPAddress, IPAddressClaim,
@@ -352,6 +352,24 @@ async fn adopt(
         }
         (None, Ok(ip)) => ip,
     };
+    if pool.kind.is_prefix() {
+        let Some(length) = allocation_length(ctx, pool) else {
+            // Without the pool's length the sub-prefix cannot be checked: wait for the pool.
+            set_ready(
+                claim,
+                ctx,
+                ConditionStatus::False,
+                REASON_POOL_NOT_READY,
+                not_ready_message(pool, &Unready::Missing),
+                None,
+            )
+            .await?;
+            return Ok(Action::requeue(Duration::from_secs(10)));
+        };
+        if let Some(message) = misfit_sub_prefix(key, pool, existing, ip, length) {
+            return fail(claim, ctx, REASON_ALLOCATION_FAILED, message).await;
+        }
+    }
     let scope = ctx.registry().reservation_scope(pool, ip);
     let reservation = new_reservation(&scope, pool, key, claim.uid(), ip);
     let name = reservation.name_any();
@@ -382,6 +400,42 @@ async fn adopt(
         return fail(claim, ctx, REASON_ALLOCATION_FAILED, message).await;
     }
     ready(claim, ctx, ip).await
+}
+
+/// A prefix pool's `allocationPrefixLength`: the validated one of a ready pool, else the cached
+/// object's (a paused or deleting pool keeps its spec); `None` when the pool is not known or the
+/// length is out of range.
+fn allocation_length(ctx: &Context, pool: &PoolKey) -> Option<u8> {
+    if let Some((length, _)) = ctx.registry().network(pool) {
+        return Some(length);
+    }
+    ctx.stores
+        .pool(pool)?
+        .allocation_length()
+        .and_then(|length| u8::try_from(length).ok())
+        .filter(|length| (1..=128).contains(length))
+}
+
+/// Why an existing `IPAddress` cannot be adopted as a sub-prefix of a prefix pool of `length`:
+/// it must hold an IPv6 network of exactly that length (as inpool and the reference write them),
+/// or the registry and the reservation would disagree with what the `IPAddress` says it holds.
+fn misfit_sub_prefix(
+    key: &ObjectKey,
+    pool: &PoolKey,
+    existing: &IPAddress,
+    ip: IpAddr,
+    length: u8,
+) -> Option<String> {
+    let fits = ip.is_ipv6()
+        && existing.spec.prefix == i32::from(length)
+        && Subnet::new(ip, length).is_some();
+    (!fits).then(|| {
+        format!(
+            "IPAddress {key} holds {}/{}, not a /{length} sub-prefix of {pool} \
+             (allocationPrefixLength {length}); delete it or the claim",
+            existing.spec.address, existing.spec.prefix
+        )
+    })
 }
 
 /// Sets `Ready=False` with `reason` and waits for a change (no retry: an event will come).
@@ -794,5 +848,55 @@ async fn publish(
     };
     if let Err(e) = ctx.recorder.publish(&event, &reference).await {
         tracing::debug!(error = %e, "could not publish an event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{IPPoolReference, PoolKind};
+
+    fn address(text: &str, prefix: i32) -> IPAddress {
+        IPAddress::new(
+            "x",
+            IPAddressSpec {
+                address: text.to_string(),
+                claim_ref: IPAddressClaimReference {
+                    name: "x".to_string(),
+                },
+                gateway: None,
+                pool_ref: IPPoolReference::new(IPAM_GROUP, "InClusterPrefixPool", "p"),
+                prefix,
+            },
+        )
+    }
+
+    fn misfit(text: &str, prefix: i32) -> Option<String> {
+        let pool = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "p").unwrap();
+        let ip: IpAddr = text.parse().unwrap();
+        misfit_sub_prefix(
+            &ObjectKey::new("ns", "x"),
+            &pool,
+            &address(text, prefix),
+            ip,
+            64,
+        )
+    }
+
+    #[test]
+    fn only_an_aligned_ipv6_sub_prefix_of_the_pools_length_is_adopted() {
+        assert_eq!(misfit("fd20::", 64), None);
+        assert_eq!(misfit("fd20:0:0:7::", 64), None);
+        assert_eq!(
+            misfit("fd20::", 48).as_deref(),
+            Some(
+                "IPAddress ns/x holds fd20::/48, not a /64 sub-prefix of InClusterPrefixPool ns/p \
+                 (allocationPrefixLength 64); delete it or the claim"
+            )
+        );
+        let misaligned = misfit("fd20::5", 64).expect("misaligned");
+        assert!(misaligned.contains("holds fd20::5/64"), "{misaligned}");
+        let v4 = misfit("10.0.0.0", 64).expect("IPv4");
+        assert!(v4.contains("holds 10.0.0.0/64"), "{v4}");
     }
 }

@@ -98,6 +98,15 @@ impl CachedPool {
         }
     }
 
+    /// `spec.allocationPrefixLength` (or its default) of a prefix pool; `None` for IP pools.
+    pub fn allocation_length(&self) -> Option<i32> {
+        match self {
+            CachedPool::InCluster(_) | CachedPool::Global(_) => None,
+            CachedPool::InClusterPrefix(p) => Some(p.spec.allocation_length()),
+            CachedPool::GlobalPrefix(p) => Some(p.spec.allocation_length()),
+        }
+    }
+
     pub fn is_paused(&self) -> bool {
         self.meta()
             .annotations
