@@ -76,11 +76,45 @@ impl ClaimRow {
     }
 }
 
+/// The objects of a pool kind, or none with a note when the kind is not served (404) or the
+/// caller may not list it (403).
+async fn list_or_note<K>(
+    api: Api<K>,
+    lp: &ListParams,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Vec<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.list(lp).await {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 403 => {
+            notes.push(unlisted_note(&K::kind(&()), status.code));
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The note for a pool kind that could not be listed (`code` 404 or 403).
+fn unlisted_note(kind: &str, code: u16) -> String {
+    if code == 404 {
+        format!(
+            "{kind}s are not shown: the API server does not serve the kind (its CRD is not installed)"
+        )
+    } else {
+        format!("{kind}s are not shown: you may not list them (403 Forbidden)")
+    }
+}
+
 /// Pools and claims at one moment.
 #[derive(Clone, Debug, Serialize)]
 pub struct Snapshot {
     pub pools: Vec<PoolRow>,
     pub claims: Vec<ClaimRow>,
+    /// What could not be read and was taken as empty (a prefix pool kind whose CRD is not
+    /// installed, or that the caller may not list), one sentence each.
+    pub notes: Vec<String>,
 }
 
 impl Snapshot {
@@ -94,12 +128,21 @@ impl Snapshot {
         let global_pools = Api::<GlobalInClusterIPPool>::all(client.clone())
             .list(&lp)
             .await?;
-        let prefix_pools = api_in::<InClusterPrefixPool>(client, namespace)
-            .list(&lp)
-            .await?;
-        let global_prefix_pools = Api::<GlobalInClusterPrefixPool>::all(client.clone())
-            .list(&lp)
-            .await?;
+        // The prefix kinds came later: a cluster without their CRDs (or a caller without their
+        // RBAC) still gets its IP pools, with a note.
+        let mut notes = Vec::new();
+        let prefix_pools = list_or_note(
+            api_in::<InClusterPrefixPool>(client, namespace),
+            &lp,
+            &mut notes,
+        )
+        .await?;
+        let global_prefix_pools = list_or_note(
+            Api::<GlobalInClusterPrefixPool>::all(client.clone()),
+            &lp,
+            &mut notes,
+        )
+        .await?;
         // A global pool's queue spans namespaces: it is counted from every claim when the caller
         // may read them all, and the namespace's claims are then taken from that one list; else
         // both come from the namespace's claims.
@@ -141,18 +184,19 @@ impl Snapshot {
         for pool in &pools.items {
             pool_rows.push(pool_row(pool, &addresses, &claims));
         }
-        for pool in &prefix_pools.items {
+        for pool in &prefix_pools {
             pool_rows.push(pool_row(pool, &addresses, &claims));
         }
         for pool in &global_pools.items {
             pool_rows.push(pool_row(pool, &addresses, queued));
         }
-        for pool in &global_prefix_pools.items {
+        for pool in &global_prefix_pools {
             pool_rows.push(pool_row(pool, &addresses, queued));
         }
         Ok(Snapshot {
             pools: pool_rows,
             claims: claim_rows,
+            notes,
         })
     }
 
@@ -717,6 +761,15 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pool_kind_that_cannot_be_listed_gets_a_note_saying_why() {
+        assert_eq!(
+            unlisted_note("InClusterPrefixPool", 404),
+            "InClusterPrefixPools are not shown: the API server does not serve the kind (its CRD is not installed)"
+        );
+        assert!(unlisted_note("GlobalInClusterPrefixPool", 403).contains("403 Forbidden"));
+    }
 
     #[test]
     fn tables_align_their_columns() {

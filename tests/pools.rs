@@ -366,3 +366,53 @@ async fn status_writes_do_not_grow_with_the_pool() {
         "{modified} pool writes for {claims_made} claims"
     );
 }
+
+#[tokio::test]
+async fn ip_pool_claims_are_served_where_the_prefix_pool_crds_are_not_installed() {
+    // A binary upgraded without its new CRDs: every CRD but the two prefix pool kinds'.
+    let crds: Vec<_> = support::crd_files()
+        .into_iter()
+        .filter(|path| !path.to_string_lossy().contains("prefixpools"))
+        .collect();
+    let data_dir =
+        std::env::temp_dir().join(format!("inpool-no-prefix-crds-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let plane = support::ControlPlane::start_with_crds(&data_dir, true, &crds)
+        .expect("control plane without the prefix pool CRDs");
+    let client = plane.client().await;
+    let ns = support::new_namespace(&client, "no-prefix-").await;
+    let controller = start_controller(&client, &ns);
+
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("v4", &["10.9.0.10-10.9.0.11"], 24, None)).await;
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    create(&claims, &claim("m0", "v4")).await;
+    let realised = wait_reason(&claims, "m0", "AddressAllocated").await;
+    assert_eq!(ready_message(&realised), "address 10.9.0.10 allocated");
+
+    // The skipped kinds say so; the IP pool kinds are served.
+    let metrics = controller.metrics();
+    for (kind, served) in [
+        ("InClusterIPPool", 1.0),
+        ("GlobalInClusterIPPool", 1.0),
+        ("InClusterPrefixPool", 0.0),
+        ("GlobalInClusterPrefixPool", 0.0),
+    ] {
+        let name = format!("inpool_pool_kind_served{{pool_kind=\"{kind}\"}}");
+        assert_eq!(sample(&metrics, &name), Some(served), "{kind}: {metrics}");
+    }
+    // `kubectl inpool pools` shows the IP pool, with a note for each missing kind.
+    let snapshot = inpool::inspect::Snapshot::fetch(&client, Some(&ns))
+        .await
+        .expect("a snapshot without the prefix pool kinds");
+    let names: Vec<&str> = snapshot.pools.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["v4"]);
+    assert_eq!(snapshot.notes.len(), 2, "{:?}", snapshot.notes);
+    assert!(
+        snapshot.notes[0].starts_with("InClusterPrefixPools are not shown"),
+        "{:?}",
+        snapshot.notes
+    );
+    drop(controller);
+    drop(plane);
+}

@@ -99,6 +99,13 @@ async fn main() -> ExitCode {
     }
 }
 
+/// What the snapshot could not read, on standard error (the output stays parseable).
+fn print_notes(snapshot: &Snapshot) {
+    for note in &snapshot.notes {
+        eprintln!("kubectl-inpool: note: {note}");
+    }
+}
+
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let (client, default_namespace) =
         connect(cli.kubeconfig.as_deref(), cli.context.as_deref()).await?;
@@ -107,6 +114,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Pools { watch } => loop {
             let snapshot = Snapshot::fetch(&client, scope).await?;
+            print_notes(&snapshot);
             match cli.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&snapshot.pools)?),
                 Output::Table => print!("{}", snapshot.pools_table()),
@@ -119,6 +127,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         },
         Command::Claims { waiting } => {
             let snapshot = Snapshot::fetch(&client, scope).await?;
+            print_notes(&snapshot);
             let claims: Vec<&inspect::ClaimRow> = snapshot
                 .claims
                 .iter()

@@ -48,7 +48,7 @@ use super::registry::{Change, ObjectKey};
 use super::reservation::{IPAddressReservation, hold_of, is_released, records_claim};
 use crate::api::{
     ADDRESS_FINALIZER, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim,
-    IPPool, InClusterIPPool, InClusterPrefixPool, PoolKey,
+    IPPool, InClusterIPPool, InClusterPrefixPool, PoolKey, PoolKind,
 };
 
 /// How long the watches get to catch up with a list before a difference counts as drift.
@@ -142,13 +142,19 @@ impl Lists {
     async fn fetch(ctx: &Context) -> Result<Lists, Error> {
         let all = ListParams::default();
         let (client, settings) = (&ctx.client, &ctx.settings);
+        let mut pools = vec![
+            listed_pools(super::scoped::<InClusterIPPool>(client, settings)).await?,
+            listed_pools(Api::<GlobalInClusterIPPool>::all(client.clone())).await?,
+        ];
+        // A prefix kind this run does not serve (no CRD, no RBAC) is neither watched nor listed.
+        if ctx.served.serves(PoolKind::InClusterPrefix) {
+            pools.push(listed_pools(super::scoped::<InClusterPrefixPool>(client, settings)).await?);
+        }
+        if ctx.served.serves(PoolKind::GlobalPrefix) {
+            pools.push(listed_pools(Api::<GlobalInClusterPrefixPool>::all(client.clone())).await?);
+        }
         Ok(Lists {
-            pools: vec![
-                listed_pools(super::scoped::<InClusterIPPool>(client, settings)).await?,
-                listed_pools(Api::<GlobalInClusterIPPool>::all(client.clone())).await?,
-                listed_pools(super::scoped::<InClusterPrefixPool>(client, settings)).await?,
-                listed_pools(Api::<GlobalInClusterPrefixPool>::all(client.clone())).await?,
-            ],
+            pools,
             reservations: Api::<IPAddressReservation>::all(ctx.client.clone())
                 .list(&all)
                 .await?

@@ -24,6 +24,7 @@ pub mod pool;
 pub mod registry;
 pub mod reservation;
 pub mod reuse_grace;
+pub mod served;
 pub mod watch;
 
 use std::sync::{Arc, Mutex};
@@ -63,6 +64,8 @@ pub struct Context {
     pub own_writes: Mutex<own_writes::OwnWrites>,
     /// Failures in a row per object, for the backoff.
     pub retries: error::Retries,
+    /// The pool kinds this run watches (see [`served`]).
+    pub served: served::ServedKinds,
 }
 
 /// Where a pool's status reconcile is asked for: one channel per pool kind, each read by that
@@ -283,7 +286,9 @@ pub async fn run(
     let controller = Controller::for_stream(claims, claim_store.clone())
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .reconcile_on(wake_rx);
-    let (stores, feeds, subscriptions) = watch::start(&client, &settings, claim_store);
+    // A prefix kind without its CRD or RBAC is skipped, not watched in vain (see `served`).
+    let served = served::discover(&client, &settings, &metrics).await?;
+    let (stores, feeds, subscriptions) = watch::start(&client, &settings, claim_store, &served);
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), Reporter::from(MANAGER)),
         client: client.clone(),
@@ -296,6 +301,7 @@ pub async fn run(
         pool_writes: Mutex::default(),
         own_writes: Mutex::default(),
         retries: error::Retries::default(),
+        served,
     });
     // The feed is part of this future, not a detached task: when the future is dropped (lease
     // lost), the watches and the registry go with it.
@@ -313,13 +319,15 @@ pub async fn run(
         let pools = futures::future::join4(
             pool::run(&ctx, subscriptions.pools, pool_wake_rx.in_cluster),
             pool::run(&ctx, subscriptions.global_pools, pool_wake_rx.global),
-            pool::run(
+            run_if_served(
                 &ctx,
+                PoolKind::InClusterPrefix,
                 subscriptions.prefix_pools,
                 pool_wake_rx.in_cluster_prefix,
             ),
-            pool::run(
+            run_if_served(
                 &ctx,
+                PoolKind::GlobalPrefix,
                 subscriptions.global_prefix_pools,
                 pool_wake_rx.global_prefix,
             ),
@@ -340,5 +348,17 @@ pub async fn run(
     tokio::select! {
         result = controlling => result,
         result = feeding => result.and(Err(anyhow::anyhow!("the watch streams ended"))),
+    }
+}
+
+/// [`pool::run`] for a kind this run serves; nothing for one it does not (see [`served`]).
+async fn run_if_served<P: pool::PoolObject>(
+    ctx: &Arc<Context>,
+    kind: PoolKind,
+    subscription: watch::Subscription<P>,
+    wakes: mpsc::UnboundedReceiver<ObjectRef<P>>,
+) {
+    if ctx.served.serves(kind) {
+        pool::run(ctx, subscription, wakes).await;
     }
 }

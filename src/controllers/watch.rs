@@ -518,6 +518,7 @@ pub fn start(
     client: &Client,
     settings: &Settings,
     claims: Store<IPAddressClaim>,
+    served: &super::served::ServedKinds,
 ) -> (Stores, Feeds, Subscriptions) {
     let mut feeds = SelectAll::new();
 
@@ -529,14 +530,23 @@ pub fn start(
         &mut feeds,
         Api::<GlobalInClusterIPPool>::all(client.clone()),
     );
-    let (prefix_pools, prefix_pools_subscription) = pool_watch(
-        &mut feeds,
-        super::scoped::<InClusterPrefixPool>(client, settings),
-    );
-    let (global_prefix_pools, global_prefix_pools_subscription) = pool_watch(
-        &mut feeds,
-        Api::<GlobalInClusterPrefixPool>::all(client.clone()),
-    );
+    let (prefix_pools, prefix_pools_subscription) = if served.serves(PoolKind::InClusterPrefix) {
+        pool_watch(
+            &mut feeds,
+            super::scoped::<InClusterPrefixPool>(client, settings),
+        )
+    } else {
+        unserved_pools()
+    };
+    let (global_prefix_pools, global_prefix_pools_subscription) =
+        if served.serves(PoolKind::GlobalPrefix) {
+            pool_watch(
+                &mut feeds,
+                Api::<GlobalInClusterPrefixPool>::all(client.clone()),
+            )
+        } else {
+            unserved_pools()
+        };
 
     let (clusters, writer) = reflector::store();
     feeds.push(watch(
@@ -593,6 +603,20 @@ where
     let (store, writer) = reflector::store();
     let (subscriber, subscription) = Subscriber::every(store.clone());
     feeds.push(watch(api, Some(writer), Some(subscriber), pool_change::<P>));
+    (store, subscription)
+}
+
+/// The store and subscription of a pool kind that is not watched (not served, see
+/// [`super::served`]): empty, and synced from the start, so that waiting for the caches does not
+/// wait for it.
+fn unserved_pools<P>() -> (Store<P>, Subscription<P>)
+where
+    P: IPPool + Debug + serde::de::DeserializeOwned,
+{
+    let mut writer = Writer::default();
+    writer.apply_watcher_event(&Event::InitDone);
+    let store = writer.as_reader();
+    let (_, subscription) = Subscriber::every(store.clone());
     (store, subscription)
 }
 

@@ -13,6 +13,7 @@
 //! | `inpool_claim_ready_latency_seconds` | histogram | — |
 //! | `inpool_reconciles_total` | counter | `controller` |
 //! | `inpool_reconcile_errors_total` | counter | `controller`, `error` |
+//! | `inpool_pool_kind_served` | gauge | `pool_kind` |
 //! | `inpool_leader` | gauge | — |
 //! | `inpool_build_info` | info | `version` |
 //!
@@ -50,6 +51,11 @@ impl From<&PoolKey> for PoolLabels {
             pool_name: key.name.clone(),
         }
     }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PoolKindLabels {
+    pool_kind: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -93,6 +99,7 @@ struct Inner {
     pool_free: Family<PoolLabels, U64Gauge>,
     pool_out_of_range: Family<PoolLabels, U64Gauge>,
     pool_waiting_claims: Family<PoolLabels, U64Gauge>,
+    pool_kind_served: Family<PoolKindLabels, Gauge>,
     allocations: Family<PoolLabels, Counter>,
     releases: Family<PoolLabels, Counter>,
     claim_failures: Family<ReasonLabels, Counter>,
@@ -136,6 +143,7 @@ impl Metrics {
         let pool_free = Family::<PoolLabels, U64Gauge>::default();
         let pool_out_of_range = Family::<PoolLabels, U64Gauge>::default();
         let pool_waiting_claims = Family::<PoolLabels, U64Gauge>::default();
+        let pool_kind_served = Family::<PoolKindLabels, Gauge>::default();
         let allocations = Family::<PoolLabels, Counter>::default();
         let releases = Family::<PoolLabels, Counter>::default();
         let claim_failures = Family::<ReasonLabels, Counter>::default();
@@ -179,6 +187,11 @@ impl Metrics {
             "pool_waiting_claims",
             "Claims of the pool waiting for an address",
             pool_waiting_claims.clone(),
+        );
+        registry.register(
+            "pool_kind_served",
+            "1 while inpool watches and serves the pool kind, 0 when the API server does not serve it or inpool may not list and watch it (its CRD or RBAC is not installed)",
+            pool_kind_served.clone(),
         );
         registry.register(
             "allocations",
@@ -240,6 +253,7 @@ impl Metrics {
                 pool_free,
                 pool_out_of_range,
                 pool_waiting_claims,
+                pool_kind_served,
                 allocations,
                 releases,
                 claim_failures,
@@ -253,6 +267,16 @@ impl Metrics {
                 leader,
             }),
         }
+    }
+
+    /// Sets whether a pool kind is served (`inpool_pool_kind_served`).
+    pub fn pool_kind_served(&self, kind: crate::api::PoolKind, served: bool) {
+        self.inner
+            .pool_kind_served
+            .get_or_create(&PoolKindLabels {
+                pool_kind: kind.name().to_string(),
+            })
+            .set(i64::from(served));
     }
 
     /// Sets a pool's capacity gauges (the same numbers as its status).
