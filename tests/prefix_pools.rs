@@ -509,8 +509,18 @@ async fn an_excluded_sub_prefix_in_use_is_out_of_range_and_the_pool_is_protected
         .delete("shrink", &DeleteParams::default())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let deleting = pools.get("shrink").await.unwrap();
+    // The controller writes the deleting pool's status (Ready=False, Deleting) only after
+    // deciding to keep ProtectPool: wait for that, then check the finalizer.
+    let deleting = wait_for(
+        "the deleting pool shrink to report Ready=False (being deleted)",
+        Duration::from_secs(60),
+        || async {
+            let pool = pools.get("shrink").await.ok()?;
+            let (ready, message) = pool_condition(pool.status.as_ref(), "Ready")?;
+            (ready == "False" && message.starts_with("being deleted")).then_some(pool)
+        },
+    )
+    .await;
     assert!(deleting.metadata.deletion_timestamp.is_some());
     assert!(
         deleting
@@ -602,7 +612,7 @@ async fn a_global_prefix_pool_serves_every_namespace_and_two_controllers_never_s
 #[tokio::test]
 async fn a_paused_prefix_pool_holds_its_claims_until_unpaused() {
     let (client, ns) = support::env().namespace().await;
-    let _controller = start_controller(&client, &ns);
+    let controller = start_controller(&client, &ns);
     let pools: Api<InClusterPrefixPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
     create(&pools, &pool("open", json!({"prefixes": ["fd60::/64"]}))).await;
@@ -610,7 +620,21 @@ async fn a_paused_prefix_pool_holds_its_claims_until_unpaused() {
     frozen.metadata.annotations = Some([("cluster.x-k8s.io/paused".into(), String::new())].into());
     create(&pools, &frozen).await;
     create(&claims, &prefix_claim("held", "frozen")).await;
-    // Created last, realised: the controller has seen the held claim before it.
+    // The held claim is the namespace's only claim: a claim reconcile is its reconcile (the
+    // paused pool's path has no await after the count, so it is done once counted).
+    wait_for(
+        "the controller to reconcile the held claim",
+        Duration::from_secs(60),
+        || async {
+            let reconciles = sample(
+                &controller.metrics(),
+                "inpool_reconciles_total{controller=\"claim\"}",
+            )?;
+            (reconciles >= 1.0).then_some(())
+        },
+    )
+    .await;
+    // Then another claim, realised: whatever the held claim's reconcile wrote has landed.
     realise(&client, &ns, prefix_claim("witness", "open")).await;
     let held = claims.get("held").await.unwrap();
     assert!(held.status.is_none(), "no change at all while paused");
