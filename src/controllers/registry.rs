@@ -130,7 +130,10 @@ struct PoolEntry {
     network: Option<(u8, Option<IpAddr>)>,
     /// Records holding each unit (see [`PoolEntry::unit`]).
     holds: HashMap<IpAddr, u32>,
-    /// Units being allocated by this process.
+    /// Addresses being allocated by this process, as the caller gave them (not mapped to their
+    /// unit): [`Registry::finish`] then removes exactly what [`Registry::hold_in_flight`] added,
+    /// whatever the pool's state in between (a pool paused meanwhile has no allocator to map
+    /// with). Compare with [`PoolEntry::unit`] through [`PoolEntry::unit_in_flight`].
     in_flight: HashSet<IpAddr>,
     waiting: BTreeSet<QueuedClaim>,
 }
@@ -144,6 +147,11 @@ impl PoolEntry {
             Some(Ok(allocator)) => allocator.unit_of(ip),
             _ => ip,
         }
+    }
+
+    /// Whether an allocation in flight uses the unit `unit` (an address from [`PoolEntry::unit`]).
+    fn unit_in_flight(&self, unit: IpAddr) -> bool {
+        self.in_flight.iter().any(|ip| self.unit(*ip) == unit)
     }
 
     fn allocator(&mut self) -> Option<&mut AnyAllocator> {
@@ -193,7 +201,7 @@ impl PoolEntry {
             return false;
         }
         self.holds.remove(&ip);
-        if self.in_flight.contains(&ip) {
+        if self.unit_in_flight(ip) {
             return false;
         }
         self.allocator().is_some_and(|a| a.release(ip))
@@ -624,7 +632,6 @@ impl Registry {
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
         entry.waiting.retain(|q| &q.claim != claim);
-        let ip = entry.unit(ip);
         if let Some(allocator) = entry.allocator() {
             allocator.mark_used(ip);
         }
@@ -638,12 +645,12 @@ impl Registry {
     pub fn finish(&mut self, pool: &PoolKey, ip: IpAddr) -> Vec<ObjectKey> {
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
-        let ip = entry.unit(ip);
         entry.in_flight.remove(&ip);
-        if entry.holds.contains_key(&ip) {
+        let unit = entry.unit(ip);
+        if entry.holds.contains_key(&unit) || entry.unit_in_flight(unit) {
             return Vec::new();
         }
-        if entry.allocator().is_some_and(|a| a.release(ip)) {
+        if entry.allocator().is_some_and(|a| a.release(unit)) {
             entry.wakeups()
         } else {
             Vec::new()
@@ -847,6 +854,36 @@ mod tests {
             .parse()
             .unwrap_or_else(|e| panic!("{key}: {e}")),
         )
+    }
+
+    #[test]
+    fn an_allocation_in_flight_ends_whatever_the_pool_did_meanwhile() {
+        let key = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "p6").unwrap();
+        let claim = ObjectKey::new("ns", "a");
+        let spec = || Ok(prefix_pool(&key, &["fd00::/63"], 64));
+        // Held while paused (no allocator to map the address to its sub-prefix), finished once
+        // ready; then held while ready, finished once paused and ready again.
+        let mut r = Registry::default();
+        r.set_pool(&key, Err(Unready::Paused));
+        r.hold_in_flight(&key, &claim, ip("fd00::5"));
+        r.set_pool(&key, spec());
+        assert_eq!(r.free(&key), 1, "the sub-prefix is used while in flight");
+        r.finish(&key, ip("fd00::5"));
+        assert!(!r.has_own_holds(&key), "nothing left in flight");
+        assert_eq!(r.free(&key), 2);
+        r.hold_in_flight(&key, &claim, ip("fd00::5"));
+        r.set_pool(&key, Err(Unready::Paused));
+        r.finish(&key, ip("fd00::5"));
+        r.set_pool(&key, spec());
+        assert!(!r.has_own_holds(&key), "nothing left in flight");
+        assert_eq!(r.free(&key), 2);
+        // Two allocations in flight in one sub-prefix: it stays used until both end.
+        r.hold_in_flight(&key, &claim, ip("fd00::"));
+        r.hold_in_flight(&key, &ObjectKey::new("ns", "b"), ip("fd00::5"));
+        r.finish(&key, ip("fd00::"));
+        assert_eq!(r.free(&key), 1);
+        r.finish(&key, ip("fd00::5"));
+        assert_eq!(r.free(&key), 2);
     }
 
     #[test]
