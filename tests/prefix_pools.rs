@@ -381,7 +381,11 @@ async fn an_existing_ip_address_is_adopted_only_as_an_aligned_sub_prefix_of_the_
     }
     for (name, address, prefix, fits) in existing {
         if fits {
-            wait_reason(&claims, name, "AddressAllocated").await;
+            let claim = wait_reason(&claims, name, "AddressAllocated").await;
+            assert_eq!(
+                ready_message(&claim),
+                format!("sub-prefix {address}/{prefix} allocated")
+            );
             continue;
         }
         let claim = wait_reason(&claims, name, "AllocationFailed").await;

@@ -128,7 +128,7 @@ async fn realise(
     // Allocation: plan, act, report; plan again while a step did not settle the claim.
     let step = plan::plan(&ctx.registry(), key, pool);
     if let Step::Ready(ip) = step {
-        return ready(claim, ctx, ip).await;
+        return ready(claim, ctx, pool, ip).await;
     }
     if claim
         .status
@@ -274,7 +274,7 @@ async fn create_address(
             learn_address(ctx, &created);
             ctx.registry().finish(pool, ip);
             ctx.metrics.allocation(pool);
-            ready(claim, ctx, ip).await
+            ready(claim, ctx, pool, ip).await
         }
         Err(kube::Error::Api(status)) if status.code == 409 => {
             // Someone created this claim's IPAddress meanwhile (another process, or by hand).
@@ -399,7 +399,7 @@ async fn adopt(
         );
         return fail(claim, ctx, REASON_ALLOCATION_FAILED, message).await;
     }
-    ready(claim, ctx, ip).await
+    ready(claim, ctx, pool, ip).await
 }
 
 /// A prefix pool's `allocationPrefixLength`: the validated one of a ready pool, else the cached
@@ -449,8 +449,16 @@ async fn fail(
     Ok(Action::await_change())
 }
 
-async fn ready(claim: &IPAddressClaim, ctx: &Context, ip: IpAddr) -> Result<Action, Error> {
-    let message = format!("address {} allocated", canonical(ip));
+async fn ready(
+    claim: &IPAddressClaim,
+    ctx: &Context,
+    pool: &PoolKey,
+    ip: IpAddr,
+) -> Result<Action, Error> {
+    let message = format!(
+        "{} allocated",
+        unit_text(pool, ip, allocation_length(ctx, pool))
+    );
     let name = claim.name_any();
     set_ready(
         claim,
@@ -504,7 +512,7 @@ async fn release(
                 claim,
                 EventType::Normal,
                 "AddressReleased",
-                format!("released the address of {key}"),
+                format!("released the {} of {key}", unit_noun(pool)),
             )
             .await;
         }
@@ -664,6 +672,25 @@ fn pool_paused(ctx: &Context, pool: &PoolKey) -> bool {
     ctx.stores.pool(pool).is_some_and(|p| p.is_paused())
 }
 
+/// What a claim of `pool` holds, in messages: "address 10.0.0.2", or in a prefix pool of
+/// allocation length `length` "sub-prefix fd00::/64".
+fn unit_text(pool: &PoolKey, ip: IpAddr, length: Option<u8>) -> String {
+    match (pool.kind.is_prefix(), length) {
+        (false, _) => format!("address {}", canonical(ip)),
+        (true, Some(length)) => format!("sub-prefix {}/{length}", canonical(ip)),
+        (true, None) => format!("sub-prefix {}", canonical(ip)),
+    }
+}
+
+/// What a claim of `pool` holds, without saying which.
+fn unit_noun(pool: &PoolKey) -> &'static str {
+    if pool.kind.is_prefix() {
+        "sub-prefix"
+    } else {
+        "address"
+    }
+}
+
 /// Why a claim waits in an exhausted pool, and what frees or adds room.
 fn exhausted_message(pool: &PoolKey, total: u128) -> String {
     if pool.kind.is_prefix() {
@@ -687,6 +714,9 @@ fn not_ready_message(pool: &PoolKey, unready: &Unready) -> String {
             format!("{pool} does not exist; the claim is realised once it is created")
         }
         Unready::Invalid(errors) => format!("{pool} has an invalid spec: {errors}"),
+        Unready::Deleting if pool.kind.is_prefix() => {
+            format!("{pool} is being deleted and hands out no new sub-prefixes")
+        }
         Unready::Deleting => format!("{pool} is being deleted and hands out no new addresses"),
         Unready::Paused => format!("{pool} is paused"),
     }
@@ -881,6 +911,28 @@ mod tests {
             ip,
             64,
         )
+    }
+
+    #[test]
+    fn a_prefix_pools_messages_speak_of_sub_prefixes_an_ip_pools_of_addresses() {
+        let v6 = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "p").unwrap();
+        let v4 = PoolKey::in_cluster("ns", "p");
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(unit_text(&v4, ip("10.0.0.2"), Some(24)), "address 10.0.0.2");
+        assert_eq!(
+            unit_text(&v6, ip("fd00::"), Some(64)),
+            "sub-prefix fd00::/64"
+        );
+        assert_eq!(unit_noun(&v4), "address");
+        assert_eq!(unit_noun(&v6), "sub-prefix");
+        assert_eq!(
+            not_ready_message(&v6, &Unready::Deleting),
+            "InClusterPrefixPool ns/p is being deleted and hands out no new sub-prefixes"
+        );
+        assert_eq!(
+            not_ready_message(&v4, &Unready::Deleting),
+            "InClusterIPPool ns/p is being deleted and hands out no new addresses"
+        );
     }
 
     #[test]
