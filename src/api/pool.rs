@@ -260,9 +260,14 @@ pub trait IPPool: Resource<DynamicType = ()> + Clone + Send + Sync + 'static {
 
     /// The pool's identity.
     fn key(&self) -> super::PoolKey {
-        let name = self.meta().name.as_deref().unwrap_or_default();
-        let namespace = self.meta().namespace.as_deref().unwrap_or_default();
-        super::PoolKey::of_kind(Self::KIND, Some(namespace), name).expect("a namespace was given")
+        let meta = self.meta();
+        super::PoolKey {
+            kind: Self::KIND,
+            namespace: Self::KIND
+                .is_namespaced()
+                .then(|| meta.namespace.clone().unwrap_or_default()),
+            name: meta.name.clone().unwrap_or_default(),
+        }
     }
 }
 

@@ -33,6 +33,7 @@ use kube::discovery::{Scope, pinned_kind};
 use serde_json::Value;
 use tokio::sync::watch;
 
+use inpool::api::PoolKind;
 use inpool::cli::Settings;
 use inpool::inspect::Snapshot;
 use inpool::telemetry::{HealthState, Metrics, server};
@@ -449,10 +450,7 @@ fn read_manifests(files: &[PathBuf]) -> anyhow::Result<Vec<Value>> {
     objects.sort_by_key(|o| match kind(o) {
         "Namespace" => 0,
         "Cluster" => 1,
-        "InClusterIPPool"
-        | "GlobalInClusterIPPool"
-        | "InClusterPrefixPool"
-        | "GlobalInClusterPrefixPool" => 2,
+        pool if PoolKind::from_name(pool).is_some() => 2,
         _ => 3,
     });
     Ok(objects)

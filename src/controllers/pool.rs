@@ -345,14 +345,18 @@ fn in_range_condition(
             String::new(),
         );
     }
-    // A sub-prefix is named by its first address and the allocation length.
-    let length = sub_prefix_length
-        .map(|l| format!("/{l}"))
-        .unwrap_or_default();
+    // A sub-prefix is named by its first address and the allocation length; an IPv4 record in a
+    // prefix pool (no sub-prefix of it) by its address alone.
     let listed: Vec<String> = out_of_range
         .iter()
         .take(LISTED)
-        .map(|(ip, claim)| format!("{}{length} (claim {claim})", canonical(*ip)))
+        .map(|(ip, claim)| {
+            let length = match sub_prefix_length {
+                Some(l) if ip.is_ipv6() => format!("/{l}"),
+                _ => String::new(),
+            };
+            format!("{}{length} (claim {claim})", canonical(*ip))
+        })
         .collect();
     let (_, units) = units(key);
     let outside = if key.kind.is_prefix() {
@@ -427,4 +431,27 @@ fn publish_metrics(ctx: &Context, key: &PoolKey, counts: Option<&IPAddressesStat
     let waiting = ctx.registry().waiting(key);
     ctx.metrics
         .pool_waiting_claims(key, u64::try_from(waiting).unwrap_or(u64::MAX));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::PoolKind;
+
+    #[test]
+    fn an_out_of_range_row_carries_the_allocation_length_only_for_an_ipv6_sub_prefix() {
+        let key = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "p").unwrap();
+        let held = [
+            ("fd40:0:0:1::".parse().unwrap(), ObjectKey::new("ns", "b")),
+            ("10.0.0.1".parse().unwrap(), ObjectKey::new("ns", "v4")),
+        ];
+        let condition = in_range_condition(&key, Some(64), &held);
+        assert!(
+            condition
+                .message
+                .contains("fd40:0:0:1::/64 (claim ns/b), 10.0.0.1 (claim ns/v4)"),
+            "{}",
+            condition.message
+        );
+    }
 }
