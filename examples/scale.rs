@@ -133,6 +133,7 @@ impl Args {
                 RestartSignal::Term => StopSignal::Term,
                 RestartSignal::Kill => StopSignal::Kill,
             }),
+            restart_with_new_claim: true,
             idle: on(AtSizeScenario::Idle).then(|| Duration::from_secs(self.idle_window)),
             trickle: if on(AtSizeScenario::Trickle) {
                 self.trickle_claims

@@ -40,6 +40,8 @@ pub const EXTRA: &str = "extra";
 pub struct Plan {
     /// Restart the provider, stopping it with this signal.
     pub restart: Option<StopSignal>,
+    /// Restart it a second time and create a claim as soon as the new process is spawned.
+    pub restart_with_new_claim: bool,
     /// Watch the provider idle for this long.
     pub idle: Option<Duration>,
     /// Claims created one at a time (0: no trickle).
@@ -85,7 +87,7 @@ pub struct Restart {
     pub cpu_seconds: Option<f64>,
     /// Its peak resident memory (VmHWM) when caught up, MiB.
     pub peak_rss_mib: Option<f64>,
-    /// Second restart: spawn → `/readyz` 200.
+    /// Second restart (when planned): spawn → `/readyz` 200.
     pub probe_process_seconds_to_ready: Option<f64>,
     /// Second restart: spawn → the new claim (created right after the spawn) Ready.
     pub probe_seconds_from_spawn: f64,
@@ -161,7 +163,14 @@ pub async fn run(
         if let Some(signal) = plan.restart {
             out.restart = Some(
                 restart(
-                    client, kubeconfig, provider, scenario, process, log_dir, signal,
+                    client,
+                    kubeconfig,
+                    provider,
+                    scenario,
+                    process,
+                    log_dir,
+                    signal,
+                    plan.restart_with_new_claim,
                 )
                 .await?,
             );
@@ -182,6 +191,7 @@ pub async fn run(
 }
 
 /// The restart scenario: see the module docs.
+#[allow(clippy::too_many_arguments)]
 async fn restart(
     client: &Client,
     kubeconfig: &Path,
@@ -190,13 +200,15 @@ async fn restart(
     process: &mut ProviderProcess,
     log_dir: &Path,
     signal: StopSignal,
+    with_new_claim: bool,
 ) -> anyhow::Result<Restart> {
     let ns = scenario.namespace.as_str();
     let existing = scenario.total() + 1;
     let settle = scenario.settle;
-    if settle {
-        harness::wait_quiet(client, "restart").await?;
-    }
+    // Always, even in a correctness run: the old process may still have work of its own to
+    // finish (a pool status write waits up to a second after the last allocation), which the new
+    // process would then do and which is not catching up.
+    harness::wait_quiet(client, "restart").await?;
     let mut out = Restart {
         signal: signal.name().into(),
         existing_claims: existing,
@@ -242,6 +254,9 @@ async fn restart(
     );
 
     // 2. A new claim as soon as the process is spawned.
+    if !with_new_claim {
+        return Ok(out);
+    }
     if settle {
         harness::wait_quiet(client, "restart with a new claim").await?;
     }
