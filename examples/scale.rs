@@ -5,6 +5,8 @@
 //! cargo run --release --example scale -- [--claims 10000] [--pools 10 --claims-per-pool 100]
 //!     [--prefix-claims 1000]
 //!     [--skip-floor] [--provider-command "CMD"] [--provider-name NAME] [--json PATH]
+//!     [--scenarios restart,idle,trickle] [--idle-window 600] [--trickle-claims 100]
+//!     [--restart-signal term|kill] [--inpool-args "ARGS"]
 //! ```
 //!
 //! It starts its own control plane (`inpool-testenv`, the one the tests use; built by Go on first
@@ -18,6 +20,10 @@
 //! 4. with `--prefix-claims P`, a fresh provider process on P claims in one prefix pool (/64s out
 //!    of a /48).
 //!
+//! With `--scenarios`, issue 17's scenarios at size run on the single-pool scenario once its
+//! claims are Ready, before its check and release (see `scale/atsize.rs`): `restart`, `idle`,
+//! `trickle`.
+//!
 //! Each provider run waits for a canary claim (the provider is up, caches synced), creates the
 //! claims 16 at a time, waits until a watch sees every claim `Ready=True`, checks the result
 //! (all Ready, distinct addresses inside their pools, one reservation per claim for inpool, no
@@ -29,6 +35,8 @@ mod support;
 
 #[path = "scale/apimetrics.rs"]
 mod apimetrics;
+#[path = "scale/atsize.rs"]
+mod atsize;
 #[path = "scale/harness.rs"]
 mod harness;
 #[path = "scale/process.rs"]
@@ -44,7 +52,7 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 
 use harness::{Run, Scenario};
-use process::ProviderSpec;
+use process::{ProviderSpec, StopSignal};
 
 #[derive(Debug, Parser)]
 #[command(name = "scale", about = "inpool's scale harness (issue 8)")]
@@ -89,6 +97,58 @@ struct Args {
     /// Longest wait for every claim of a scenario to be Ready (seconds).
     #[arg(long, default_value_t = 1800)]
     timeout: u64,
+    /// Issue 17's scenarios, run on the single-pool scenario once its claims are Ready
+    /// (comma-separated): `restart` (stop the provider, start a new one twice: catch-up cost,
+    /// then a new claim), `idle` (nothing changes for --idle-window), `trickle` (claims one at a
+    /// time). None by default.
+    #[arg(long, value_delimiter = ',', value_enum)]
+    scenarios: Vec<AtSizeScenario>,
+    /// Length of the idle window (seconds). inpool audits every 10 minutes by default: a
+    /// shorter window may hold no audit (the report counts the audits in the window).
+    #[arg(long, default_value_t = 600)]
+    idle_window: u64,
+    /// Claims created one at a time by the trickle scenario.
+    #[arg(long, default_value_t = 100)]
+    trickle_claims: usize,
+    /// How the restart scenario stops the provider: `term` (SIGTERM, as a rolling upgrade) or
+    /// `kill` (SIGKILL, as a crash or an OOM kill).
+    #[arg(long, value_enum, default_value_t = RestartSignal::Term)]
+    restart_signal: RestartSignal,
+    /// More arguments for the default inpool command (e.g. `--audit-interval 60s`).
+    #[arg(long, allow_hyphen_values = true)]
+    inpool_args: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum AtSizeScenario {
+    Restart,
+    Idle,
+    Trickle,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum RestartSignal {
+    Term,
+    Kill,
+}
+
+impl Args {
+    fn at_size(&self) -> atsize::Plan {
+        let on = |s| self.scenarios.contains(&s);
+        atsize::Plan {
+            restart: on(AtSizeScenario::Restart).then_some(match self.restart_signal {
+                RestartSignal::Term => StopSignal::Term,
+                RestartSignal::Kill => StopSignal::Kill,
+            }),
+            restart_with_new_claim: true,
+            idle: on(AtSizeScenario::Idle).then(|| Duration::from_secs(self.idle_window)),
+            trickle: if on(AtSizeScenario::Trickle) {
+                self.trickle_claims
+            } else {
+                0
+            },
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -174,6 +234,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             if let Some(name) = &args.provider_name {
                 spec.name = name.clone();
             }
+            if let Some(more) = &args.inpool_args {
+                spec.command = format!("{} {more}", spec.command);
+            }
             spec
         }
     };
@@ -220,6 +283,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             }
         }
     }
+    let at_size = args.at_size();
+    if !at_size.is_empty() && args.claims == 0 {
+        bail!("--scenarios runs on the single-pool scenario: give --claims N (N > 0)");
+    }
     let mut scenarios = Vec::new();
     if args.claims > 0 {
         scenarios.push(Scenario {
@@ -231,6 +298,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             timeout,
             settle: true,
             sub_prefixes: None,
+            at_size,
         });
     }
     if args.pools > 0 && args.claims_per_pool > 0 {
@@ -243,6 +311,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             timeout,
             settle: true,
             sub_prefixes: None,
+            at_size: atsize::Plan::default(),
         });
     }
     if args.prefix_claims > 0 {
@@ -255,6 +324,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             timeout,
             settle: true,
             sub_prefixes: Some(64),
+            at_size: atsize::Plan::default(),
         });
     }
     for scenario in &scenarios {
@@ -291,6 +361,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
 
     println!();
     println!("{}", report::table(&runs));
+    if let Some(table) = report::at_size_table(&runs) {
+        println!("{table}");
+    }
     for run in &runs {
         if let Some(c) = run.correctness.as_ref().filter(|c| !c.ok) {
             println!("{}: {} problems:", run.label, c.problems.len());

@@ -2,13 +2,17 @@
 //! 100 in one prefix pool, against the `inpool` binary as a separate process, on the test
 //! control plane. It asserts the
 //! end state only — every claim Ready with its own address inside the pool, one reservation per
-//! claim, no orphan `IPAddress`, nothing left after every claim is deleted — never timing.
+//! claim, no orphan `IPAddress`, nothing left after every claim is deleted — never timing. Before
+//! the release it restarts the provider (issue 17's `restart` scenario) and asserts that the new
+//! process writes nothing while it catches up and reconciles each existing claim at most once.
 //! The full run with timings is `cargo run --release --example scale`.
 
 mod support;
 
 #[path = "../examples/scale/apimetrics.rs"]
 mod apimetrics;
+#[path = "../examples/scale/atsize.rs"]
+mod atsize;
 #[path = "../examples/scale/harness.rs"]
 mod harness;
 #[path = "../examples/scale/process.rs"]
@@ -47,6 +51,12 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
         timeout: Duration::from_secs(300),
         settle: false,
         sub_prefixes,
+        at_size: atsize::Plan {
+            restart: Some(process::StopSignal::Term),
+            // The catch-up is what this test holds to account; the second restart only times.
+            restart_with_new_claim: false,
+            ..Default::default()
+        },
     };
     let log_dir = std::env::temp_dir().join(format!("inpool-{namespace}-{}", std::process::id()));
     let run = harness::run_scenario(
@@ -59,6 +69,28 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
     )
     .await
     .unwrap_or_else(|e| panic!("scale run failed: {e:#}"));
+
+    // Issue 17: a new process facing realised claims makes no write while it catches up, and
+    // reconciles each existing claim at most once (the API server's counters: nobody else writes
+    // to claims, addresses, reservations, pools or Events meanwhile).
+    let restart = run
+        .at_size
+        .as_ref()
+        .and_then(|a| a.restart.as_ref())
+        .expect("the restart scenario ran");
+    assert_eq!(
+        restart.writes, 0.0,
+        "a new process facing {} realised claims wrote while catching up: {:?}",
+        restart.existing_claims, restart.writes_by
+    );
+    let reconciles = restart
+        .claim_reconciles
+        .expect("inpool_reconciles_total{controller=\"claim\"} of the new process");
+    assert!(
+        reconciles <= restart.existing_claims as f64,
+        "{reconciles} claim reconciles after the restart for {} existing claims",
+        restart.existing_claims
+    );
 
     let correctness = run.correctness.expect("the run checks correctness");
     assert!(

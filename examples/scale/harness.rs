@@ -31,6 +31,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::apimetrics::{self, RequestCounts, RequestDelta};
+use crate::atsize;
 use crate::process::{self, ProviderProcess, ProviderSpec};
 
 /// Label on every claim a scenario creates (the canary claim has none).
@@ -75,6 +76,8 @@ pub struct Scenario {
     /// `Some(length)`: the pools are `InClusterPrefixPool`s, each a /48 handing out sub-prefixes
     /// of this length; `None`: `InClusterIPPool`s (see [`pool_net`]).
     pub sub_prefixes: Option<u8>,
+    /// Issue 17's scenarios at size, run once the claims are Ready (single pool only).
+    pub at_size: atsize::Plan,
 }
 
 impl Scenario {
@@ -160,7 +163,7 @@ pub fn pools_text(pools: usize) -> String {
     }
 }
 
-fn pool_name(j: usize) -> String {
+pub(crate) fn pool_name(j: usize) -> String {
     format!("pool-{j:03}")
 }
 
@@ -195,7 +198,7 @@ pub struct Latency {
 }
 
 impl Latency {
-    fn of(mut samples: Vec<Duration>) -> Latency {
+    pub(crate) fn of(mut samples: Vec<Duration>) -> Latency {
         if samples.is_empty() {
             return Latency::default();
         }
@@ -300,6 +303,8 @@ pub struct Run {
     pub release: Option<Release>,
     pub correctness: Option<Correctness>,
     pub provider_command: Option<String>,
+    /// Issue 17's scenarios (restart, idle, trickle), when run.
+    pub at_size: Option<atsize::AtSize>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -348,14 +353,23 @@ fn ready_reason(claim: &IPAddressClaim) -> String {
 }
 
 impl ReadyTracker {
-    /// Starts the watch and waits for its initial list.
+    /// Starts the watch of the scenario's claims and waits for its initial list.
     pub async fn start(client: &Client, namespace: &str) -> anyhow::Result<ReadyTracker> {
+        Self::start_labelled(client, namespace, &format!("{CLAIM_LABEL}=true")).await
+    }
+
+    /// Starts the watch of the claims matching a label selector and waits for its initial list.
+    pub async fn start_labelled(
+        client: &Client,
+        namespace: &str,
+        selector: &str,
+    ) -> anyhow::Result<ReadyTracker> {
         let api: Api<IPAddressClaim> = Api::namespaced(client.clone(), namespace);
         let state = Arc::new(Mutex::new(TrackState::default()));
         let task = {
             let state = state.clone();
+            let config = watcher::Config::default().labels(selector);
             tokio::spawn(async move {
-                let config = watcher::Config::default().labels(&format!("{CLAIM_LABEL}=true"));
                 let mut events = watcher::watcher(api, config).default_backoff().boxed();
                 while let Some(event) = events.next().await {
                     let now = Instant::now();
@@ -558,7 +572,13 @@ fn pool_object(name: &str, net: &IpNet) -> InClusterIPPool {
     )
 }
 
-fn claim_object(name: &str, group: &str, kind: &str, pool: &str, labelled: bool) -> IPAddressClaim {
+pub(crate) fn claim_object(
+    name: &str,
+    group: &str,
+    kind: &str,
+    pool: &str,
+    labelled: bool,
+) -> IPAddressClaim {
     let mut claim = IPAddressClaim::new(
         name,
         IPAddressClaimSpec {
@@ -1073,7 +1093,17 @@ pub async fn run_scenario(
         process.pid,
         log.display()
     );
-    let result = measure_scenario(client, plane_pid, provider, scenario, &mut process, &nets).await;
+    let result = measure_scenario(
+        client,
+        kubeconfig,
+        plane_pid,
+        provider,
+        scenario,
+        &mut process,
+        &nets,
+        log_dir,
+    )
+    .await;
     let exit = process.stop().await;
     if result.is_ok() && exit != Some(0) {
         eprintln!("  warning: the provider exited with {exit:?} after SIGTERM");
@@ -1091,13 +1121,16 @@ pub async fn run_scenario(
     Ok(run)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn measure_scenario(
     client: &Client,
+    kubeconfig: &Path,
     plane_pid: Option<u32>,
     provider: &ProviderSpec,
     scenario: &Scenario,
     process: &mut ProviderProcess,
     nets: &[IpNet],
+    log_dir: &Path,
 ) -> anyhow::Result<Run> {
     let ns = scenario.namespace.as_str();
     let total = scenario.total();
@@ -1230,6 +1263,22 @@ async fn measure_scenario(
         run.seconds_to_all_ready, run.claims_per_second
     );
 
+    let restarted = scenario.at_size.restart.is_some();
+    if !scenario.at_size.is_empty() {
+        run.at_size = Some(
+            atsize::run(
+                client,
+                kubeconfig,
+                provider,
+                scenario,
+                process,
+                log_dir,
+                &scenario.at_size,
+            )
+            .await?,
+        );
+    }
+
     let mut correctness = check(client, ns, scenario, nets, provider.is_inpool).await?;
     let (release, leftovers) = release_all(
         client,
@@ -1249,11 +1298,14 @@ async fn measure_scenario(
         ));
     }
     correctness.left_after_release = Some(leftovers);
-    run.provider_peak_rss_mib_with_release = process.stat().map(|s| s.hwm_kib as f64 / 1024.0);
-    run.provider_cpu_seconds_with_release = process
-        .stat()
-        .zip(before.provider)
-        .map(|(a, b)| a.cpu_seconds - b.cpu_seconds);
+    // After a restart the process that released is not the one that realised: no sum.
+    if !restarted {
+        run.provider_peak_rss_mib_with_release = process.stat().map(|s| s.hwm_kib as f64 / 1024.0);
+        run.provider_cpu_seconds_with_release = process
+            .stat()
+            .zip(before.provider)
+            .map(|(a, b)| a.cpu_seconds - b.cpu_seconds);
+    }
     run.release = release;
     // The canary and the pools go while the provider still runs, so that it releases their
     // finalizers (inpool protects a pool with `ProtectPool` while it holds addresses).
@@ -1480,7 +1532,10 @@ async fn check(
     })
 }
 
-async fn reservations_of(client: &Client, ns: &str) -> anyhow::Result<Vec<IPAddressReservation>> {
+pub(crate) async fn reservations_of(
+    client: &Client,
+    ns: &str,
+) -> anyhow::Result<Vec<IPAddressReservation>> {
     let api: Api<IPAddressReservation> = Api::all(client.clone());
     Ok(api
         .list(&ListParams::default())

@@ -79,6 +79,8 @@ pub struct ProviderProcess {
     child: tokio::process::Child,
     pub pid: u32,
     pub metrics_addr: SocketAddr,
+    /// Where the provider serves `/healthz` and `/readyz` (`{health_addr}`).
+    pub health_addr: SocketAddr,
     pub command_line: String,
     pub log: PathBuf,
 }
@@ -120,6 +122,7 @@ impl ProviderProcess {
             child,
             pid,
             metrics_addr,
+            health_addr,
             command_line,
             log: log.to_path_buf(),
         })
@@ -147,15 +150,50 @@ impl ProviderProcess {
 
     /// SIGTERM, then up to 20 s for a clean exit, then SIGKILL. Returns the exit code.
     pub async fn stop(mut self) -> Option<i32> {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.pid.to_string()])
-            .status();
+        self.signal_and_wait(StopSignal::Term)
+            .await
+            .ok()
+            .and_then(|status| status.code())
+    }
+
+    /// Sends `signal` and waits for the exit (after SIGTERM at most 20 s, then SIGKILL).
+    /// Returns how the process ended.
+    pub async fn signal_and_wait(
+        &mut self,
+        signal: StopSignal,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        let name = match signal {
+            StopSignal::Term => "-TERM",
+            StopSignal::Kill => "-KILL",
+        };
+        std::process::Command::new("kill")
+            .args([name, &self.pid.to_string()])
+            .status()
+            .with_context(|| format!("kill {name} {}", self.pid))?;
         match tokio::time::timeout(Duration::from_secs(20), self.child.wait()).await {
-            Ok(Ok(status)) => status.code(),
-            _ => {
-                let _ = self.child.kill().await;
-                None
+            Ok(status) => Ok(status?),
+            Err(_) => {
+                self.child.kill().await?;
+                Ok(self.child.wait().await?)
             }
+        }
+    }
+}
+
+/// How the harness stops a provider it restarts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopSignal {
+    /// SIGTERM: a rolling upgrade or a drained node (the process shuts down cleanly).
+    Term,
+    /// SIGKILL: a crash, an OOM kill, a lost node (nothing is flushed or released).
+    Kill,
+}
+
+impl StopSignal {
+    pub fn name(self) -> &'static str {
+        match self {
+            StopSignal::Term => "SIGTERM",
+            StopSignal::Kill => "SIGKILL",
         }
     }
 }
@@ -250,19 +288,30 @@ pub fn tree_cpu_seconds(root: u32) -> Option<f64> {
 
 /// `GET http://ADDR/metrics` (plain HTTP/1.0 on 127.0.0.1): the provider's own metrics page.
 pub async fn http_get_metrics(addr: SocketAddr) -> anyhow::Result<String> {
+    Ok(http_get(addr, "/metrics").await?.1)
+}
+
+/// `GET http://ADDR/PATH` (plain HTTP/1.0 on 127.0.0.1): the status code and the body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
     let mut stream =
         tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
             .await??;
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .await?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
     let mut body = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut body)).await??;
     let text = String::from_utf8_lossy(&body).into_owned();
-    Ok(text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or(text))
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("no HTTP status line from {addr}{path}"))?;
+    Ok((
+        code,
+        text.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    ))
 }
 
 /// Sum of every sample of `metric` (any labels) on a Prometheus/OpenMetrics page.

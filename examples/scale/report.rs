@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::atsize::{self, AtSize, Idle, Restart, Trickle};
 use crate::harness::Run;
 
 /// Everything the JSON file holds.
@@ -86,6 +87,32 @@ pub fn targets(runs: &[Run]) -> Vec<Target> {
             value: rss,
             met: rss.is_some_and(|r| r < 200.0),
         });
+        // Issue 17: a restart writes nothing and reconciles each claim at most once; idle writes
+        // nothing.
+        let at_size = run.at_size.as_ref();
+        if let Some(restart) = at_size.and_then(|a| a.restart.as_ref()) {
+            out.push(Target {
+                what: format!("{}: API writes while a new process catches up", run.label),
+                limit: 0.0,
+                value: Some(restart.writes),
+                met: restart.writes == 0.0,
+            });
+            let per_claim = restart.reconciles_per_existing_claim;
+            out.push(Target {
+                what: format!("{}: restart reconciles per existing claim", run.label),
+                limit: 1.0,
+                value: per_claim,
+                met: per_claim.is_some_and(|r| r <= 1.0),
+            });
+        }
+        if let Some(idle) = at_size.and_then(|a| a.idle.as_ref()) {
+            out.push(Target {
+                what: format!("{}: API writes while idle", run.label),
+                limit: 0.0,
+                value: Some(idle.writes),
+                met: idle.writes == 0.0,
+            });
+        }
     }
     out
 }
@@ -194,6 +221,162 @@ pub fn table(runs: &[Run]) -> String {
     );
 
     let header: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
+    render(header, rows)
+}
+
+/// Issue 17's scenarios (restart, idle, trickle) of the runs that had them, one column each;
+/// `None` when no run had them.
+pub fn at_size_table(runs: &[Run]) -> Option<String> {
+    let runs: Vec<(&Run, &AtSize)> = runs
+        .iter()
+        .filter_map(|r| Some((r, r.at_size.as_ref()?)))
+        .collect();
+    if runs.is_empty() {
+        return None;
+    }
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut row = |name: &str, cells: Vec<String>| rows.push((name.to_string(), cells));
+    let each = |g: &dyn Fn(&AtSize) -> String| runs.iter().map(|(_, a)| g(a)).collect::<Vec<_>>();
+    let restart = |g: &dyn Fn(&Restart) -> String| {
+        each(&|a: &AtSize| a.restart.as_ref().map_or_else(|| "–".into(), g))
+    };
+    let idle = |g: &dyn Fn(&Idle) -> String| {
+        each(&|a: &AtSize| a.idle.as_ref().map_or_else(|| "–".into(), g))
+    };
+    let trickle = |g: &dyn Fn(&Trickle) -> String| {
+        each(&|a: &AtSize| a.trickle.as_ref().map_or_else(|| "–".into(), g))
+    };
+    let requests = |map: &atsize::Requests| {
+        if map.is_empty() {
+            "none".to_string()
+        } else {
+            map.iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        }
+    };
+
+    row("restart: signal", restart(&|r| r.signal.clone()));
+    row(
+        "restart: existing claims",
+        restart(&|r| r.existing_claims.to_string()),
+    );
+    row(
+        "restart: spawn → /readyz 200 (s)",
+        restart(&|r| opt(r.seconds_to_ready, 1)),
+    );
+    row(
+        "restart: spawn → last catch-up reconcile (s)",
+        restart(&|r| f(r.seconds_to_caught_up, 1)),
+    );
+    row(
+        "restart: provider API writes while catching up",
+        restart(&|r| f(r.writes, 0)),
+    );
+    row(
+        "  └ every write request (verb resource code: n)",
+        restart(&|r| requests(&r.writes_by)),
+    );
+    row(
+        "  └ reads (verb resource code: n)",
+        restart(&|r| requests(&r.reads_by)),
+    );
+    row(
+        "restart: claim reconciles",
+        restart(&|r| opt(r.claim_reconciles, 0)),
+    );
+    row(
+        "restart: reconciles per existing claim",
+        restart(&|r| opt(r.reconciles_per_existing_claim, 3)),
+    );
+    row(
+        "restart: reconcile errors",
+        restart(&|r| opt(r.reconcile_errors, 0)),
+    );
+    row(
+        "restart: CPU until caught up (s)",
+        restart(&|r| opt(r.cpu_seconds, 1)),
+    );
+    row(
+        "restart: peak RSS (MiB)",
+        restart(&|r| opt(r.peak_rss_mib, 1)),
+    );
+    row(
+        "restart 2: spawn → /readyz 200 (s)",
+        restart(&|r| opt(r.probe_process_seconds_to_ready, 1)),
+    );
+    row(
+        "restart 2: spawn → new claim Ready (s)",
+        restart(&|r| f(r.probe_seconds_from_spawn, 1)),
+    );
+    row(
+        "restart 2: new claim create → Ready (s)",
+        restart(&|r| f(r.probe_seconds_from_create, 1)),
+    );
+    row(
+        "restart 2: provider writes (new claim's included)",
+        restart(&|r| f(r.probe_run_writes, 0)),
+    );
+    row(
+        "  └ every write request (verb resource code: n)",
+        restart(&|r| requests(&r.probe_run_writes_by)),
+    );
+    row("idle: window (s)", idle(&|i| f(i.seconds, 0)));
+    row("idle: provider API writes", idle(&|i| f(i.writes, 0)));
+    row(
+        "  └ every write request (verb resource code: n)",
+        idle(&|i| requests(&i.writes_by)),
+    );
+    row(
+        "idle: GET / LIST / WATCH requests (all clients)",
+        idle(&|i| format!("{} / {} / {}", i.gets, i.lists, i.watches)),
+    );
+    row(
+        "  └ reads (verb resource code: n)",
+        idle(&|i| requests(&i.reads_by)),
+    );
+    row("idle: audits run", idle(&|i| opt(i.audits, 0)));
+    row(
+        "idle: claim / pool reconciles",
+        idle(&|i| {
+            format!(
+                "{} / {}",
+                opt(i.claim_reconciles, 0),
+                opt(i.pool_reconciles, 0)
+            )
+        }),
+    );
+    row("idle: CPU (s)", idle(&|i| opt(i.cpu_seconds, 2)));
+    row(
+        "idle: RSS at end / peak (MiB)",
+        idle(&|i| format!("{} / {}", opt(i.rss_mib, 1), opt(i.peak_rss_mib, 1))),
+    );
+    row("trickle: claims", trickle(&|t| t.claims.to_string()));
+    row(
+        "trickle: claim → Ready p50 / p99 (ms)",
+        trickle(&|t| format!("{} / {}", f(t.latency.p50_ms, 0), f(t.latency.p99_ms, 0))),
+    );
+    row(
+        "trickle: create round trip p50 / p99 (ms)",
+        trickle(&|t| {
+            format!(
+                "{} / {}",
+                f(t.create_round_trip.p50_ms, 1),
+                f(t.create_round_trip.p99_ms, 1)
+            )
+        }),
+    );
+    row(
+        "trickle: provider writes per claim",
+        trickle(&|t| f(t.writes_per_claim, 2)),
+    );
+    let header = runs.iter().map(|(r, _)| r.label.clone()).collect();
+    Some(render(header, rows))
+}
+
+/// Runs as columns, figures as rows, columns aligned.
+fn render(header: Vec<String>, rows: Vec<(String, Vec<String>)>) -> String {
     let mut widths: Vec<usize> = std::iter::once(
         rows.iter()
             .map(|(n, _)| n.chars().count())
