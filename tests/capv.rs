@@ -18,6 +18,7 @@ use std::time::Duration;
 use inpool::api::{GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool};
 use inpool::testenv::capv::{self, GROUP as INFRASTRUCTURE};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -110,20 +111,26 @@ impl Site {
     }
 
     async fn apply(&self, object: Value) {
+        let api = api_of(&self.client, &object, &self.ns).await;
+        let kind = object["kind"].as_str().unwrap_or_default().to_string();
         let object: DynamicObject = typed(object);
-        let api = api_of(
-            &self.client,
-            &serde_json::to_value(&object).unwrap(),
-            &self.ns,
-        )
-        .await;
         api.patch(
             &object.name_any(),
             &PatchParams::apply("inpool-capv-test").force(),
             &Patch::Apply(&object),
         )
         .await
-        .unwrap_or_else(|e| panic!("applying {} {}: {e}", kind_of(&object), object.name_any()));
+        .unwrap_or_else(|e| panic!("applying {kind} {}: {e}", object.name_any()));
+    }
+
+    /// CAPI's Machines (`cluster.x-k8s.io/v1beta2`) of the site's namespace.
+    fn machines(&self) -> Api<DynamicObject> {
+        let machine = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &ApiResource::from_gvk(&machine),
+        )
     }
 
     fn vsphere_vms(&self) -> Api<DynamicObject> {
@@ -220,13 +227,7 @@ impl Site {
     /// Deletes the Machine `name` and waits until CAPV has deleted its VM and the garbage
     /// collector its claims, and inpool has released their addresses.
     async fn delete_machine(&self, name: &str, claims: &[&str]) {
-        let machines: Api<DynamicObject> = api_of(
-            &self.client,
-            &json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine"}),
-            &self.ns,
-        )
-        .await;
-        machines
+        self.machines()
             .delete(name, &DeleteParams::default())
             .await
             .unwrap_or_else(|e| panic!("deleting Machine {name}: {e}"));
@@ -256,14 +257,6 @@ where
         )
     })
     .await
-}
-
-fn kind_of(object: &DynamicObject) -> String {
-    object
-        .types
-        .as_ref()
-        .map(|t| t.kind.clone())
-        .unwrap_or_default()
 }
 
 /// The condition `type` in the list at `path` (a JSON pointer) of `object`.
@@ -354,12 +347,7 @@ async fn capv_provisions_a_machine_from_an_inclusterippool_and_deleting_it_relea
     assert_eq!(fulfilled["status"], "True", "{fulfilled}");
 
     // The Machine is provisioned: CAPI copied the provider ID from the VSphereMachine.
-    let machines: Api<DynamicObject> = api_of(
-        &client,
-        &json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine"}),
-        &ns,
-    )
-    .await;
+    let machines = site.machines();
     eventually("Machine v4-m1 to be Provisioned", PROVISIONING, || async {
         let machine = machines.get("v4-m1").await.ok()?;
         (machine.data["status"]["phase"] == "Provisioned").then_some(())
