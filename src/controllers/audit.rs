@@ -32,7 +32,7 @@
 //!
 //! And it lets go of memory kept for objects that are gone: pools no longer referred to, claims
 //! that no longer wait, the records of own writes and status-write times.
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +44,7 @@ use kube::{Resource, ResourceExt};
 use super::Context;
 use super::error::Error;
 use super::facts::{address_hold, address_key, pool_state};
-use super::registry::{Change, ObjectKey};
+use super::registry::{Change, HoldRecord, ObjectKey};
 use super::reservation::{IPAddressReservation, hold_of, is_released, records_claim};
 use crate::api::{
     ADDRESS_FINALIZER, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim,
@@ -130,17 +130,48 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
     Ok(found)
 }
 
-/// Fresh lists of what the watches feeding the registry see (same scopes).
+/// Fresh lists of what the watches feeding the registry see (same scopes), kept as the facts the
+/// audit compares and acts on, never as whole objects: at 10,000 claims, two whole lists of
+/// `IPAddress`es and reservations were over 100 MiB (issue 17). Listed in pages of [`PAGE`].
 struct Lists {
     /// One `PoolsListed` per pool kind.
     pools: Vec<Change>,
-    reservations: Vec<IPAddressReservation>,
-    addresses: Vec<IPAddress>,
+    /// What each reservation holds, by name, as its watch tells the registry.
+    reservations: Vec<(String, HoldRecord)>,
+    /// What each `IPAddress` holds, by namespace/name, as its watch tells the registry.
+    addresses: Vec<(ObjectKey, HoldRecord)>,
+    /// inpool's `IPAddress`es that are being deleted: the orphans among them are released.
+    deleting: Vec<IPAddress>,
+    /// Reservations that may be stray: not released, old enough, and no live `IPAddress` holds
+    /// their address in their pool (in a healthy run, none).
+    unheld: Vec<IPAddressReservation>,
+}
+
+/// Objects per list request: the API server's own default page for clients that page.
+const PAGE: u32 = 500;
+
+/// Lists every object of `api` page by page, keeping only what `keep` takes of each.
+async fn list_paged<K, T>(
+    api: &Api<K>,
+    mut keep: impl FnMut(K) -> Option<T>,
+) -> Result<Vec<T>, Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = ListParams::default().limit(PAGE);
+    let mut kept = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        kept.extend(page.items.into_iter().filter_map(&mut keep));
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(kept),
+        }
+    }
 }
 
 impl Lists {
     async fn fetch(ctx: &Context) -> Result<Lists, Error> {
-        let all = ListParams::default();
         let (client, settings) = (&ctx.client, &ctx.settings);
         let mut pools = vec![
             listed_pools(super::scoped::<InClusterIPPool>(client, settings)).await?,
@@ -153,34 +184,54 @@ impl Lists {
         if ctx.served.serves(PoolKind::GlobalPrefix) {
             pools.push(listed_pools(Api::<GlobalInClusterPrefixPool>::all(client.clone())).await?);
         }
+
+        // Addresses first: a reservation is a stray suspect only if no live one holds its address.
+        let mut deleting = Vec::new();
+        let mut held: HashSet<(PoolKey, IpAddr)> = HashSet::new();
+        let addresses = list_paged(&super::scoped::<IPAddress>(client, settings), |address| {
+            let hold = address_hold(&address)?;
+            let key = address_key(&address);
+            if address.meta().deletion_timestamp.is_none() {
+                held.insert((hold.pool.clone(), hold.ip));
+            } else if address.finalizers().iter().any(|f| f == ADDRESS_FINALIZER) {
+                deleting.push(address);
+            }
+            Some((key, hold))
+        })
+        .await?;
+
+        let now = Timestamp::now();
+        let min_age = settings.stray_reservation_age;
+        let mut unheld = Vec::new();
+        let reservations = list_paged(&Api::<IPAddressReservation>::all(client.clone()), |r| {
+            let hold = hold_of(&r);
+            let name = r.name_any();
+            let suspect = !is_released(&r)
+                && old_enough(&r, now, min_age)
+                && !hold
+                    .as_ref()
+                    .is_some_and(|h| held.contains(&(h.pool.clone(), h.ip)));
+            if suspect {
+                unheld.push(r);
+            }
+            Some((name, hold?))
+        })
+        .await?;
+
         Ok(Lists {
             pools,
-            reservations: Api::<IPAddressReservation>::all(ctx.client.clone())
-                .list(&all)
-                .await?
-                .items,
-            addresses: super::scoped::<IPAddress>(&ctx.client, &ctx.settings)
-                .list(&all)
-                .await?
-                .items,
+            reservations,
+            addresses,
+            deleting,
+            unheld,
         })
     }
 
     /// The same lists the watches hand the registry on a re-list.
     fn as_changes(&self) -> Vec<Change> {
         let mut changes = self.pools.clone();
-        changes.push(Change::ReservationsListed(
-            self.reservations
-                .iter()
-                .filter_map(|r| Some((r.name_any(), hold_of(r)?)))
-                .collect(),
-        ));
-        changes.push(Change::AddressesListed(
-            self.addresses
-                .iter()
-                .filter_map(|a| Some((address_key(a), address_hold(a)?)))
-                .collect(),
-        ));
+        changes.push(Change::ReservationsListed(self.reservations.clone()));
+        changes.push(Change::AddressesListed(self.addresses.clone()));
         changes
     }
 
@@ -198,23 +249,15 @@ async fn listed_pools<P>(api: Api<P>) -> Result<Change, Error>
 where
     P: IPPool + std::fmt::Debug + serde::de::DeserializeOwned,
 {
-    let pools = api.list(&ListParams::default()).await?.items;
-    Ok(Change::PoolsListed(
-        P::KIND,
-        pools.iter().map(|p| (p.key(), pool_state(p))).collect(),
-    ))
+    let pools = list_paged(&api, |p: P| Some((p.key(), pool_state(&p)))).await?;
+    Ok(Change::PoolsListed(P::KIND, pools))
 }
 
 /// Releases the orphaned addresses that someone deletes (see the module docs); returns how many.
 /// A failure on one is logged and counted, and the others go on.
 async fn release_deleted_orphans(ctx: &Context, lists: &Lists) -> usize {
     let mut released = 0;
-    for address in &lists.addresses {
-        let ours = address_hold(address).is_some()
-            && address.finalizers().iter().any(|f| f == ADDRESS_FINALIZER);
-        if !ours || address.meta().deletion_timestamp.is_none() {
-            continue;
-        }
+    for address in &lists.deleting {
         let key = address_key(address);
         let claim = ObjectKey::new(&key.namespace, &address.spec.claim_ref.name);
         if ctx.stores.claim(&claim).is_some() {
@@ -265,28 +308,8 @@ async fn release_deleted_orphan(
 
 /// Deletes the stray reservations (see the module docs); returns how many.
 async fn collect_strays(ctx: &Context, lists: &Lists) -> Result<usize, Error> {
-    let now = Timestamp::now();
-    let min_age = ctx.settings.stray_reservation_age;
-    let live = lists
-        .addresses
-        .iter()
-        .filter(|a| a.meta().deletion_timestamp.is_none());
-    let addresses: HashMap<ObjectKey, &IPAddress> =
-        live.clone().map(|a| (address_key(a), a)).collect();
-    // Addresses an `IPAddress` holds, whatever its claim: their reservation keeps them unique
-    // between processes, so it stays while the `IPAddress` does.
-    let held: HashSet<(PoolKey, IpAddr)> = live
-        .filter_map(address_hold)
-        .map(|hold| (hold.pool, hold.ip))
-        .collect();
     let mut collected = 0;
-    for reservation in &lists.reservations {
-        if is_released(reservation) || !old_enough(reservation, now, min_age) {
-            continue;
-        }
-        if hold_of(reservation).is_some_and(|hold| held.contains(&(hold.pool, hold.ip))) {
-            continue;
-        }
+    for reservation in &lists.unheld {
         let claim = ObjectKey::new(
             &reservation.spec.claim_namespace,
             &reservation.spec.claim_name,
@@ -299,9 +322,7 @@ async fn collect_strays(ctx: &Context, lists: &Lists) -> Result<usize, Error> {
         {
             continue; // another process's claims
         }
-        if !looks_stray(ctx, reservation, &claim, addresses.get(&claim).copied())
-            || !is_stray(ctx, reservation, &claim).await?
-        {
+        if !looks_stray(ctx, reservation, &claim) || !is_stray(ctx, reservation, &claim).await? {
             continue;
         }
         let api: Api<IPAddressReservation> = Api::all(ctx.client.clone());
@@ -343,18 +364,18 @@ fn old_enough(object: &impl Resource, now: Timestamp, min_age: Duration) -> bool
         })
 }
 
-/// The cheap test, from the cache and the list: might this reservation be stray?
-fn looks_stray(
-    ctx: &Context,
-    reservation: &IPAddressReservation,
-    claim: &ObjectKey,
-    address: Option<&IPAddress>,
-) -> bool {
+/// The cheap test, from the caches: might this reservation be stray?
+fn looks_stray(ctx: &Context, reservation: &IPAddressReservation, claim: &ObjectKey) -> bool {
     match ctx.stores.claim(claim) {
         // Not in this process's cache: gone, or outside its watch filter. Ask the API server.
         None => true,
         Some(cached) => {
-            !records_claim(reservation, &cached) || holds_another_address(reservation, address)
+            let address = ctx
+                .registry()
+                .address_of(claim)
+                .map(|hold| hold.ip.to_string());
+            !records_claim(reservation, &cached)
+                || holds_another_address(reservation, address.as_deref())
         }
     }
 }
@@ -377,13 +398,17 @@ async fn is_stray(
         .get_opt(&claim.name)
         .await?
         .filter(|a| a.meta().deletion_timestamp.is_none());
-    Ok(holds_another_address(reservation, address.as_ref()))
+    Ok(holds_another_address(
+        reservation,
+        address.as_ref().map(|a| a.spec.address.as_str()),
+    ))
 }
 
-/// The claim's `IPAddress` holds a different address than the reservation.
-fn holds_another_address(reservation: &IPAddressReservation, address: Option<&IPAddress>) -> bool {
+/// The claim's `IPAddress`, which gives `address` if it exists, holds a different address than
+/// the reservation.
+fn holds_another_address(reservation: &IPAddressReservation, address: Option<&str>) -> bool {
     let reserved = reservation.spec.address.parse::<IpAddr>().ok();
-    address.is_some_and(|a| a.spec.address.parse::<IpAddr>().ok() != reserved)
+    address.is_some_and(|a| a.parse::<IpAddr>().ok() != reserved)
 }
 
 fn forget_what_is_gone(ctx: &Context) {
