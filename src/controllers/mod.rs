@@ -17,6 +17,7 @@
 pub mod audit;
 pub mod claim;
 pub mod error;
+pub mod events;
 pub mod facts;
 pub mod own_writes;
 pub mod plan;
@@ -32,7 +33,6 @@ use std::sync::{Arc, Mutex};
 use futures::channel::mpsc;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
@@ -54,7 +54,7 @@ pub struct Context {
     pub settings: Settings,
     registry: Mutex<Registry>,
     pub stores: watch::Stores,
-    pub recorder: Recorder,
+    pub events: events::Events,
     pub metrics: Metrics,
     wake: mpsc::UnboundedSender<ObjectRef<IPAddressClaim>>,
     pool_wakes: PoolWakes,
@@ -280,7 +280,7 @@ pub async fn run(
         scoped::<IPAddressClaim>(&client, &settings),
         filtered(&settings),
     )
-    .modify(watch::drop_managed_fields)
+    .modify(watch::slim_claim)
     .reflect(claim_writer)
     .applied_objects();
     let controller = Controller::for_stream(claims, claim_store.clone())
@@ -290,7 +290,7 @@ pub async fn run(
     let served = served::discover(&client, &settings, &metrics).await?;
     let (stores, feeds, subscriptions) = watch::start(&client, &settings, claim_store, &served);
     let ctx = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), Reporter::from(MANAGER)),
+        events: events::Events::new(client.clone(), MANAGER),
         client: client.clone(),
         settings: settings.clone(),
         registry: Mutex::new(Registry::default()),

@@ -47,11 +47,13 @@ use tokio::sync::Notify;
 
 use super::Context;
 use super::facts::{address_hold, address_key, pool_state};
-use super::registry::{Change, ObjectKey, PoolKey, PoolKind};
+use super::registry::{Change, HoldRecord, ObjectKey, PoolKey, PoolKind, Unready};
 use super::reservation::{IPAddressReservation, hold_of, is_released};
+use crate::allocator::ParsedSpec;
 use crate::api::{
-    Cluster, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim, IPPool,
-    InClusterIPPool, InClusterPrefixPool, PAUSED_ANNOTATION,
+    CLUSTER_NAME_LABEL, Cluster, DELETE_FOR_MOVE_ANNOTATION, GlobalInClusterIPPool,
+    GlobalInClusterPrefixPool, IPAddress, IPAddressClaim, IPPool, InClusterIPPool,
+    InClusterPrefixPool, PAUSED_ANNOTATION, READY_CONDITION,
 };
 use crate::cli::Settings;
 
@@ -201,43 +203,76 @@ impl Latch {
 
 /// What a watch says once re-lists are folded in: an object applied or deleted, or the whole
 /// fresh list (`Init`, every `InitApply`, `InitDone`), so that what was deleted while the watch
-/// was down is seen as gone.
+/// was down is seen as gone. `K` is what the watch keeps of each object: the few facts its
+/// readers need (see [`watch`]), never the whole object.
 pub enum Update<K> {
     Applied(K),
     Deleted(K),
-    Listed(Vec<K>),
+    /// A whole list; `first` for the watch's first one since the process started (every later
+    /// one is a re-list after a gap: the watch missed events).
+    Listed {
+        items: Vec<K>,
+        first: bool,
+    },
 }
 
-/// Buffers a watcher's (re-)list and hands it on whole at `InitDone`, as kube-runtime's
-/// reflector store does. A list that fails half-way starts again with a new `Init`.
-pub fn updates<K, S>(events: S) -> impl futures::Stream<Item = Result<Update<K>, watcher::Error>>
-where
-    S: futures::Stream<Item = Result<Event<K>, watcher::Error>>,
-{
-    events
-        .scan(None::<Vec<K>>, |buffer, event| {
-            let update = match event {
-                Err(e) => Some(Err(e)),
-                Ok(Event::Init) => {
-                    *buffer = Some(Vec::new());
-                    None
-                }
-                Ok(Event::InitApply(object)) => {
-                    buffer.get_or_insert_with(Vec::new).push(object);
-                    None
-                }
-                Ok(Event::InitDone) => Some(Ok(Update::Listed(buffer.take().unwrap_or_default()))),
-                Ok(Event::Apply(object)) => Some(Ok(Update::Applied(object))),
-                Ok(Event::Delete(object)) => Some(Ok(Update::Deleted(object))),
-            };
-            futures::future::ready(Some(update))
-        })
-        .filter_map(futures::future::ready)
+/// Folds a watcher's events into [`Update`]s: a (re-)list is buffered and handed on whole at
+/// `InitDone`, as kube-runtime's reflector store does; a list that fails half-way starts again
+/// with a new `Init`.
+struct Lists<K> {
+    buffer: Option<Vec<K>>,
+    lists_done: usize,
+}
+
+impl<K> Default for Lists<K> {
+    fn default() -> Self {
+        Lists {
+            buffer: None,
+            lists_done: 0,
+        }
+    }
+}
+
+impl<K> Lists<K> {
+    fn fold(&mut self, event: Event<K>) -> Option<Update<K>> {
+        match event {
+            Event::Init => {
+                self.buffer = Some(Vec::new());
+                None
+            }
+            Event::InitApply(object) => {
+                self.buffer.get_or_insert_with(Vec::new).push(object);
+                None
+            }
+            Event::InitDone => {
+                self.lists_done += 1;
+                Some(Update::Listed {
+                    items: self.buffer.take().unwrap_or_default(),
+                    first: self.lists_done == 1,
+                })
+            }
+            Event::Apply(object) => Some(Update::Applied(object)),
+            Event::Delete(object) => Some(Update::Deleted(object)),
+        }
+    }
+}
+
+/// The same event, carrying `project(object)` instead of the object.
+fn project_event<K, T>(event: Event<K>, project: impl Fn(&K) -> T) -> Event<T> {
+    match event {
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(project(&o)),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(o) => Event::Apply(project(&o)),
+        Event::Delete(o) => Event::Delete(project(&o)),
+    }
 }
 
 /// What the feed hands on: a change for the registry, or Clusters whose claims may need waking.
 enum Fed {
-    Registry(Change),
+    /// A change for the registry; `relisted` when it is a whole list that is not the watch's
+    /// first (the audit then checks soon that the registry agrees with the API).
+    Registry { change: Change, relisted: bool },
     /// Clusters and whether each is paused (`None`: deleted); `complete` when this is a whole
     /// (re-)list, so that a Cluster missing from it is gone.
     Clusters {
@@ -324,6 +359,8 @@ struct Subscriber<K: Resource<DynamicType = ()> + Clone + 'static> {
     /// The controller's own store of the selected objects, when it does not share the watch's.
     own_store: Option<Writer<K>>,
     triggers: mpsc::UnboundedSender<Arc<K>>,
+    /// The selected objects of a list under way, triggered once it is done.
+    listed: Vec<Arc<K>>,
 }
 
 impl<K> Subscriber<K>
@@ -352,6 +389,7 @@ where
             selects,
             own_store,
             triggers,
+            listed: Vec::new(),
         };
         let subscription = Subscription {
             store,
@@ -360,38 +398,40 @@ where
         (subscriber, subscription)
     }
 
-    /// Brings the controller's own store up to date with `update`; returns what sends the
-    /// triggers, if any (every selected object applied or listed, as the watch of a
-    /// `Controller::new` would).
-    fn take(&mut self, update: &Update<K>) -> Option<Box<dyn FnOnce() + Send>> {
+    /// Brings the controller's own store up to date with `event`; returns what sends the
+    /// triggers, if any: the selected object applied, or every selected object of a list once it
+    /// is done (as the watch of a `Controller::new` would). Only the selected objects of a list
+    /// are kept meanwhile.
+    fn take(&mut self, event: &Event<K>) -> Option<Box<dyn FnOnce() + Send>> {
         let selects = self.selects;
         if let Some(store) = &mut self.own_store {
             let was_kept = |o: &K| store.as_reader().get(&ObjectRef::from_obj(o)).is_some();
-            match update {
-                Update::Applied(o) if selects(o) => {
-                    store.apply_watcher_event(&Event::Apply(o.clone()))
-                }
-                Update::Applied(o) | Update::Deleted(o) if was_kept(o) => {
+            match event {
+                Event::Apply(o) if selects(o) => store.apply_watcher_event(event),
+                Event::Apply(o) | Event::Delete(o) if was_kept(o) => {
                     store.apply_watcher_event(&Event::Delete(o.clone()))
                 }
-                Update::Applied(_) | Update::Deleted(_) => {}
-                Update::Listed(list) => {
-                    store.apply_watcher_event(&Event::Init);
-                    for o in list.iter().filter(|o| selects(o)) {
-                        store.apply_watcher_event(&Event::InitApply(o.clone()));
-                    }
-                    store.apply_watcher_event(&Event::InitDone);
+                Event::Apply(_) | Event::Delete(_) => {}
+                Event::InitApply(o) if !selects(o) => {}
+                Event::Init | Event::InitApply(_) | Event::InitDone => {
+                    store.apply_watcher_event(event)
                 }
             }
         }
-        let selected: Vec<Arc<K>> = match update {
-            Update::Applied(o) if selects(o) => vec![Arc::new(o.clone())],
-            Update::Applied(_) | Update::Deleted(_) => Vec::new(),
-            Update::Listed(list) => list
-                .iter()
-                .filter(|o| selects(o))
-                .map(|o| Arc::new(o.clone()))
-                .collect(),
+        let selected: Vec<Arc<K>> = match event {
+            Event::Init => {
+                self.listed.clear();
+                return None;
+            }
+            Event::InitApply(o) => {
+                if selects(o) {
+                    self.listed.push(Arc::new(o.clone()));
+                }
+                return None;
+            }
+            Event::InitDone => std::mem::take(&mut self.listed),
+            Event::Apply(o) if selects(o) => vec![Arc::new(o.clone())],
+            Event::Apply(_) | Event::Delete(_) => Vec::new(),
         };
         if selected.is_empty() {
             return None;
@@ -406,17 +446,21 @@ where
     }
 }
 
-/// The one watch of kind `K`: kept in `store` (if any), then folded into [`Update`]s that
-/// `fed` turns into what the registry is told, and handed to the `subscriber`'s controller.
-fn watch<K>(
+/// The one watch of kind `K`: kept in `store` (if any) and handed to the `subscriber`'s
+/// controller; then each object is cut down to what `project` keeps of it, before any list is
+/// buffered (at 10,000 `IPAddress`es, whole objects buffered until a list is done were tens of
+/// MiB), and the [`Update`]s of those facts are what `fed` turns into what the registry is told.
+fn watch<K, T>(
     api: Api<K>,
     store: Option<Writer<K>>,
     mut subscriber: Option<Subscriber<K>>,
-    fed: impl Fn(Update<K>) -> Fed + Send + 'static,
+    project: fn(&K) -> T,
+    fed: fn(Update<T>) -> Fed,
 ) -> BoxStream<'static, Result<Handed, watcher::Error>>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync,
     K: serde::de::DeserializeOwned + 'static,
+    T: Send + 'static,
 {
     let events = watcher::watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
@@ -425,79 +469,113 @@ where
         Some(writer) => events.reflect(writer).left_stream(),
         None => events.right_stream(),
     };
-    updates(events)
-        .map_ok(move |update| {
-            let triggers = subscriber.as_mut().and_then(|s| s.take(&update));
-            Handed {
-                fed: fed(update),
-                triggers,
-            }
+    let mut lists = Lists::default();
+    events
+        .try_filter_map(move |event| {
+            let triggers = subscriber.as_mut().and_then(|s| s.take(&event));
+            let handed = lists
+                .fold(project_event(event, project))
+                .map(|update| Handed {
+                    fed: fed(update),
+                    triggers,
+                });
+            futures::future::ready(Ok(handed))
         })
         .boxed()
 }
 
+/// What the registry keeps of a pool: its key and state.
+fn pool_facts<P: IPPool>(pool: &P) -> (PoolKey, Result<ParsedSpec, Unready>) {
+    (pool.key(), pool_state(pool))
+}
+
 /// The registry change for a pool update.
-fn pool_change<P: IPPool>(update: Update<P>) -> Fed {
-    Fed::Registry(match update {
-        Update::Applied(p) => Change::Pool(p.key(), pool_state(&p)),
-        Update::Deleted(p) => Change::PoolGone(p.key()),
-        Update::Listed(pools) => Change::PoolsListed(
-            P::KIND,
-            pools.iter().map(|p| (p.key(), pool_state(p))).collect(),
-        ),
+fn pool_change<P: IPPool>(update: Update<(PoolKey, Result<ParsedSpec, Unready>)>) -> Fed {
+    registry(match update {
+        Update::Applied((key, state)) => (Change::Pool(key, state), false),
+        Update::Deleted((key, _)) => (Change::PoolGone(key), false),
+        Update::Listed { items, first } => (Change::PoolsListed(P::KIND, items), !first),
     })
 }
 
+fn registry((change, relisted): (Change, bool)) -> Fed {
+    Fed::Registry { change, relisted }
+}
+
+/// What the Clusters' watch keeps of a Cluster: its key and whether it is paused.
+fn cluster_facts(cluster: &Cluster) -> (ObjectKey, bool) {
+    let key = ObjectKey::new(
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+    );
+    (key, cluster_paused(cluster))
+}
+
 /// What the Clusters' watch tells: whether each is paused.
-fn cluster_pauses(update: Update<Cluster>) -> Fed {
-    let key = |c: &Cluster| ObjectKey::new(&c.namespace().unwrap_or_default(), &c.name_any());
+fn cluster_pauses(update: Update<(ObjectKey, bool)>) -> Fed {
     match update {
-        Update::Applied(c) => Fed::Clusters {
-            seen: vec![(key(&c), Some(cluster_paused(&c)))],
+        Update::Applied((key, paused)) => Fed::Clusters {
+            seen: vec![(key, Some(paused))],
             complete: false,
         },
-        Update::Deleted(c) => Fed::Clusters {
-            seen: vec![(key(&c), None)],
+        Update::Deleted((key, _)) => Fed::Clusters {
+            seen: vec![(key, None)],
             complete: false,
         },
-        Update::Listed(list) => Fed::Clusters {
-            seen: list
-                .iter()
-                .map(|c| (key(c), Some(cluster_paused(c))))
+        Update::Listed { items, .. } => Fed::Clusters {
+            seen: items
+                .into_iter()
+                .map(|(key, paused)| (key, Some(paused)))
                 .collect(),
             complete: true,
         },
     }
 }
 
+/// What the registry keeps of a reservation: its name and what it holds, if anything.
+fn reservation_facts(reservation: &IPAddressReservation) -> (String, Option<HoldRecord>) {
+    (reservation.name_any(), hold_of(reservation))
+}
+
 /// The registry change for a reservation update.
-fn reservation_change(update: Update<IPAddressReservation>) -> Fed {
-    Fed::Registry(match update {
-        Update::Applied(r) => match hold_of(&r) {
-            Some(hold) => Change::Reservation(r.name_any(), hold),
-            None => Change::ReservationGone(r.name_any()),
-        },
-        Update::Deleted(r) => Change::ReservationGone(r.name_any()),
-        Update::Listed(list) => Change::ReservationsListed(
-            list.iter()
-                .filter_map(|r| Some((r.name_any(), hold_of(r)?)))
-                .collect(),
+fn reservation_change(update: Update<(String, Option<HoldRecord>)>) -> Fed {
+    registry(match update {
+        Update::Applied((name, Some(hold))) => (Change::Reservation(name, hold), false),
+        Update::Applied((name, None)) | Update::Deleted((name, _)) => {
+            (Change::ReservationGone(name), false)
+        }
+        Update::Listed { items, first } => (
+            Change::ReservationsListed(
+                items
+                    .into_iter()
+                    .filter_map(|(name, hold)| Some((name, hold?)))
+                    .collect(),
+            ),
+            !first,
         ),
     })
 }
 
+/// What the registry keeps of an `IPAddress`: its key and what it holds, if anything.
+fn address_facts(address: &IPAddress) -> (ObjectKey, Option<HoldRecord>) {
+    (address_key(address), address_hold(address))
+}
+
 /// The registry change for an `IPAddress` update.
-fn address_change(update: Update<IPAddress>) -> Fed {
-    Fed::Registry(match update {
-        Update::Applied(a) => match address_hold(&a) {
-            Some(hold) => Change::Address(address_key(&a), hold),
-            None => Change::AddressGone(address_key(&a)),
-        },
-        Update::Deleted(a) => Change::AddressGone(address_key(&a)),
-        Update::Listed(list) => Change::AddressesListed(
-            list.iter()
-                .filter_map(|a| Some((address_key(a), address_hold(a)?)))
-                .collect(),
+fn address_change(update: Update<(ObjectKey, Option<HoldRecord>)>) -> Fed {
+    registry(match update {
+        Update::Applied((key, Some(hold))) => (Change::Address(key, hold), false),
+        Update::Applied((key, None)) | Update::Deleted((key, _)) => {
+            (Change::AddressGone(key), false)
+        }
+        Update::Listed { items, first } => (
+            Change::AddressesListed(
+                items
+                    .into_iter()
+                    .filter_map(|(key, hold)| Some((key, hold?)))
+                    .collect(),
+            ),
+            !first,
         ),
     })
 }
@@ -553,6 +631,7 @@ pub fn start(
         super::scoped::<Cluster>(client, settings),
         Some(writer),
         None,
+        cluster_facts,
         cluster_pauses,
     ));
 
@@ -561,6 +640,7 @@ pub fn start(
         Api::<IPAddressReservation>::all(client.clone()),
         None,
         Some(subscriber),
+        reservation_facts,
         reservation_change,
     ));
 
@@ -568,6 +648,7 @@ pub fn start(
         super::scoped::<IPAddress>(client, settings),
         None,
         None,
+        address_facts,
         address_change,
     ));
 
@@ -602,7 +683,13 @@ where
 {
     let (store, writer) = reflector::store();
     let (subscriber, subscription) = Subscriber::every(store.clone());
-    feeds.push(watch(api, Some(writer), Some(subscriber), pool_change::<P>));
+    feeds.push(watch(
+        api,
+        Some(writer),
+        Some(subscriber),
+        pool_facts::<P>,
+        pool_change::<P>,
+    ));
     (store, subscription)
 }
 
@@ -627,6 +714,48 @@ pub fn drop_managed_fields<K: ResourceExt>(object: &mut K) {
     object.managed_fields_mut().clear();
 }
 
+/// What the claim cache keeps of a claim: only what the claim reconciler, the audit and the
+/// wake-ups read, so that memory per claim stays small at 100,000 claims (issue 17; `cargo
+/// bench --bench memory` reports the bytes). Kept: name, namespace, UID, resourceVersion,
+/// generation, creation and deletion time, every finalizer (they are written back whole, guarded
+/// by the resourceVersion), the two annotations read (paused, delete-for-move), the spec, the
+/// `Ready` condition, `addressRef`, and the whole legacy v1beta1 condition list (written back
+/// whole: it is an atomic list). The Cluster's name, whether the claim gives it in
+/// `spec.clusterName` or in the `cluster.x-k8s.io/cluster-name` label, is kept in
+/// `spec.clusterName` (what [`IPAddressClaim::cluster_name`] reads first): a label map of one
+/// entry costs a whole B-tree node. Dropped: managed fields, owner references, every other label
+/// and annotation, other conditions. Claims are only ever patched, field by field, never
+/// written back whole from the cache, so nothing dropped here can be lost on the server.
+pub fn slim_claim(claim: &mut IPAddressClaim) {
+    let meta = &mut claim.metadata;
+    if claim.spec.cluster_name.as_deref().is_none_or(str::is_empty) {
+        claim.spec.cluster_name = meta
+            .labels
+            .as_mut()
+            .and_then(|labels| labels.remove(CLUSTER_NAME_LABEL))
+            .filter(|name| !name.is_empty());
+    }
+    meta.labels = None;
+    meta.managed_fields = None;
+    meta.owner_references = None;
+    meta.generate_name = None;
+    meta.self_link = None;
+    meta.annotations = meta
+        .annotations
+        .take()
+        .map(|annotations| {
+            annotations
+                .into_iter()
+                .filter(|(key, _)| key == PAUSED_ANNOTATION || key == DELETE_FOR_MOVE_ANNOTATION)
+                .collect::<std::collections::BTreeMap<_, _>>()
+        })
+        .filter(|kept| !kept.is_empty());
+    if let Some(conditions) = claim.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+        conditions.retain(|c| c.type_ == READY_CONDITION);
+        conditions.shrink_to_fit();
+    }
+}
+
 /// Applies every change to the registry and wakes the claims it can serve. Runs until a watch
 /// fails for good (the default backoff retries transient errors).
 pub async fn feed(ctx: Arc<Context>, Feeds(mut feeds): Feeds) -> anyhow::Result<()> {
@@ -645,7 +774,7 @@ pub async fn feed(ctx: Arc<Context>, Feeds(mut feeds): Feeds) -> anyhow::Result<
 }
 
 fn apply(ctx: &Context, fed: Fed) {
-    let change = match fed {
+    let (change, relisted) = match fed {
         Fed::Clusters { seen, complete } => {
             let woken = ctx
                 .stores
@@ -657,7 +786,7 @@ fn apply(ctx: &Context, fed: Fed) {
             ctx.wake(woken);
             return;
         }
-        Fed::Registry(change) => change,
+        Fed::Registry { change, relisted } => (change, relisted),
     };
     let listed = match &change {
         Change::ReservationsListed(_) => Some(&ctx.stores.holds_listed.reservations),
@@ -670,19 +799,23 @@ fn apply(ctx: &Context, fed: Fed) {
     };
     let kind = change.kind();
     let corrections = ctx.registry().diff(&change);
-    if !corrections.is_empty() {
+    if relisted {
         tracing::info!(
             kind,
             corrections = corrections.len(),
-            "a fresh list differed from what the watch had said (re-list after a gap); applied"
+            "re-listed after a gap in the watch; applied what the fresh list differs by"
         );
+    } else {
+        tracing::debug!(kind, objects = corrections.len(), "first list applied");
     }
     for correction in corrections {
         ctx.apply(correction);
     }
-    match listed {
-        Some(latch) if !ctx.stores.holds_listed.is_open() => ctx.stores.holds_listed.open(latch),
-        _ => ctx.stores.relisted.notify_one(),
+    if let Some(latch) = listed {
+        ctx.stores.holds_listed.open(latch);
+    }
+    if relisted {
+        ctx.stores.relisted.notify_one();
     }
 }
 
@@ -723,9 +856,11 @@ mod tests {
             Subscriber::only(|m: &k8s_openapi::api::core::v1::ConfigMap| {
                 m.labels().contains_key("released")
             });
-        let mut step = |update| {
-            if let Some(send) = subscriber.take(&update) {
-                send();
+        let mut step = |events: Vec<Event<k8s_openapi::api::core::v1::ConfigMap>>| {
+            for event in &events {
+                if let Some(send) = subscriber.take(event) {
+                    send();
+                }
             }
             let mut kept: Vec<String> = subscription
                 .store
@@ -740,12 +875,15 @@ mod tests {
             }
             (kept, triggered)
         };
+        let list = |maps: Vec<k8s_openapi::api::core::v1::ConfigMap>| {
+            let mut events = vec![Event::Init];
+            events.extend(maps.into_iter().map(Event::InitApply));
+            events.push(Event::InitDone);
+            events
+        };
         let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            step(Update::Listed(vec![
-                config_map("a", true),
-                config_map("b", false)
-            ])),
+            step(list(vec![config_map("a", true), config_map("b", false)])),
             (names(&["a"]), names(&["a"])),
             "a list: only the selected ones"
         );
@@ -757,23 +895,48 @@ mod tests {
                 .is_some()
         );
         assert_eq!(
-            step(Update::Applied(config_map("b", true))),
+            step(vec![Event::Apply(config_map("b", true))]),
             (names(&["a", "b"]), names(&["b"]))
         );
         assert_eq!(
-            step(Update::Applied(config_map("a", false))),
+            step(vec![Event::Apply(config_map("a", false))]),
             (names(&["b"]), names(&[])),
             "no longer selected: dropped, not triggered"
         );
         assert_eq!(
-            step(Update::Deleted(config_map("b", true))),
+            step(vec![Event::Delete(config_map("b", true))]),
             (names(&[]), names(&[]))
         );
         assert_eq!(
-            step(Update::Listed(vec![config_map("c", true)])),
+            step(list(vec![config_map("c", true)])),
             (names(&["c"]), names(&["c"])),
             "a re-list replaces the store"
         );
+    }
+
+    #[test]
+    fn only_the_first_list_of_a_watch_is_first_and_a_list_is_handed_on_whole() {
+        let mut lists = Lists::default();
+        assert!(lists.fold(Event::Init).is_none());
+        assert!(lists.fold(Event::InitApply(1)).is_none());
+        assert!(lists.fold(Event::InitApply(2)).is_none());
+        assert!(matches!(
+            lists.fold(Event::InitDone),
+            Some(Update::Listed { items, first: true }) if items == vec![1, 2]
+        ));
+        assert!(matches!(
+            lists.fold(Event::Apply(3)),
+            Some(Update::Applied(3))
+        ));
+        // A list that failed half-way starts again with a new Init: only the second one counts.
+        assert!(lists.fold(Event::Init).is_none());
+        assert!(lists.fold(Event::InitApply(4)).is_none());
+        assert!(lists.fold(Event::Init).is_none());
+        assert!(lists.fold(Event::InitApply(5)).is_none());
+        assert!(matches!(
+            lists.fold(Event::InitDone),
+            Some(Update::Listed { items, first: false }) if items == vec![5]
+        ));
     }
 
     #[test]
