@@ -1,0 +1,183 @@
+//! Memory per claim (issue 17): the live heap bytes each structure inpool keeps for one realised
+//! claim, measured with a counting global allocator over 10,000 claims as the API server serves
+//! them (an infrastructure provider's claim with its owner reference, labels and finalizers, the
+//! status inpool wrote, and the managed fields of three writers).
+//!
+//! Run: `cargo bench --bench memory`. It prints one line per structure and the sum; the scale
+//! harness measures the whole process (README, Performance). No timing, and nothing here
+//! decides a test: the figures are for comparing a change before and after.
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+
+use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool, PoolKey};
+use inpool::controllers::facts::{address_hold, address_key, pool_state};
+use inpool::controllers::registry::{Change, Registry};
+use inpool::controllers::reservation::{IPAddressReservation, hold_of};
+use inpool::controllers::watch::slim_claim;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::Event;
+use serde_json::{Value, json};
+
+#[path = "common/counting_allocator.rs"]
+mod counting_allocator;
+use counting_allocator::live_bytes;
+
+const CLAIMS: usize = 10_000;
+const NAMESPACE: &str = "fleet-edge-042";
+const POOL: &str = "edge-pool";
+
+fn ip(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + 10 + i as u32))
+}
+
+fn machine(i: usize) -> String {
+    format!("edge-cluster-md-0-7f9c6b5d4-x{i:05}")
+}
+
+fn managed_field(manager: &str, operation: &str, subresource: Option<&str>) -> Value {
+    json!({
+        "manager": manager, "operation": operation, "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+        "time": "2026-11-30T10:00:00Z", "fieldsType": "FieldsV1",
+        "subresource": subresource,
+        "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:cluster.x-k8s.io/cluster-name": {}},
+            "f:ownerReferences": {".": {}, "k:{\"uid\":\"0b5c7a52-3f7e-4c59-9a1e-5e1c7f8f2d11\"}": {}}},
+            "f:spec": {".": {}, "f:poolRef": {".": {}, "f:apiGroup": {}, "f:kind": {}, "f:name": {}}}}
+    })
+}
+
+/// A realised claim as an infrastructure provider makes it and inpool leaves it.
+fn claim(i: usize) -> IPAddressClaim {
+    let name = format!("{}-0-0", machine(i));
+    let message = format!(
+        "address {} allocated from InClusterIPPool {NAMESPACE}/{POOL}",
+        ip(i)
+    );
+    serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+        "metadata": {
+            "name": name, "namespace": NAMESPACE,
+            "uid": format!("6f1c2b9e-0d4a-4b8e-9c3f-{i:012}"), "resourceVersion": format!("{}", 100_000 + i),
+            "generation": 1, "creationTimestamp": "2026-11-30T10:00:00Z",
+            "labels": {"cluster.x-k8s.io/cluster-name": "edge-cluster"},
+            "finalizers": ["ipam.cluster.x-k8s.io/ReleaseAddress"],
+            "ownerReferences": [{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+                "kind": "VSphereVM", "name": machine(i), "uid": "0b5c7a52-3f7e-4c59-9a1e-5e1c7f8f2d11",
+                "controller": true, "blockOwnerDeletion": true}],
+            "managedFields": [managed_field("manager", "Update", None),
+                managed_field("inpool", "Update", None), managed_field("inpool", "Apply", Some("status"))]
+        },
+        "spec": {"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": POOL}},
+        "status": {
+            "addressRef": {"name": name},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "AddressAllocated",
+                "message": message, "lastTransitionTime": "2026-11-30T10:00:01Z", "observedGeneration": 1}],
+            "deprecated": {"v1beta1": {"conditions": [{"type": "Ready", "status": "True",
+                "lastTransitionTime": "2026-11-30T10:00:01Z"}]}}
+        }
+    }))
+    .expect("a valid claim")
+}
+
+fn address(i: usize) -> IPAddress {
+    serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+        "metadata": {"name": format!("{}-0-0", machine(i)), "namespace": NAMESPACE},
+        "spec": {"address": ip(i).to_string(), "prefix": 16, "gateway": "10.0.0.1",
+            "claimRef": {"name": format!("{}-0-0", machine(i))},
+            "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": POOL}}
+    }))
+    .expect("a valid IPAddress")
+}
+
+fn reservation(i: usize) -> IPAddressReservation {
+    serde_json::from_value(json!({
+        "apiVersion": "ipam.inpool.dev/v1alpha1", "kind": "IPAddressReservation",
+        "metadata": {"name": format!("{}.ns.{NAMESPACE}", ip(i))},
+        "spec": {"address": ip(i).to_string(), "poolKind": "InClusterIPPool",
+            "poolNamespace": NAMESPACE, "poolName": POOL,
+            "claimNamespace": NAMESPACE, "claimName": format!("{}-0-0", machine(i)),
+            "claimUID": format!("6f1c2b9e-0d4a-4b8e-9c3f-{i:012}")}
+    }))
+    .expect("a valid reservation")
+}
+
+/// Live heap bytes per claim that `keep` leaves behind, building from objects made outside it.
+fn per_claim<T>(keep: impl FnOnce() -> T) -> (f64, T) {
+    let before = live_bytes();
+    let kept = keep();
+    let after = live_bytes();
+    ((after - before) as f64 / CLAIMS as f64, kept)
+}
+
+fn main() {
+    let pool: InClusterIPPool = serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+        "metadata": {"name": POOL, "namespace": NAMESPACE},
+        "spec": {"addresses": ["10.0.0.10-10.0.255.250"], "prefix": 16, "gateway": "10.0.0.1"}
+    }))
+    .expect("a valid pool");
+    let mut lines = Vec::new();
+
+    let claims: Vec<IPAddressClaim> = (0..CLAIMS).map(claim).collect();
+    let (whole, whole_store) = per_claim(|| {
+        let mut writer = Writer::<IPAddressClaim>::default();
+        writer.apply_watcher_event(&Event::Init);
+        for c in &claims {
+            let mut c = c.clone();
+            c.metadata.managed_fields = None;
+            writer.apply_watcher_event(&Event::InitApply(c));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        writer
+    });
+    drop(whole_store);
+    let (slim, store) = per_claim(|| {
+        let mut writer = Writer::<IPAddressClaim>::default();
+        writer.apply_watcher_event(&Event::Init);
+        for c in &claims {
+            let mut c = c.clone();
+            slim_claim(&mut c);
+            writer.apply_watcher_event(&Event::InitApply(c));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        writer
+    });
+    lines.push((
+        "claim cache, whole objects without managed fields (before)",
+        whole,
+    ));
+    lines.push(("claim cache, slimmed (slim_claim)", slim));
+    drop(claims);
+
+    let addresses: Vec<IPAddress> = (0..CLAIMS).map(address).collect();
+    let reservations: Vec<IPAddressReservation> = (0..CLAIMS).map(reservation).collect();
+    let mut registry = Registry::default();
+    let key = PoolKey::in_cluster(NAMESPACE, POOL);
+    registry.apply(Change::Pool(key, pool_state(&pool)));
+    let (held, registry) = per_claim(|| {
+        for r in &reservations {
+            let hold = hold_of(r).expect("a hold");
+            registry.apply(Change::Reservation(r.metadata.name.clone().unwrap(), hold));
+        }
+        for a in &addresses {
+            registry.apply(Change::Address(
+                address_key(a),
+                address_hold(a).expect("a hold"),
+            ));
+        }
+        registry
+    });
+    lines.push(("registry: a reservation and an IPAddress per claim", held));
+
+    let width = lines.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
+    println!("live heap bytes per claim, over {CLAIMS} claims:");
+    for (label, bytes) in &lines {
+        println!("  {label:<width$}  {bytes:>7.0}");
+    }
+    println!(
+        "  {:<width$}  {:>7.0}",
+        "kept per claim (slimmed cache + registry)",
+        slim + held
+    );
+    black_box((store, registry));
+}
