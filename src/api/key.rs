@@ -6,12 +6,105 @@ use super::{
     IN_CLUSTER_PREFIX_POOL_KIND, IPAM_GROUP, IPPoolReference,
 };
 
-/// Which pool: kind, namespace (`None` for global pools) and name.
+/// Which pool: kind, namespace (`None` for global pools) and name. The names are [`Name`]s:
+/// every hold of a pool carries its key, so at 100,000 claims a copy of the strings per hold
+/// would be megabytes of the same few names (issue 17).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PoolKey {
     pub kind: PoolKind,
-    pub namespace: Option<String>,
-    pub name: String,
+    pub namespace: Option<Name>,
+    pub name: Name,
+}
+
+/// A pool's or a namespace's name, shared: [`Name::new`] gives the one copy of each distinct
+/// name, and cloning it copies a pointer. Pool names and namespaces are few; a name no key uses
+/// any more is let go by [`Name::forget_unused`] (the audit calls it).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Name(std::sync::Arc<str>);
+
+static NAMES: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashSet<std::sync::Arc<str>>>,
+> = std::sync::LazyLock::new(Default::default);
+
+impl Name {
+    pub fn new(name: &str) -> Name {
+        let mut names = NAMES.lock().expect("names lock");
+        match names.get(name) {
+            Some(shared) => Name(shared.clone()),
+            None => {
+                let shared: std::sync::Arc<str> = name.into();
+                names.insert(shared.clone());
+                Name(shared)
+            }
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Lets go of the names nothing but the table refers to.
+    pub fn forget_unused() {
+        NAMES
+            .lock()
+            .expect("names lock")
+            .retain(|name| std::sync::Arc::strong_count(name) > 1);
+    }
+}
+
+impl std::ops::Deref for Name {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Name {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Debug for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl PartialEq<str> for Name {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Name {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl PartialEq<String> for Name {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl From<&str> for Name {
+    fn from(name: &str) -> Name {
+        Name::new(name)
+    }
 }
 
 /// The pool kinds inpool serves: IP pools hand out addresses, prefix pools IPv6 sub-prefixes.
@@ -62,8 +155,8 @@ impl PoolKey {
     pub fn in_cluster(namespace: &str, name: &str) -> PoolKey {
         PoolKey {
             kind: PoolKind::InCluster,
-            namespace: Some(namespace.to_string()),
-            name: name.to_string(),
+            namespace: Some(Name::new(namespace)),
+            name: Name::new(name),
         }
     }
 
@@ -71,7 +164,7 @@ impl PoolKey {
         PoolKey {
             kind: PoolKind::Global,
             namespace: None,
-            name: name.to_string(),
+            name: Name::new(name),
         }
     }
 
@@ -79,14 +172,14 @@ impl PoolKey {
     /// namespaced kind without a namespace (a reference that cannot be resolved).
     pub fn of_kind(kind: PoolKind, namespace: Option<&str>, name: &str) -> Option<PoolKey> {
         let namespace = if kind.is_namespaced() {
-            Some(namespace?.to_string())
+            Some(Name::new(namespace?))
         } else {
             None
         };
         Some(PoolKey {
             kind,
             namespace,
-            name: name.to_string(),
+            name: Name::new(name),
         })
     }
 
@@ -126,13 +219,31 @@ impl std::fmt::Display for PoolKey {
 /// may reuse the same private range), across the cluster for global pools.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Scope {
-    Namespace(String),
+    Namespace(Name),
     Cluster,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn interned(name: &str) -> bool {
+        NAMES.lock().expect("names lock").contains(name)
+    }
+
+    #[test]
+    fn a_name_is_stored_once_and_let_go_when_no_key_uses_it() {
+        let kept = PoolKey::in_cluster("name-test-ns", "name-test-kept");
+        let again = Name::new("name-test-kept");
+        assert!(std::sync::Arc::ptr_eq(&kept.name.0, &again.0));
+        drop(again);
+        drop(Name::new("name-test-dropped"));
+        assert!(interned("name-test-dropped"));
+        Name::forget_unused();
+        assert!(!interned("name-test-dropped"));
+        assert!(interned("name-test-kept") && interned("name-test-ns"));
+        assert_eq!(kept.name, "name-test-kept");
+    }
 
     #[test]
     fn every_kind_reads_back_from_its_name_and_keeps_a_namespace_only_when_namespaced() {

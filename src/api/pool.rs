@@ -11,6 +11,7 @@
 // duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
 
+use super::key::Name;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema, Resource, core::Message, core::Rule};
 use schemars::JsonSchema;
@@ -265,8 +266,8 @@ pub trait IPPool: Resource<DynamicType = ()> + Clone + Send + Sync + 'static {
             kind: Self::KIND,
             namespace: Self::KIND
                 .is_namespaced()
-                .then(|| meta.namespace.clone().unwrap_or_default()),
-            name: meta.name.clone().unwrap_or_default(),
+                .then(|| Name::new(meta.namespace.as_deref().unwrap_or_default())),
+            name: Name::new(meta.name.as_deref().unwrap_or_default()),
         }
     }
 }

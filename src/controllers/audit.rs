@@ -424,4 +424,6 @@ fn forget_what_is_gone(ctx: &Context) {
         .lock()
         .expect("pool writes lock")
         .retain(|pool, _| known_pools.contains(pool));
+    drop(known_pools);
+    crate::api::Name::forget_unused();
 }

@@ -18,6 +18,7 @@ pub use crate::api::reservation::{
 };
 
 use super::registry::{HoldRecord, ObjectKey, PoolKey, PoolKind, Scope};
+use crate::api::Name;
 
 /// The reservation's name: the address (IPv4 as `10-0-0-5`, IPv6 as eight 4-digit hex groups)
 /// and the scope (`.ns.<namespace>` or `.cluster`). Both parts are unambiguous: a namespace is a
@@ -47,8 +48,8 @@ pub fn new_reservation(
         IPAddressReservationSpec {
             address: crate::allocator::canonical(ip),
             pool_kind: pool.kind.name().to_string(),
-            pool_namespace: pool.namespace.clone(),
-            pool_name: pool.name.clone(),
+            pool_namespace: pool.namespace.as_deref().map(str::to_string),
+            pool_name: pool.name.to_string(),
             claim_namespace: claim.namespace.clone(),
             claim_name: claim.name.clone(),
             claim_uid,
@@ -117,7 +118,7 @@ pub fn hold_of(reservation: &IPAddressReservation) -> Option<HoldRecord> {
     )?;
     let name = reservation.metadata.name.as_deref()?;
     let scope = match name.rsplit_once(".ns.") {
-        Some((_, namespace)) => Scope::Namespace(namespace.to_string()),
+        Some((_, namespace)) => Scope::Namespace(Name::new(namespace)),
         None => Scope::Cluster,
     };
     Some(HoldRecord {

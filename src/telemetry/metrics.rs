@@ -47,8 +47,8 @@ impl From<&PoolKey> for PoolLabels {
     fn from(key: &PoolKey) -> PoolLabels {
         PoolLabels {
             pool_kind: key.kind.name().to_string(),
-            pool_namespace: key.namespace.clone().unwrap_or_default(),
-            pool_name: key.name.clone(),
+            pool_namespace: key.namespace.as_deref().unwrap_or_default().to_string(),
+            pool_name: key.name.to_string(),
         }
     }
 }
