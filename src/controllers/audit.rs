@@ -142,8 +142,8 @@ struct Lists {
     addresses: Vec<(ObjectKey, HoldRecord)>,
     /// inpool's `IPAddress`es that are being deleted: the orphans among them are released.
     deleting: Vec<IPAddress>,
-    /// Reservations that may be stray: not released, old enough, and no live `IPAddress` holds
-    /// their address in their pool (in a healthy run, none).
+    /// Reservations of this process's claims that may be stray: not released, old enough, and
+    /// no live `IPAddress` holds their address in their pool (in a healthy run, none).
     unheld: Vec<IPAddressReservation>,
 }
 
@@ -206,7 +206,12 @@ impl Lists {
         let reservations = list_paged(&Api::<IPAddressReservation>::all(client.clone()), |r| {
             let hold = hold_of(&r);
             let name = r.name_any();
+            // Another process's claims (a namespace split) are not ours to judge, nor to keep.
             let suspect = !is_released(&r)
+                && settings
+                    .namespace
+                    .as_ref()
+                    .is_none_or(|ns| *ns == r.spec.claim_namespace)
                 && old_enough(&r, now, min_age)
                 && !hold
                     .as_ref()
@@ -314,14 +319,6 @@ async fn collect_strays(ctx: &Context, lists: &Lists) -> Result<usize, Error> {
             &reservation.spec.claim_namespace,
             &reservation.spec.claim_name,
         );
-        if ctx
-            .settings
-            .namespace
-            .as_ref()
-            .is_some_and(|ns| *ns != claim.namespace)
-        {
-            continue; // another process's claims
-        }
         if !looks_stray(ctx, reservation, &claim) || !is_stray(ctx, reservation, &claim).await? {
             continue;
         }
