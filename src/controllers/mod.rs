@@ -30,6 +30,7 @@ pub mod watch;
 
 use std::sync::{Arc, Mutex};
 
+use futures::StreamExt;
 use futures::channel::mpsc;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
@@ -276,12 +277,16 @@ pub async fn run(
     let (wake_tx, wake_rx) = mpsc::unbounded();
     let (pool_wakes, pool_wake_rx) = PoolWakes::new();
     let (claim_store, claim_writer) = reflector::store();
+    let cached = claim_store.clone();
+    let gauge = metrics.clone();
     let claims = watcher::watcher(
         scoped::<IPAddressClaim>(&client, &settings),
         filtered(&settings),
     )
     .modify(watch::slim_claim)
     .reflect(claim_writer)
+    // After the reflector, so that the count includes the event (deletions too).
+    .inspect(move |_| gauge.claims_watched(cached.len()))
     .applied_objects();
     let controller = Controller::for_stream(claims, claim_store.clone())
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))

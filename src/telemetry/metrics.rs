@@ -14,6 +14,7 @@
 //! | `inpool_reconciles_total` | counter | `controller` |
 //! | `inpool_reconcile_errors_total` | counter | `controller`, `error` |
 //! | `inpool_pool_kind_served` | gauge | `pool_kind` |
+//! | `inpool_claims_watched` | gauge | — |
 //! | `inpool_leader` | gauge | — |
 //! | `inpool_build_info` | info | `version` |
 //!
@@ -110,6 +111,7 @@ struct Inner {
     stray_reservations: Counter,
     orphan_addresses: Counter,
     audits: Counter,
+    claims_watched: U64Gauge,
     leader: Gauge,
 }
 
@@ -232,6 +234,12 @@ impl Metrics {
             orphan_addresses.clone(),
         );
         registry.register("audits", "Audits completed", audits.clone());
+        let claims_watched = U64Gauge::default();
+        registry.register(
+            "claims_watched",
+            "IPAddressClaims in this process's cache (its --namespace and --watch-filter): its memory grows with this number",
+            claims_watched.clone(),
+        );
         registry.register(
             "leader",
             "1 while this process holds the leader election lease (or runs without leader election), else 0",
@@ -264,6 +272,7 @@ impl Metrics {
                 stray_reservations,
                 orphan_addresses,
                 audits,
+                claims_watched,
                 leader,
             }),
         }
@@ -413,6 +422,11 @@ impl Metrics {
     /// An audit completed.
     pub fn audit_completed(&self) {
         self.inner.audits.inc();
+    }
+
+    /// How many claims the claim watch's cache holds.
+    pub fn claims_watched(&self, claims: usize) {
+        self.inner.claims_watched.set(claims as u64);
     }
 
     pub fn set_leader(&self, leading: bool) {
