@@ -87,6 +87,8 @@ pub struct Restart {
     pub cpu_seconds: Option<f64>,
     /// Its peak resident memory (VmHWM) when caught up, MiB.
     pub peak_rss_mib: Option<f64>,
+    /// Its resident memory when caught up, MiB.
+    pub rss_mib: Option<f64>,
     /// Second restart (when planned): spawn → `/readyz` 200.
     pub probe_process_seconds_to_ready: Option<f64>,
     /// Second restart: spawn → the new claim (created right after the spawn) Ready.
@@ -243,14 +245,18 @@ async fn restart(
     if let Some(stat) = process.stat() {
         out.cpu_seconds = Some(stat.cpu_seconds);
         out.peak_rss_mib = Some(stat.hwm_kib as f64 / 1024.0);
+        out.rss_mib = Some(stat.rss_kib as f64 / 1024.0);
     }
     eprintln!(
-        "  restart: ready after {}, caught up after {:.1} s; {} writes, {} claim reconciles",
+        "  restart: ready after {}, caught up after {:.1} s; {} writes, {} claim reconciles; \
+         RSS {} MiB (peak {} MiB)",
         out.seconds_to_ready
             .map_or("–".into(), |s| format!("{s:.1} s")),
         out.seconds_to_caught_up,
         out.writes,
-        out.claim_reconciles.map_or("–".into(), |r| r.to_string())
+        out.claim_reconciles.map_or("–".into(), |r| r.to_string()),
+        out.rss_mib.map_or("–".into(), |m| format!("{m:.1}")),
+        out.peak_rss_mib.map_or("–".into(), |m| format!("{m:.1}")),
     );
 
     // 2. A new claim as soon as the process is spawned.

@@ -283,6 +283,9 @@ pub struct Run {
     pub reconcile_errors: Option<f64>,
     /// Provider CPU seconds between the first create and the last Ready.
     pub provider_cpu_seconds: Option<f64>,
+    /// Provider resident memory once ready, before the first claim is created (its base: the
+    /// canary's claim and the pools only), MiB.
+    pub provider_base_rss_mib: Option<f64>,
     /// Provider peak resident memory (VmHWM) at the last Ready, MiB.
     pub provider_peak_rss_mib: Option<f64>,
     /// Provider resident memory at the last Ready, MiB.
@@ -1248,6 +1251,7 @@ async fn measure_scenario(
     );
     if let (Some(b), Some(a)) = (before.provider, after.provider) {
         run.provider_cpu_seconds = Some(a.cpu_seconds - b.cpu_seconds);
+        run.provider_base_rss_mib = Some(b.rss_kib as f64 / 1024.0);
         run.provider_peak_rss_mib = Some(a.hwm_kib as f64 / 1024.0);
         run.provider_rss_mib = Some(a.rss_kib as f64 / 1024.0);
     }

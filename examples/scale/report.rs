@@ -191,6 +191,10 @@ pub fn table(runs: &[Run]) -> String {
         }),
     );
     row(
+        "provider RSS before the claims (MiB)",
+        each(&|r| opt(r.provider_base_rss_mib, 1)),
+    );
+    row(
         "provider peak RSS (MiB)",
         each(&|r| opt(r.provider_peak_rss_mib, 1)),
     );
@@ -299,8 +303,8 @@ pub fn at_size_table(runs: &[Run]) -> Option<String> {
         restart(&|r| opt(r.cpu_seconds, 1)),
     );
     row(
-        "restart: peak RSS (MiB)",
-        restart(&|r| opt(r.peak_rss_mib, 1)),
+        "restart: RSS / peak when caught up (MiB)",
+        restart(&|r| format!("{} / {}", opt(r.rss_mib, 1), opt(r.peak_rss_mib, 1))),
     );
     row(
         "restart 2: spawn → /readyz 200 (s)",
