@@ -284,8 +284,20 @@ impl ControlPlane {
         )
     }
 
-    /// Starts a control plane on `data_dir` as `options` say, and waits until it is ready.
+    /// Starts a control plane on `data_dir` as `options` say, and waits until it is ready. A
+    /// start that fails is tried once more: a CI run saw kube-apiserver exit with status 1 while
+    /// starting, once, right after another test binary's control plane had been killed.
     pub fn start_with(data_dir: &Path, options: &StartOptions) -> Result<ControlPlane, String> {
+        Self::start_once(data_dir, options).or_else(|first| {
+            say(&format!(
+                "the control plane did not start ({first}); trying once more"
+            ));
+            Self::start_once(data_dir, options)
+                .map_err(|second| format!("{second} (and before that: {first})"))
+        })
+    }
+
+    fn start_once(data_dir: &Path, options: &StartOptions) -> Result<ControlPlane, String> {
         let binary = testenv_binary()?;
         let kubeconfig = data_dir.join("kubeconfig");
         let mut command = Command::new(binary);
