@@ -39,10 +39,6 @@ impl Name {
         }
     }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
     /// Lets go of the names nothing but the table refers to.
     pub fn forget_unused() {
         NAMES
@@ -55,12 +51,6 @@ impl Name {
 impl std::ops::Deref for Name {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl AsRef<str> for Name {
-    fn as_ref(&self) -> &str {
         &self.0
     }
 }
@@ -80,24 +70,6 @@ impl std::fmt::Display for Name {
 impl std::fmt::Debug for Name {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         std::fmt::Debug::fmt(&*self.0, f)
-    }
-}
-
-impl PartialEq<str> for Name {
-    fn eq(&self, other: &str) -> bool {
-        &*self.0 == other
-    }
-}
-
-impl PartialEq<&str> for Name {
-    fn eq(&self, other: &&str) -> bool {
-        &*self.0 == *other
-    }
-}
-
-impl PartialEq<String> for Name {
-    fn eq(&self, other: &String) -> bool {
-        *self.0 == **other
     }
 }
 
@@ -242,7 +214,7 @@ mod tests {
         Name::forget_unused();
         assert!(!interned("name-test-dropped"));
         assert!(interned("name-test-kept") && interned("name-test-ns"));
-        assert_eq!(kept.name, "name-test-kept");
+        assert_eq!(&*kept.name, "name-test-kept");
     }
 
     #[test]
