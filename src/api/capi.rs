@@ -262,17 +262,33 @@ pub fn claim_status_with_ready(
     address_ref: Option<&str>,
     now: Time,
 ) -> IPAddressClaimStatus {
-    let type_ = desired.type_.clone();
-    let mut current: Vec<Condition> = claim.conditions().to_vec();
-    set_condition_at(&mut current, desired, now);
-    let ours: Vec<Condition> = current.into_iter().filter(|c| c.type_ == type_).collect();
-
-    let mut legacy: Vec<LegacyCondition> = claim
+    let legacy = claim
         .status
         .as_ref()
         .and_then(|s| s.legacy_conditions())
         .cloned()
         .unwrap_or_default();
+    status_with_ready(
+        claim.conditions().to_vec(),
+        legacy,
+        desired,
+        address_ref,
+        now,
+    )
+}
+
+/// [`claim_status_with_ready`] from the parts of a claim it reads: its current conditions (only
+/// the entry of the desired type matters) and its whole legacy list.
+pub fn status_with_ready(
+    mut current: Vec<Condition>,
+    mut legacy: Vec<LegacyCondition>,
+    desired: DesiredCondition,
+    address_ref: Option<&str>,
+    now: Time,
+) -> IPAddressClaimStatus {
+    let type_ = desired.type_.clone();
+    set_condition_at(&mut current, desired, now);
+    let ours: Vec<Condition> = current.into_iter().filter(|c| c.type_ == type_).collect();
     for c in &ours {
         upsert_legacy(&mut legacy, to_legacy(c));
     }

@@ -52,7 +52,7 @@ pub use capi::{
     Cluster, ClusterSpec, ClusterStatus, IPAddress, IPAddressClaim, IPAddressClaimDeprecatedStatus,
     IPAddressClaimReference, IPAddressClaimSpec, IPAddressClaimStatus,
     IPAddressClaimV1Beta1DeprecatedStatus, IPAddressReference, IPAddressSpec, IPPoolReference,
-    claim_status_patch, claim_status_with_ready,
+    claim_status_patch, claim_status_with_ready, status_with_ready,
 };
 pub use conditions::{
     ConditionStatus, DesiredCondition, LegacyCondition, LegacySeverity, find_condition,

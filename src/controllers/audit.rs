@@ -371,7 +371,7 @@ fn looks_stray(ctx: &Context, reservation: &IPAddressReservation, claim: &Object
                 .registry()
                 .address_of(claim)
                 .map(|hold| hold.ip.to_string());
-            !records_claim(reservation, &cached)
+            !records_claim(reservation, &*cached)
                 || holds_another_address(reservation, address.as_deref())
         }
     }

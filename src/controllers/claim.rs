@@ -24,6 +24,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use super::cached_claim::CachedClaim;
 use super::error::Error;
 use super::facts::{address_hold, address_key};
 use super::plan::{self, Allocation, Step};
@@ -36,7 +37,7 @@ use crate::api::{
     DELETE_FOR_MOVE_ANNOTATION, DesiredCondition, IPAM_GROUP, IPAddress, IPAddressClaim,
     IPAddressClaimReference, IPAddressSpec, PAUSED_ANNOTATION, READY_CONDITION,
     REASON_ADDRESS_ALLOCATED, REASON_ALLOCATION_FAILED, REASON_POOL_EXHAUSTED,
-    REASON_POOL_NOT_READY, claim_status_patch, claim_status_with_ready, conditions::now,
+    REASON_POOL_NOT_READY, claim_status_patch, conditions::now,
 };
 
 /// How often to try the next address when the API server says the chosen one is taken, before
@@ -44,9 +45,9 @@ use crate::api::{
 const MAX_TAKEN_RETRIES: usize = 16;
 
 #[tracing::instrument(skip_all, fields(claim = %claim.name_any(), namespace = claim.namespace().unwrap_or_default()))]
-pub async fn reconcile(claim: Arc<IPAddressClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(claim: Arc<CachedClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = claim.namespace().unwrap_or_default();
-    let Some(pool) = PoolKey::from_ref(&claim.spec.pool_ref, &namespace) else {
+    let Some(pool) = claim.pool().cloned() else {
         return Ok(Action::await_change());
     };
     let key = ObjectKey::new(&namespace, &claim.name_any());
@@ -66,7 +67,7 @@ pub async fn reconcile(claim: Arc<IPAddressClaim>, ctx: Arc<Context>) -> Result<
     super::error::settle("claim", &*claim, &ctx, result)
 }
 
-pub fn error_policy(claim: Arc<IPAddressClaim>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(claim: Arc<CachedClaim>, error: &Error, ctx: Arc<Context>) -> Action {
     super::error::error_policy("claim", &*claim, error, &ctx)
 }
 
@@ -78,7 +79,7 @@ enum Gate {
 
 /// Pause rules: the claim's or its Cluster's paused annotation, or `spec.paused`. A claim names
 /// no Cluster → not paused. A named Cluster that does not exist blocks live claims only.
-fn gate(claim: &IPAddressClaim, ctx: &Context) -> Gate {
+fn gate(claim: &CachedClaim, ctx: &Context) -> Gate {
     if claim.annotations().contains_key(PAUSED_ANNOTATION) {
         return Gate::Paused;
     }
@@ -98,7 +99,7 @@ fn gate(claim: &IPAddressClaim, ctx: &Context) -> Gate {
 }
 
 async fn realise(
-    claim: &IPAddressClaim,
+    claim: &CachedClaim,
     key: &ObjectKey,
     pool: &PoolKey,
     ctx: &Context,
@@ -130,12 +131,7 @@ async fn realise(
     if let Step::Ready(ip) = step {
         return ready(claim, ctx, pool, ip).await;
     }
-    if claim
-        .status
-        .as_ref()
-        .is_some_and(|s| s.address_ref.is_some())
-        && !is_live(claim, ctx).await?
-    {
+    if claim.address_ref().is_some() && !is_live(claim, ctx).await? {
         // A realised claim whose address vanished is healed only if it still exists: the cache
         // can hold a claim that was removed while the watch was away (finalizers cleared by
         // hand), and allocating for it would create an address no claim will ever release.
@@ -187,7 +183,7 @@ async fn realise(
 }
 
 /// Whether the claim exists on the API server, not deleting, with the cached object's UID.
-async fn is_live(claim: &IPAddressClaim, ctx: &Context) -> Result<bool, Error> {
+async fn is_live(claim: &CachedClaim, ctx: &Context) -> Result<bool, Error> {
     let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace().unwrap_or_default());
     Ok(claims
         .get_opt(&claim.name_any())
@@ -200,7 +196,7 @@ async fn is_live(claim: &IPAddressClaim, ctx: &Context) -> Result<bool, Error> {
 /// a new UID). The cache may be behind: a crash, or an `IPAddress` deleted under the claim, is
 /// recovered only from a reservation that is really there.
 async fn is_claims_reservation(
-    claim: &IPAddressClaim,
+    claim: &CachedClaim,
     ctx: &Context,
     name: &str,
 ) -> Result<bool, Error> {
@@ -215,7 +211,7 @@ async fn is_claims_reservation(
 /// reservation's name, or `None` when the address turned out taken: its holder is learnt, so the
 /// next plan picks another.
 async fn reserve(
-    claim: &IPAddressClaim,
+    claim: &CachedClaim,
     key: &ObjectKey,
     pool: &PoolKey,
     ctx: &Context,
@@ -252,7 +248,7 @@ async fn reserve(
 }
 
 async fn create_address(
-    claim: &IPAddressClaim,
+    claim: &CachedClaim,
     key: &ObjectKey,
     pool: &PoolKey,
     ctx: &Context,
@@ -320,13 +316,13 @@ async fn create_address(
 /// An `IPAddress` with the claim's name exists: it is the claim's address (idempotency,
 /// `clusterctl move`, migration from the reference provider) when it is for the same pool.
 async fn adopt(
-    claim: &IPAddressClaim,
+    claim: &CachedClaim,
     key: &ObjectKey,
     pool: &PoolKey,
     ctx: &Context,
     existing: &IPAddress,
 ) -> Result<Action, Error> {
-    let conflict = if existing.spec.pool_ref != claim.spec.pool_ref {
+    let conflict = if existing.spec.pool_ref != CachedClaim::pool_ref(pool) {
         Some(format!(
             "IPAddress {key} already exists for pool {} {}, not for the claimed pool; delete it or the claim",
             existing.spec.pool_ref.kind, existing.spec.pool_ref.name
@@ -440,7 +436,7 @@ fn misfit_sub_prefix(
 
 /// Sets `Ready=False` with `reason` and waits for a change (no retry: an event will come).
 async fn fail(
-    claim: &IPAddressClaim,
+    claim: &CachedClaim,
     ctx: &Context,
     reason: &str,
     message: String,
@@ -450,7 +446,7 @@ async fn fail(
 }
 
 async fn ready(
-    claim: &IPAddressClaim,
+    claim: &CachedClaim,
     ctx: &Context,
     pool: &PoolKey,
     ip: IpAddr,
@@ -475,7 +471,7 @@ async fn ready(
 /// The claim is being deleted: give the address back (unless paused or moving), then let the
 /// claim go. A missing Cluster does not block this (it could never be unpaused).
 async fn release(
-    claim: &IPAddressClaim,
+    claim: &CachedClaim,
     key: &ObjectKey,
     pool: &PoolKey,
     ctx: &Context,
@@ -577,7 +573,7 @@ async fn release_reservation(ctx: &Context, name: &str) -> Result<(), Error> {
 }
 
 fn build_address(
-    claim: &IPAddressClaim,
+    claim: &CachedClaim,
     pool: &PoolKey,
     ctx: &Context,
     ip: IpAddr,
@@ -596,7 +592,7 @@ fn build_address(
                 name: claim.name_any(),
             },
             gateway: gateway.map(canonical),
-            pool_ref: claim.spec.pool_ref.clone(),
+            pool_ref: CachedClaim::pool_ref(pool),
             prefix: i32::from(prefix),
         },
     );
@@ -613,8 +609,8 @@ fn build_address(
         },
         OwnerReference {
             api_version: format!("{IPAM_GROUP}/{}", crate::api::POOL_VERSION),
-            kind: claim.spec.pool_ref.kind.clone(),
-            name: claim.spec.pool_ref.name.clone(),
+            kind: pool.kind.name().to_string(),
+            name: pool.name.to_string(),
             uid: pool_uid,
             controller: Some(false),
             block_owner_deletion: Some(true),
@@ -726,7 +722,7 @@ fn forget(ctx: &Context, pool: &PoolKey, key: &ObjectKey) {
     ctx.registry().forget_claim(pool, key);
 }
 
-async fn ensure_finalizer(claim: &IPAddressClaim, ctx: &Context) -> Result<(), Error> {
+async fn ensure_finalizer(claim: &CachedClaim, ctx: &Context) -> Result<(), Error> {
     if claim.finalizers().iter().any(|f| f == CLAIM_FINALIZER) {
         return Ok(());
     }
@@ -735,7 +731,7 @@ async fn ensure_finalizer(claim: &IPAddressClaim, ctx: &Context) -> Result<(), E
     patch_finalizers(claim, ctx, finalizers).await
 }
 
-async fn remove_finalizer(claim: &IPAddressClaim, ctx: &Context) -> Result<(), Error> {
+async fn remove_finalizer(claim: &CachedClaim, ctx: &Context) -> Result<(), Error> {
     let finalizers = claim
         .finalizers()
         .iter()
@@ -748,7 +744,7 @@ async fn remove_finalizer(claim: &IPAddressClaim, ctx: &Context) -> Result<(), E
 /// Writes the whole finalizer list guarded by the resourceVersion it was computed from, so that
 /// another writer's finalizer is never lost.
 async fn patch_finalizers(
-    claim: &IPAddressClaim,
+    claim: &CachedClaim,
     ctx: &Context,
     finalizers: Vec<String>,
 ) -> Result<(), Error> {
@@ -779,7 +775,7 @@ async fn patch_finalizers(
 }
 
 /// Remembers that `written`, our write, replaced the cached `claim` (see [`super::own_writes`]).
-fn note_own_write(ctx: &Context, claim: &IPAddressClaim, written: &IPAddressClaim) {
+fn note_own_write(ctx: &Context, claim: &CachedClaim, written: &IPAddressClaim) {
     let key = ObjectKey::new(&claim.namespace().unwrap_or_default(), &claim.name_any());
     ctx.own_writes().record(
         &key,
@@ -791,31 +787,22 @@ fn note_own_write(ctx: &Context, claim: &IPAddressClaim, written: &IPAddressClai
 /// Writes `Ready` (and `addressRef`) only when they would change: no write, and no Event, per
 /// retry. `lastTransitionTime` moves only when the status flips.
 async fn set_ready(
-    claim: &IPAddressClaim,
+    claim: &CachedClaim,
     ctx: &Context,
     status: ConditionStatus,
     reason: &str,
     message: String,
     address_ref: Option<&str>,
 ) -> Result<(), Error> {
-    let current = claim
-        .conditions()
-        .iter()
-        .find(|c| c.type_ == READY_CONDITION);
-    let current_ref = claim.address_ref();
-    let unchanged = current.is_some_and(|c| {
-        c.status == status.as_str()
-            && c.reason == reason
-            && c.message == message
-            && c.observed_generation == claim.metadata.generation
-    }) && current_ref == address_ref
-        && legacy_mirrored(claim, status, reason);
+    let unchanged = claim.ready_says(status, reason, &message)
+        && claim.address_ref() == address_ref
+        && claim.legacy_mirrors(status, reason);
     if unchanged {
         return Ok(());
     }
     let desired = DesiredCondition::new(READY_CONDITION, status, reason, message.clone())
-        .observed_generation(claim.metadata.generation);
-    let body = claim_status_patch(&claim_status_with_ready(claim, desired, address_ref, now()));
+        .observed_generation(claim.generation());
+    let body = claim_status_patch(&claim.status_with_ready(desired, address_ref, now()));
     let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace().unwrap_or_default());
     let written = claims
         .patch_status(
@@ -826,7 +813,7 @@ async fn set_ready(
         .await?;
     note_own_write(ctx, claim, &written);
 
-    if current.is_none_or(|c| c.reason != reason) {
+    if claim.ready_reason() != Some(reason) {
         let kind = if status == ConditionStatus::True {
             EventType::Normal
         } else {
@@ -847,27 +834,7 @@ async fn set_ready(
     Ok(())
 }
 
-fn legacy_mirrored(claim: &IPAddressClaim, status: ConditionStatus, reason: &str) -> bool {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| s.legacy_conditions())
-        .is_some_and(|list| {
-            list.iter().any(|c| {
-                c.type_ == READY_CONDITION
-                    && c.status == status.as_str()
-                    && (status == ConditionStatus::True || c.reason.as_deref() == Some(reason))
-            })
-        })
-}
-
-async fn publish(
-    ctx: &Context,
-    claim: &IPAddressClaim,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
+async fn publish(ctx: &Context, claim: &CachedClaim, type_: EventType, reason: &str, note: String) {
     let reference: ObjectReference = claim.object_ref(&());
     if let Err(e) = ctx.events.publish(reference, type_, reason, note).await {
         tracing::debug!(error = %e, "could not publish an event");

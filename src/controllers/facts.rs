@@ -1,12 +1,12 @@
 //! What an API object tells the registry: a pool's state, what an `IPAddress` holds. Pure
 //! functions of the objects, shared by the watches, the reconcilers and the audit.
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
 use super::registry::{HoldRecord, ObjectKey, QueuedClaim, Unready};
 use crate::allocator::{ParsedSpec, PoolSpecInput, PrefixPoolSpecInput, SpecErrors};
 use crate::api::{
-    IPAddress, IPAddressClaim, IPPool, InClusterIPPoolSpec, InClusterPrefixPoolSpec,
-    PAUSED_ANNOTATION, PoolKey, PoolSpecRef,
+    IPAddress, IPPool, InClusterIPPoolSpec, InClusterPrefixPoolSpec, PAUSED_ANNOTATION, PoolKey,
+    PoolSpecRef,
 };
 
 /// What the pool can do now: its parsed spec, or why it cannot hand out addresses.
@@ -69,7 +69,7 @@ pub fn address_hold(address: &IPAddress) -> Option<HoldRecord> {
 
 /// A claim's place in its pool's queue (see [`QueuedClaim`]): what the registry orders waiting
 /// claims by, and what `kubectl inpool` shows.
-pub fn queued(claim: &IPAddressClaim, key: &ObjectKey) -> QueuedClaim {
+pub fn queued(claim: &impl Resource, key: &ObjectKey) -> QueuedClaim {
     QueuedClaim {
         created: claim
             .creation_timestamp()

@@ -15,6 +15,7 @@
 //! - [`facts`]: what an API object tells the registry (a pool's state, an `IPAddress`'s hold);
 //! - [`error`]: the controllers' error type, backoff, and where failures are logged and counted.
 pub mod audit;
+pub mod cached_claim;
 pub mod claim;
 pub mod error;
 pub mod events;
@@ -35,12 +36,14 @@ use futures::channel::mpsc;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
+
+use cached_claim::CachedClaim;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 
 use crate::api::{
-    GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddressClaim, InClusterIPPool,
-    InClusterPrefixPool, PoolKind,
+    GlobalInClusterIPPool, GlobalInClusterPrefixPool, InClusterIPPool, InClusterPrefixPool,
+    PoolKind,
 };
 use crate::cli::Settings;
 use crate::telemetry::{HealthState, Metrics};
@@ -57,7 +60,7 @@ pub struct Context {
     pub stores: watch::Stores,
     pub events: events::Events,
     pub metrics: Metrics,
-    wake: mpsc::UnboundedSender<ObjectRef<IPAddressClaim>>,
+    wake: mpsc::UnboundedSender<ObjectRef<CachedClaim>>,
     pool_wakes: PoolWakes,
     /// When each pool's status was last written (see `pool::MIN_STATUS_INTERVAL`).
     pub pool_writes: Mutex<std::collections::HashMap<registry::PoolKey, std::time::Instant>>,
@@ -280,10 +283,10 @@ pub async fn run(
     let cached = claim_store.clone();
     let gauge = metrics.clone();
     let claims = watcher::watcher(
-        scoped::<IPAddressClaim>(&client, &settings),
+        // Read as the cache keeps them: each object is cut down as it is deserialised.
+        scoped::<CachedClaim>(&client, &settings),
         filtered(&settings),
     )
-    .modify(watch::slim_claim)
     .reflect(claim_writer)
     // After the reflector, so that the count includes the event (deletions too).
     .inspect(move |_| gauge.claims_watched(cached.len()))

@@ -68,10 +68,7 @@ pub fn new_reservation(
 /// Whether the reservation was made for this claim: same namespace and name, and the same UID
 /// when it records one (a claim deleted and created again under the same name is another claim;
 /// reservations of inpool 0.1.0 record no UID).
-pub fn records_claim(
-    reservation: &IPAddressReservation,
-    claim: &crate::api::IPAddressClaim,
-) -> bool {
+pub fn records_claim(reservation: &IPAddressReservation, claim: &impl kube::Resource) -> bool {
     let spec = &reservation.spec;
     spec.claim_name == claim.name_any()
         && Some(&spec.claim_namespace) == claim.namespace().as_ref()

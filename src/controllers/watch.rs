@@ -46,21 +46,21 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::sync::Notify;
 
 use super::Context;
+use super::cached_claim::CachedClaim;
 use super::facts::{address_hold, address_key, pool_state};
 use super::registry::{Change, HoldRecord, ObjectKey, PoolKey, PoolKind, Unready};
 use super::reservation::{IPAddressReservation, hold_of, is_released};
 use crate::allocator::ParsedSpec;
 use crate::api::{
-    CLUSTER_NAME_LABEL, Cluster, DELETE_FOR_MOVE_ANNOTATION, GlobalInClusterIPPool,
-    GlobalInClusterPrefixPool, IPAddress, IPAddressClaim, IPPool, InClusterIPPool,
-    InClusterPrefixPool, PAUSED_ANNOTATION, READY_CONDITION,
+    Cluster, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPPool, InClusterIPPool,
+    InClusterPrefixPool, PAUSED_ANNOTATION,
 };
 use crate::cli::Settings;
 
 /// Stores the reconciler reads, and a readiness latch for the feeds that have no store.
 #[derive(Clone)]
 pub struct Stores {
-    pub claims: Store<IPAddressClaim>,
+    pub claims: Store<CachedClaim>,
     pub pools: Store<InClusterIPPool>,
     pub global_pools: Store<GlobalInClusterIPPool>,
     pub prefix_pools: Store<InClusterPrefixPool>,
@@ -119,7 +119,7 @@ impl CachedPool {
 
 impl Stores {
     /// The cached claim of that namespace/name.
-    pub fn claim(&self, key: &ObjectKey) -> Option<Arc<IPAddressClaim>> {
+    pub fn claim(&self, key: &ObjectKey) -> Option<Arc<CachedClaim>> {
         self.claims
             .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace))
     }
@@ -129,11 +129,8 @@ impl Stores {
         self.claims
             .state()
             .iter()
-            .filter_map(|c| {
-                let namespace = c.namespace().unwrap_or_default();
-                (PoolKey::from_ref(&c.spec.pool_ref, &namespace).as_ref() == Some(pool))
-                    .then(|| ObjectKey::new(&namespace, &c.name_any()))
-            })
+            .filter(|c| c.pool() == Some(pool))
+            .map(|c| ObjectKey::new(&c.namespace().unwrap_or_default(), &c.name_any()))
             .collect()
     }
 
@@ -595,7 +592,7 @@ pub struct Subscriptions {
 pub fn start(
     client: &Client,
     settings: &Settings,
-    claims: Store<IPAddressClaim>,
+    claims: Store<CachedClaim>,
     served: &super::served::ServedKinds,
 ) -> (Stores, Feeds, Subscriptions) {
     let mut feeds = SelectAll::new();
@@ -714,48 +711,6 @@ pub fn drop_managed_fields<K: ResourceExt>(object: &mut K) {
     object.managed_fields_mut().clear();
 }
 
-/// What the claim cache keeps of a claim: only what the claim reconciler, the audit and the
-/// wake-ups read, so that memory per claim stays small at 100,000 claims (issue 17; `cargo
-/// bench --bench memory` reports the bytes). Kept: name, namespace, UID, resourceVersion,
-/// generation, creation and deletion time, every finalizer (they are written back whole, guarded
-/// by the resourceVersion), the two annotations read (paused, delete-for-move), the spec, the
-/// `Ready` condition, `addressRef`, and the whole legacy v1beta1 condition list (written back
-/// whole: it is an atomic list). The Cluster's name, whether the claim gives it in
-/// `spec.clusterName` or in the `cluster.x-k8s.io/cluster-name` label, is kept in
-/// `spec.clusterName` (what [`IPAddressClaim::cluster_name`] reads first): a label map of one
-/// entry costs a whole B-tree node. Dropped: managed fields, owner references, every other label
-/// and annotation, other conditions. Claims are only ever patched, field by field, never
-/// written back whole from the cache, so nothing dropped here can be lost on the server.
-pub fn slim_claim(claim: &mut IPAddressClaim) {
-    let meta = &mut claim.metadata;
-    if claim.spec.cluster_name.as_deref().is_none_or(str::is_empty) {
-        claim.spec.cluster_name = meta
-            .labels
-            .as_mut()
-            .and_then(|labels| labels.remove(CLUSTER_NAME_LABEL))
-            .filter(|name| !name.is_empty());
-    }
-    meta.labels = None;
-    meta.managed_fields = None;
-    meta.owner_references = None;
-    meta.generate_name = None;
-    meta.self_link = None;
-    meta.annotations = meta
-        .annotations
-        .take()
-        .map(|annotations| {
-            annotations
-                .into_iter()
-                .filter(|(key, _)| key == PAUSED_ANNOTATION || key == DELETE_FOR_MOVE_ANNOTATION)
-                .collect::<std::collections::BTreeMap<_, _>>()
-        })
-        .filter(|kept| !kept.is_empty());
-    if let Some(conditions) = claim.status.as_mut().and_then(|s| s.conditions.as_mut()) {
-        conditions.retain(|c| c.type_ == READY_CONDITION);
-        conditions.shrink_to_fit();
-    }
-}
-
 /// Applies every change to the registry and wakes the claims it can serve. Runs until a watch
 /// fails for good (the default backoff retries transient errors).
 pub async fn feed(ctx: Arc<Context>, Feeds(mut feeds): Feeds) -> anyhow::Result<()> {
@@ -819,7 +774,7 @@ fn apply(ctx: &Context, fed: Fed) {
     }
 }
 
-fn claims_of_cluster(claims: &Store<IPAddressClaim>, cluster: &ObjectKey) -> Vec<ObjectKey> {
+fn claims_of_cluster(claims: &Store<CachedClaim>, cluster: &ObjectKey) -> Vec<ObjectKey> {
     claims
         .state()
         .iter()
