@@ -340,7 +340,13 @@ fn queue_positions(claims: &[IPAddressClaim]) -> BTreeMap<(String, String), usiz
     for mut queue in queues.into_values() {
         queue.sort();
         for (i, queued) in queue.into_iter().enumerate() {
-            positions.insert((queued.claim.namespace, queued.claim.name), i + 1);
+            positions.insert(
+                (
+                    queued.claim.namespace.to_string(),
+                    queued.claim.name.to_string(),
+                ),
+                i + 1,
+            );
         }
     }
     positions

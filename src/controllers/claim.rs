@@ -327,7 +327,7 @@ async fn adopt(
             "IPAddress {key} already exists for pool {} {}, not for the claimed pool; delete it or the claim",
             existing.spec.pool_ref.kind, existing.spec.pool_ref.name
         ))
-    } else if existing.spec.claim_ref.name != key.name {
+    } else if *existing.spec.claim_ref.name != *key.name {
         Some(format!(
             "IPAddress {key} already exists for claim {}; delete it or the claim",
             existing.spec.claim_ref.name
@@ -491,7 +491,7 @@ async fn release(
             .as_ref()
             .is_some_and(|a| a.annotations().contains_key(DELETE_FOR_MOVE_ANNOTATION));
         if !address_moving {
-            if let Some(address) = address.filter(|a| a.spec.claim_ref.name == key.name) {
+            if let Some(address) = address.filter(|a| *a.spec.claim_ref.name == *key.name) {
                 delete_address(&addresses, &address).await?;
             }
             let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());

@@ -280,7 +280,7 @@ mod tests {
         let second = plan_allocation(&mut r, &queued("t2", "b"), &pool(), &[], everyone_lives);
         assert_eq!(second, Allocation::Exhausted { total: 1, ahead: 1 });
         r.apply(Change::ReservationGone("res".into()));
-        let only_b_lives = |c: &ObjectKey| c.name == "b";
+        let only_b_lives = |c: &ObjectKey| &*c.name == "b";
         let step = plan_allocation(&mut r, &queued("t2", "b"), &pool(), &[], only_b_lives);
         assert_eq!(
             step,

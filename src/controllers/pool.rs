@@ -154,7 +154,7 @@ async fn free_released_addresses(ctx: &Context, key: &PoolKey) -> Result<(), Err
         .registry()
         .reservations_in(key)
         .into_iter()
-        .filter(|(_, hold)| hold.claim.name == RELEASED_HOLDER)
+        .filter(|(_, hold)| &*hold.claim.name == RELEASED_HOLDER)
         .map(|(name, _)| name)
         .collect();
     let api: Api<IPAddressReservation> = Api::all(ctx.client.clone());

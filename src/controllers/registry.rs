@@ -28,20 +28,24 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
 use crate::allocator::{AnyAllocator, ParsedSpec};
-pub use crate::api::{PoolKey, PoolKind, Scope};
+pub use crate::api::{Name, PoolKey, PoolKind, Scope};
 
 /// A namespaced object's identity.
+///
+/// Both names are interned ([`Name`]): the registry refers to each claim from up to four places
+/// (its reservation's and its `IPAddress`'s records, and the keys of both), and every claim of a
+/// namespace shares one copy of its name (issue 17: memory per claim).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
 }
 
 impl ObjectKey {
     pub fn new(namespace: &str, name: &str) -> ObjectKey {
         ObjectKey {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
+            namespace: Name::new(namespace),
+            name: Name::new(name),
         }
     }
 }
@@ -491,7 +495,7 @@ impl Registry {
             Some(old) => {
                 self.unindex_reservation(name, &old.claim);
                 let mut woken = self.release_record(&old);
-                if old.claim.name != super::reservation::RELEASED_HOLDER {
+                if &*old.claim.name != super::reservation::RELEASED_HOLDER {
                     woken.push(old.claim);
                 }
                 woken

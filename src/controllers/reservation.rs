@@ -50,8 +50,8 @@ pub fn new_reservation(
             pool_kind: pool.kind.name().to_string(),
             pool_namespace: pool.namespace.as_deref().map(str::to_string),
             pool_name: pool.name.to_string(),
-            claim_namespace: claim.namespace.clone(),
-            claim_name: claim.name.clone(),
+            claim_namespace: claim.namespace.to_string(),
+            claim_name: claim.name.to_string(),
             claim_uid,
         },
     );

@@ -779,8 +779,8 @@ fn claims_of_cluster(claims: &Store<CachedClaim>, cluster: &ObjectKey) -> Vec<Ob
         .state()
         .iter()
         .filter(|c| {
-            c.namespace().as_deref() == Some(cluster.namespace.as_str())
-                && c.cluster_name() == Some(cluster.name.as_str())
+            c.namespace().as_deref() == Some(&*cluster.namespace)
+                && c.cluster_name() == Some(&*cluster.name)
         })
         .map(|c| ObjectKey::new(&cluster.namespace, &c.name_any()))
         .collect()
