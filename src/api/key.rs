@@ -16,9 +16,10 @@ pub struct PoolKey {
     pub name: Name,
 }
 
-/// A pool's or a namespace's name, shared: [`Name::new`] gives the one copy of each distinct
-/// name, and cloning it copies a pointer. Pool names and namespaces are few; a name no key uses
-/// any more is let go by [`Name::forget_unused`] (the audit calls it).
+/// A pool's, a namespace's, a claim's or a Cluster's name, shared: [`Name::new`] gives the one
+/// copy of each distinct name, and cloning it copies a pointer. The registry and the claim cache
+/// refer to each claim from several places (issue 17: memory per claim); a name nothing refers to
+/// any more (a claim deleted since) is let go by [`Name::forget_unused`], which the audit calls.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Name(std::sync::Arc<str>);
 
