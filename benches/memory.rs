@@ -3,14 +3,18 @@
 //! them (an infrastructure provider's claim with its owner reference, labels and finalizers, the
 //! status inpool wrote, and the managed fields of three writers).
 //!
-//! Run: `cargo bench --bench memory`. It prints one line per structure and the sum; the scale
+//! Run: `cargo bench --bench memory` (`INPOOL_BENCH_CLAIMS=30000` for another count: hash tables
+//! double as they grow, so the bytes per claim depend on where the count falls between two
+//! doublings). It prints one line per structure and the sum, in bytes and in live allocations
+//! (each costs the allocator's header and size-class rounding on top); the scale
 //! harness measures the whole process (README, Performance). No timing, and nothing here
 //! decides a test: the figures are for comparing a change before and after.
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 
 use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool, PoolKey};
-use inpool::controllers::cached_claim::CachedClaim;
+use inpool::controllers::cached_claim::WatchedClaim;
+use inpool::controllers::claim_controller::{CacheWriter, ClaimCache};
 use inpool::controllers::facts::{address_hold, address_key, pool_state};
 use inpool::controllers::registry::{Change, Registry};
 use inpool::controllers::reservation::{IPAddressReservation, hold_of};
@@ -20,9 +24,8 @@ use serde_json::{Value, json};
 
 #[path = "common/counting_allocator.rs"]
 mod counting_allocator;
-use counting_allocator::live_bytes;
+use counting_allocator::{live_allocations, live_bytes};
 
-const CLAIMS: usize = 10_000;
 const NAMESPACE: &str = "fleet-edge-042";
 const POOL: &str = "edge-pool";
 
@@ -101,15 +104,47 @@ fn reservation(i: usize) -> IPAddressReservation {
     .expect("a valid reservation")
 }
 
-/// Live heap bytes per claim that `keep` leaves behind, building from objects made outside it.
-fn per_claim<T>(keep: impl FnOnce() -> T) -> (f64, T) {
-    let before = live_bytes();
+/// Claims measured: `INPOOL_BENCH_CLAIMS`, else 10,000.
+fn claims_count() -> usize {
+    std::env::var("INPOOL_BENCH_CLAIMS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000)
+}
+
+/// Live heap bytes and allocations per claim.
+#[derive(Clone, Copy)]
+struct PerClaim {
+    bytes: f64,
+    allocations: f64,
+}
+
+impl std::ops::Add for PerClaim {
+    type Output = PerClaim;
+    fn add(self, other: PerClaim) -> PerClaim {
+        PerClaim {
+            bytes: self.bytes + other.bytes,
+            allocations: self.allocations + other.allocations,
+        }
+    }
+}
+
+/// What `keep` leaves behind per claim, building from objects made outside it.
+fn per_claim<T>(claims: usize, keep: impl FnOnce() -> T) -> (PerClaim, T) {
+    let (bytes, allocations) = (live_bytes(), live_allocations());
     let kept = keep();
-    let after = live_bytes();
-    ((after - before) as f64 / CLAIMS as f64, kept)
+    let per = |after: isize, before: isize| (after - before) as f64 / claims as f64;
+    (
+        PerClaim {
+            bytes: per(live_bytes(), bytes),
+            allocations: per(live_allocations(), allocations),
+        },
+        kept,
+    )
 }
 
 fn main() {
+    let count = claims_count();
     let pool: InClusterIPPool = serde_json::from_value(json!({
         "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
         "metadata": {"name": POOL, "namespace": NAMESPACE},
@@ -118,8 +153,8 @@ fn main() {
     .expect("a valid pool");
     let mut lines = Vec::new();
 
-    let claims: Vec<IPAddressClaim> = (0..CLAIMS).map(claim).collect();
-    let (whole, whole_store) = per_claim(|| {
+    let claims: Vec<IPAddressClaim> = (0..count).map(claim).collect();
+    let (whole, whole_store) = per_claim(count, || {
         let mut writer = Writer::<IPAddressClaim>::default();
         writer.apply_watcher_event(&Event::Init);
         for c in &claims {
@@ -131,28 +166,29 @@ fn main() {
         writer
     });
     drop(whole_store);
-    let (cached, store) = per_claim(|| {
-        let mut writer = Writer::<CachedClaim>::default();
-        writer.apply_watcher_event(&Event::Init);
+    let (cached, cache) = per_claim(count, || {
+        let cache = ClaimCache::default();
+        let mut writer = CacheWriter::new(cache.clone());
+        writer.apply(Event::Init);
         for c in &claims {
-            writer.apply_watcher_event(&Event::InitApply(CachedClaim::from(c.clone())));
+            writer.apply(Event::InitApply(WatchedClaim::from(c.clone())));
         }
-        writer.apply_watcher_event(&Event::InitDone);
-        writer
+        writer.apply(Event::InitDone);
+        cache
     });
     lines.push((
         "claim cache, whole objects without managed fields (for scale)",
         whole,
     ));
-    lines.push(("claim cache, CachedClaim", cached));
+    lines.push(("claim cache (CachedClaim by ObjectKey)", cached));
     drop(claims);
 
-    let addresses: Vec<IPAddress> = (0..CLAIMS).map(address).collect();
-    let reservations: Vec<IPAddressReservation> = (0..CLAIMS).map(reservation).collect();
+    let addresses: Vec<IPAddress> = (0..count).map(address).collect();
+    let reservations: Vec<IPAddressReservation> = (0..count).map(reservation).collect();
     let mut registry = Registry::default();
     let key = PoolKey::in_cluster(NAMESPACE, POOL);
     registry.apply(Change::Pool(key, pool_state(&pool)));
-    let (held, registry) = per_claim(|| {
+    let (held, registry) = per_claim(count, || {
         for r in &reservations {
             let hold = hold_of(r).expect("a hold");
             registry.apply(Change::Reservation(r.metadata.name.clone().unwrap(), hold));
@@ -167,15 +203,22 @@ fn main() {
     });
     lines.push(("registry: a reservation and an IPAddress per claim", held));
 
-    let width = lines.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
-    println!("live heap bytes per claim, over {CLAIMS} claims:");
-    for (label, bytes) in &lines {
-        println!("  {label:<width$}  {bytes:>7.0}");
+    let width = lines
+        .iter()
+        .map(|(l, _)| l.len())
+        .max()
+        .unwrap_or(0)
+        .max(39);
+    println!("live heap per claim, over {count} claims: bytes, allocations");
+    let total = cached + held;
+    for (label, per) in lines
+        .iter()
+        .chain([&("kept per claim (claim cache + registry)", total)])
+    {
+        println!(
+            "  {label:<width$}  {:>7.0}  {:>5.1}",
+            per.bytes, per.allocations
+        );
     }
-    println!(
-        "  {:<width$}  {:>7.0}",
-        "kept per claim (claim cache + registry)",
-        cached + held
-    );
-    black_box((store, registry));
+    black_box((cache, registry));
 }

@@ -333,7 +333,7 @@ fn queue_positions(claims: &[IPAddressClaim]) -> BTreeMap<(String, String), usiz
             queues
                 .entry(pool)
                 .or_default()
-                .push(facts::queued(claim, &key));
+                .push(facts::queued(claim.creation_timestamp().as_ref(), &key));
         }
     }
     let mut positions = BTreeMap::new();

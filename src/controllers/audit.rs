@@ -33,6 +33,7 @@
 //! And it lets go of memory kept for objects that are gone: pools no longer referred to, claims
 //! that no longer wait, the records of own writes and status-write times.
 use std::collections::HashSet;
+use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +45,7 @@ use kube::{Resource, ResourceExt};
 use super::Context;
 use super::error::Error;
 use super::facts::{address_hold, address_key, pool_state};
-use super::registry::{Change, HoldRecord, ObjectKey};
+use super::registry::{Change, ListedHolds, ObjectKey};
 use super::reservation::{IPAddressReservation, hold_of, is_released, records_claim};
 use crate::api::{
     ADDRESS_FINALIZER, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim,
@@ -103,15 +104,17 @@ impl Found {
 /// One audit: compare, correct, collect strays, let go of memory.
 pub async fn audit(ctx: &Context) -> Result<Found, Error> {
     let mut found = Found::default();
-    let first = Lists::fetch(ctx).await?;
-    let suspects = first.differences(ctx);
-    let lists = if suspects.is_empty() {
+    let first = Snapshot::take(ctx).await?;
+    let snapshot = if first.differences.is_empty() {
         first
     } else {
         tokio::time::sleep(SETTLE).await;
-        let second = Lists::fetch(ctx).await?;
-        let still = second.differences(ctx);
-        for drift in suspects.into_iter().filter(|c| still.contains(c)) {
+        let second = Snapshot::take(ctx).await?;
+        for drift in first
+            .differences
+            .into_iter()
+            .filter(|c| second.differences.contains(c))
+        {
             tracing::warn!(kind = drift.kind(), change = ?drift, "state drift: the registry disagreed with the API server; corrected");
             ctx.metrics.state_drift(drift.kind());
             ctx.apply(drift);
@@ -124,22 +127,23 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
         ctx.metrics.state_drift("allocator");
         found.drift += 1;
     }
-    found.orphans = release_deleted_orphans(ctx, &lists).await;
-    found.strays = collect_strays(ctx, &lists).await?;
+    found.orphans = release_deleted_orphans(ctx, &snapshot).await;
+    found.strays = collect_strays(ctx, &snapshot).await?;
     forget_what_is_gone(ctx);
     Ok(found)
 }
 
-/// Fresh lists of what the watches feeding the registry see (same scopes), kept as the facts the
-/// audit compares and acts on, never as whole objects: at 10,000 claims, two whole lists of
-/// `IPAddress`es and reservations were over 100 MiB (issue 17). Listed in pages of [`PAGE`].
-struct Lists {
-    /// One `PoolsListed` per pool kind.
-    pools: Vec<Change>,
-    /// What each reservation holds, by name, as its watch tells the registry.
-    reservations: Vec<(String, HoldRecord)>,
-    /// What each `IPAddress` holds, by namespace/name, as its watch tells the registry.
-    addresses: Vec<(ObjectKey, HoldRecord)>,
+/// Fresh lists of what the watches feeding the registry see (same scopes), compared with the
+/// registry page by page as they arrive, so that only one page of [`PAGE`] objects is in memory
+/// with what the comparison keeps: the differences, the keys listed, and whole objects only for
+/// the few the audit may act on (issue 17: two whole lists of `IPAddress`es and reservations
+/// were over 100 MiB at 10,000 claims; lists of their facts, compared once complete, still
+/// lifted an audit 18 MiB above the resting process at 30,000).
+struct Snapshot {
+    /// What would make the registry agree with the lists ([`Registry::diff`] of each).
+    ///
+    /// [`Registry::diff`]: super::registry::Registry::diff
+    differences: Vec<Change>,
     /// inpool's `IPAddress`es that are being deleted: the orphans among them are released.
     deleting: Vec<IPAddress>,
     /// Reservations of this process's claims that may be stray: not released, old enough, and
@@ -150,29 +154,26 @@ struct Lists {
 /// Objects per list request: the API server's own default page for clients that page.
 const PAGE: u32 = 500;
 
-/// Lists every object of `api` page by page, keeping only what `keep` takes of each.
-async fn list_paged<K, T>(
-    api: &Api<K>,
-    mut keep: impl FnMut(K) -> Option<T>,
-) -> Result<Vec<T>, Error>
+/// Lists every object of `api`, handing each page to `each` as it arrives.
+async fn for_each_page<K>(api: &Api<K>, mut each: impl FnMut(Vec<K>)) -> Result<(), Error>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let mut params = ListParams::default().limit(PAGE);
-    let mut kept = Vec::new();
     loop {
         let page = api.list(&params).await?;
-        kept.extend(page.items.into_iter().filter_map(&mut keep));
+        each(page.items);
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(kept),
+            _ => return Ok(()),
         }
     }
 }
 
-impl Lists {
-    async fn fetch(ctx: &Context) -> Result<Lists, Error> {
+impl Snapshot {
+    async fn take(ctx: &Context) -> Result<Snapshot, Error> {
         let (client, settings) = (&ctx.client, &ctx.settings);
+        let mut differences = Vec::new();
         let mut pools = vec![
             listed_pools(super::scoped::<InClusterIPPool>(client, settings)).await?,
             listed_pools(Api::<GlobalInClusterIPPool>::all(client.clone())).await?,
@@ -184,68 +185,77 @@ impl Lists {
         if ctx.served.serves(PoolKind::GlobalPrefix) {
             pools.push(listed_pools(Api::<GlobalInClusterPrefixPool>::all(client.clone())).await?);
         }
+        for listed in pools {
+            differences.extend(ctx.registry().diff(listed));
+        }
 
         // Addresses first: a reservation is a stray suspect only if no live one holds its address.
+        // What live `IPAddress`es hold is kept as digests of pool and address, with keys new to
+        // each audit: a collision could only spare a stray until a later audit, never make a
+        // held reservation look stray.
+        let digests = RandomState::new();
+        let digest = |pool: &PoolKey, ip: IpAddr| digests.hash_one((pool, ip));
+        let mut held: HashSet<u64> = HashSet::new();
         let mut deleting = Vec::new();
-        let mut held: HashSet<(PoolKey, IpAddr)> = HashSet::new();
-        let addresses = list_paged(&super::scoped::<IPAddress>(client, settings), |address| {
-            let hold = address_hold(&address)?;
-            let key = address_key(&address);
-            if address.meta().deletion_timestamp.is_none() {
-                held.insert((hold.pool.clone(), hold.ip));
-            } else if address.finalizers().iter().any(|f| f == ADDRESS_FINALIZER) {
-                deleting.push(address);
+        let mut addresses = ListedHolds::default();
+        let api = super::scoped::<IPAddress>(client, settings);
+        for_each_page(&api, |page| {
+            let mut facts = Vec::with_capacity(page.len());
+            for address in page {
+                let Some(hold) = address_hold(&address) else {
+                    continue;
+                };
+                let live = address.meta().deletion_timestamp.is_none();
+                if live {
+                    held.insert(digest(&hold.pool, hold.ip));
+                }
+                facts.push((address_key(&address), hold));
+                if !live && address.finalizers().iter().any(|f| f == ADDRESS_FINALIZER) {
+                    deleting.push(address);
+                }
             }
-            Some((key, hold))
+            ctx.registry().compare_addresses(facts, &mut addresses);
         })
         .await?;
+        differences.extend(ctx.registry().address_differences(addresses));
 
         let now = Timestamp::now();
         let min_age = settings.stray_reservation_age;
         let mut unheld = Vec::new();
-        let reservations = list_paged(&Api::<IPAddressReservation>::all(client.clone()), |r| {
-            let hold = hold_of(&r);
-            let name = r.name_any();
-            // Another process's claims (a namespace split) are not ours to judge, nor to keep.
-            let suspect = !is_released(&r)
-                && settings
-                    .namespace
-                    .as_ref()
-                    .is_none_or(|ns| *ns == r.spec.claim_namespace)
-                && old_enough(&r, now, min_age)
-                && !hold
-                    .as_ref()
-                    .is_some_and(|h| held.contains(&(h.pool.clone(), h.ip)));
-            if suspect {
-                unheld.push(r);
+        let mut reservations = ListedHolds::default();
+        let api = Api::<IPAddressReservation>::all(client.clone());
+        for_each_page(&api, |page| {
+            let mut facts = Vec::with_capacity(page.len());
+            for r in page {
+                let hold = hold_of(&r);
+                // Another process's claims (a namespace split) are not ours to judge, nor to keep.
+                let suspect = !is_released(&r)
+                    && settings
+                        .namespace
+                        .as_ref()
+                        .is_none_or(|ns| *ns == r.spec.claim_namespace)
+                    && old_enough(&r, now, min_age)
+                    && !hold
+                        .as_ref()
+                        .is_some_and(|h| held.contains(&digest(&h.pool, h.ip)));
+                if let Some(hold) = hold {
+                    facts.push((r.name_any(), hold));
+                }
+                if suspect {
+                    unheld.push(r);
+                }
             }
-            Some((name, hold?))
+            ctx.registry()
+                .compare_reservations(facts, &mut reservations);
         })
         .await?;
+        differences.extend(ctx.registry().reservation_differences(reservations));
 
-        Ok(Lists {
-            pools,
-            reservations,
-            addresses,
+        Ok(Snapshot {
+            differences,
             deleting,
             unheld,
         })
-    }
-
-    /// The same lists the watches hand the registry on a re-list.
-    fn as_changes(&self) -> Vec<Change> {
-        let mut changes = self.pools.clone();
-        changes.push(Change::ReservationsListed(self.reservations.clone()));
-        changes.push(Change::AddressesListed(self.addresses.clone()));
-        changes
-    }
-
-    fn differences(&self, ctx: &Context) -> Vec<Change> {
-        let registry = ctx.registry();
-        self.as_changes()
-            .iter()
-            .flat_map(|listed| registry.diff(listed))
-            .collect()
     }
 }
 
@@ -254,15 +264,19 @@ async fn listed_pools<P>(api: Api<P>) -> Result<Change, Error>
 where
     P: IPPool + std::fmt::Debug + serde::de::DeserializeOwned,
 {
-    let pools = list_paged(&api, |p: P| Some((p.key(), pool_state(&p)))).await?;
+    let mut pools = Vec::new();
+    for_each_page(&api, |page: Vec<P>| {
+        pools.extend(page.iter().map(|p| (p.key(), pool_state(p))));
+    })
+    .await?;
     Ok(Change::PoolsListed(P::KIND, pools))
 }
 
 /// Releases the orphaned addresses that someone deletes (see the module docs); returns how many.
 /// A failure on one is logged and counted, and the others go on.
-async fn release_deleted_orphans(ctx: &Context, lists: &Lists) -> usize {
+async fn release_deleted_orphans(ctx: &Context, snapshot: &Snapshot) -> usize {
     let mut released = 0;
-    for address in &lists.deleting {
+    for address in &snapshot.deleting {
         let key = address_key(address);
         let claim = ObjectKey::new(&key.namespace, &address.spec.claim_ref.name);
         if ctx.stores.claim(&claim).is_some() {
@@ -312,9 +326,9 @@ async fn release_deleted_orphan(
 }
 
 /// Deletes the stray reservations (see the module docs); returns how many.
-async fn collect_strays(ctx: &Context, lists: &Lists) -> Result<usize, Error> {
+async fn collect_strays(ctx: &Context, snapshot: &Snapshot) -> Result<usize, Error> {
     let mut collected = 0;
-    for reservation in &lists.unheld {
+    for reservation in &snapshot.unheld {
         let claim = ObjectKey::new(
             &reservation.spec.claim_namespace,
             &reservation.spec.claim_name,
@@ -371,8 +385,12 @@ fn looks_stray(ctx: &Context, reservation: &IPAddressReservation, claim: &Object
                 .registry()
                 .address_of(claim)
                 .map(|hold| hold.ip.to_string());
-            !records_claim(reservation, &*cached)
-                || holds_another_address(reservation, address.as_deref())
+            !records_claim(
+                reservation,
+                cached.namespace(),
+                cached.name(),
+                cached.uid().as_deref(),
+            ) || holds_another_address(reservation, address.as_deref())
         }
     }
 }
@@ -387,7 +405,12 @@ async fn is_stray(
     let Some(live) = claims.get_opt(&claim.name).await? else {
         return Ok(true);
     };
-    if !records_claim(reservation, &live) {
+    if !records_claim(
+        reservation,
+        &claim.namespace,
+        &claim.name,
+        live.uid().as_deref(),
+    ) {
         return Ok(true);
     }
     let addresses: Api<IPAddress> = ctx.namespaced(&claim.namespace);

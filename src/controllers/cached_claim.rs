@@ -1,44 +1,214 @@
 //! The claim cache's entry: what the claim reconciler reads of an `IPAddressClaim`, and nothing
-//! else (issue 17: memory per claim). The claim watch lists and watches `IPAddressClaim`s as this
-//! type, so each object is cut down as it is read, and the cache (kube-runtime's store, which
-//! the claim controller needs) holds one of these per claim instead of the object.
+//! else (issue 17: memory per claim). The claim watch reads each `IPAddressClaim` as a
+//! [`WatchedClaim`], cut down as it is deserialised, and the claim cache
+//! ([`super::claim_controller`]) keeps one [`CachedClaim`] per claim instead of the object.
 //!
-//! Kept: the metadata the reconciler and the Events read (name, namespace, UID,
-//! resourceVersion, generation, creation and deletion times, finalizers, and the paused and
-//! delete-for-move annotations); the pool as a [`PoolKey`] of interned names (`None` for a pool
-//! that is not one of inpool's kinds: such a claim is never touched); the cluster name, interned
-//! (`spec.clusterName`, else the deprecated label); `status.addressRef`; the `Ready` condition's
-//! status, reason, observed generation, transition time and a digest of its message (enough to
-//! tell whether a write would change it); the legacy `Ready` entry's status and reason, and the
-//! legacy entries of other types whole (they are rare, and the legacy list is atomic: inpool's
-//! apply sends it whole). Every finalizer is kept: they are written back whole, guarded by the
-//! resourceVersion. Claims are only ever patched, field by field, never written back whole from
-//! the cache, so nothing dropped here can be lost on the server. `cargo bench --bench memory`
-//! reports the bytes per claim.
+//! Kept: the claim's namespace and name as an [`ObjectKey`] of interned names (shared with the
+//! registry's records of the claim); its UID (16 bytes when it is a UUID, as the API server makes
+//! them), resourceVersion (a number when it is one), generation, creation time, whether it is
+//! being deleted, its finalizers (nothing when they are just inpool's), and whether it carries
+//! the paused or delete-for-move annotation; the pool as a [`PoolKey`] of interned names
+//! (`None` for a pool that is not one of inpool's kinds: such a claim is never touched); the
+//! cluster name, interned (`spec.clusterName`, else the deprecated label); `status.addressRef`;
+//! the `Ready` condition's status, reason, observed generation, transition time and a digest of
+//! its message (enough to tell whether a write would change it); the legacy `Ready` entry's
+//! status and reason, and the legacy entries of other types whole (they are rare, and the legacy
+//! list is atomic: inpool's apply sends it whole). Every finalizer is kept: they are written
+//! back whole, guarded by the resourceVersion. Claims are only ever patched, field by field,
+//! never written back whole from the cache, so nothing dropped here can be lost on the server.
+//! `cargo bench --bench memory` reports the bytes per claim.
+//!
+//! A `CachedClaim` is not a kube `Resource` (it has no `ObjectMeta`, most of whose fields a claim
+//! leaves empty): what the reconciler reads of the claim's metadata comes from the methods here,
+//! so nothing can read a metadata field the cache did not keep.
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::Resource;
 use serde::Deserialize;
 
+use super::registry::ObjectKey;
 use crate::api::{
-    ConditionStatus, DELETE_FOR_MOVE_ANNOTATION, DesiredCondition, IPAM_GROUP, IPAddressClaim,
-    IPAddressClaimStatus, IPPoolReference, LegacyCondition, Name, PAUSED_ANNOTATION, PoolKey,
-    READY_CONDITION, status_with_ready,
+    CLAIM_FINALIZER, ConditionStatus, DELETE_FOR_MOVE_ANNOTATION, DesiredCondition, IPAM_GROUP,
+    IPAddressClaim, IPAddressClaimStatus, IPPoolReference, LegacyCondition, Name,
+    PAUSED_ANNOTATION, PoolKey, READY_CONDITION, status_with_ready,
 };
 
-/// A claim as the claim cache keeps it (see the module).
+/// An `IPAddressClaim` as the claim watch reads it: the metadata kube's watcher reads of each
+/// object (its name, namespace and resourceVersion, from which a watch resumes), and the
+/// [`CachedClaim`] the cache keeps.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(from = "IPAddressClaim")]
-pub struct CachedClaim {
+pub struct WatchedClaim {
     metadata: ObjectMeta,
+    pub claim: CachedClaim,
+}
+
+impl From<IPAddressClaim> for WatchedClaim {
+    fn from(claim: IPAddressClaim) -> WatchedClaim {
+        let metadata = ObjectMeta {
+            name: claim.metadata.name.clone(),
+            namespace: claim.metadata.namespace.clone(),
+            resource_version: claim.metadata.resource_version.clone(),
+            ..ObjectMeta::default()
+        };
+        WatchedClaim {
+            metadata,
+            claim: CachedClaim::from(claim),
+        }
+    }
+}
+
+impl Resource for WatchedClaim {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        IPAddressClaim::kind(dt)
+    }
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        IPAddressClaim::group(dt)
+    }
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        IPAddressClaim::version(dt)
+    }
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        IPAddressClaim::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// A claim as the claim cache keeps it (see the module).
+#[derive(Clone, Debug)]
+pub struct CachedClaim {
+    key: ObjectKey,
+    uid: Option<Uid>,
+    resource_version: Option<ResourceVersion>,
+    generation: Option<i64>,
+    created: Option<Time>,
+    deleting: bool,
+    finalizers: Finalizers,
+    paused: bool,
+    moving: bool,
     pool: Option<PoolKey>,
     cluster_name: Option<Name>,
     address_ref: AddressRef,
     ready: Option<ReadyFacts>,
     legacy_ready: Option<LegacyReadyFacts>,
     legacy_others: Option<Box<[LegacyCondition]>>,
+}
+
+/// `metadata.uid`: the API server's are UUIDs in their canonical (lower-case) text, kept as
+/// their 16 bytes; anything else is kept as text.
+#[derive(Clone, Debug, PartialEq)]
+enum Uid {
+    Uuid([u8; 16]),
+    Text(Box<str>),
+}
+
+impl Uid {
+    fn new(text: String) -> Uid {
+        match parse_uuid(&text) {
+            Some(bytes) => Uid::Uuid(bytes),
+            None => Uid::Text(text.into()),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Uid::Uuid(bytes) => {
+                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                format!(
+                    "{}-{}-{}-{}-{}",
+                    &hex[..8],
+                    &hex[8..12],
+                    &hex[12..16],
+                    &hex[16..20],
+                    &hex[20..]
+                )
+            }
+            Uid::Text(text) => text.to_string(),
+        }
+    }
+}
+
+/// The 16 bytes of a UUID in canonical text (`8-4-4-4-12` lower-case hex digits); `None` for any
+/// other text, which would not come back the same from [`Uid::text`].
+fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+    let dashes = [8, 13, 18, 23];
+    if text.len() != 36
+        || !text.char_indices().all(|(i, c)| {
+            if dashes.contains(&i) {
+                c == '-'
+            } else {
+                c.is_ascii_digit() || ('a'..='f').contains(&c)
+            }
+        })
+    {
+        return None;
+    }
+    let digits: Vec<u8> = text
+        .bytes()
+        .filter(|b| *b != b'-')
+        .map(|b| match b {
+            b'0'..=b'9' => b - b'0',
+            _ => b - b'a' + 10,
+        })
+        .collect();
+    let mut bytes = [0; 16];
+    for (byte, pair) in bytes.iter_mut().zip(digits.chunks(2)) {
+        *byte = pair[0] << 4 | pair[1];
+    }
+    Some(bytes)
+}
+
+/// `metadata.resourceVersion`: opaque to clients, but the API server's (etcd's) are decimal
+/// numbers, kept as such when they come back as the same text; anything else as text.
+#[derive(Clone, Debug, PartialEq)]
+enum ResourceVersion {
+    Number(u64),
+    Text(Box<str>),
+}
+
+impl ResourceVersion {
+    fn new(text: String) -> ResourceVersion {
+        match text.parse::<u64>() {
+            Ok(n) if n.to_string() == text => ResourceVersion::Number(n),
+            _ => ResourceVersion::Text(text.into()),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            ResourceVersion::Number(n) => n.to_string(),
+            ResourceVersion::Text(text) => text.to_string(),
+        }
+    }
+}
+
+/// `metadata.finalizers`, in order: nearly always none or inpool's alone, which cost nothing.
+#[derive(Clone, Debug, PartialEq)]
+enum Finalizers {
+    None,
+    OnlyInpools,
+    Listed(Box<[String]>),
+}
+
+impl Finalizers {
+    fn new(list: Vec<String>) -> Finalizers {
+        match list.as_slice() {
+            [] => Finalizers::None,
+            [only] if only == CLAIM_FINALIZER => Finalizers::OnlyInpools,
+            _ => Finalizers::Listed(list.into()),
+        }
+    }
 }
 
 /// `status.addressRef.name`: inpool names a claim's `IPAddress` after the claim, so the common
@@ -84,31 +254,20 @@ impl From<IPAddressClaim> for CachedClaim {
             spec,
             status,
         } = claim;
-        let namespace = metadata.namespace.clone().unwrap_or_default();
-        let name = metadata.name.clone().unwrap_or_default();
-        let annotations = metadata
-            .annotations
-            .map(|annotations| {
-                annotations
-                    .into_iter()
-                    .filter(|(key, _)| {
-                        key == PAUSED_ANNOTATION || key == DELETE_FOR_MOVE_ANNOTATION
-                    })
-                    .collect::<std::collections::BTreeMap<_, _>>()
-            })
-            .filter(|kept| !kept.is_empty());
-        let metadata = ObjectMeta {
-            name: metadata.name,
-            namespace: metadata.namespace,
-            uid: metadata.uid,
-            resource_version: metadata.resource_version,
-            generation: metadata.generation,
-            creation_timestamp: metadata.creation_timestamp,
-            deletion_timestamp: metadata.deletion_timestamp,
-            finalizers: metadata.finalizers,
-            annotations,
-            ..ObjectMeta::default()
+        let key = ObjectKey::new(
+            metadata.namespace.as_deref().unwrap_or_default(),
+            metadata.name.as_deref().unwrap_or_default(),
+        );
+        let annotated = |annotation: &str| {
+            metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(annotation))
         };
+        let (paused, moving) = (
+            annotated(PAUSED_ANNOTATION),
+            annotated(DELETE_FOR_MOVE_ANNOTATION),
+        );
         let IPAddressClaimStatus {
             address_ref,
             conditions,
@@ -116,7 +275,7 @@ impl From<IPAddressClaim> for CachedClaim {
         } = status.unwrap_or_default();
         let address_ref = match address_ref {
             None => AddressRef::Unset,
-            Some(r) if r.name == name => AddressRef::ClaimName,
+            Some(r) if *r.name == *key.name => AddressRef::ClaimName,
             Some(r) => AddressRef::Other(r.name.into()),
         };
         let ready = conditions
@@ -141,8 +300,16 @@ impl From<IPAddressClaim> for CachedClaim {
             reason: c.reason.as_deref().map(Name::new),
         });
         CachedClaim {
-            metadata,
-            pool: PoolKey::from_ref(&spec.pool_ref, &namespace),
+            pool: PoolKey::from_ref(&spec.pool_ref, &key.namespace),
+            key,
+            uid: metadata.uid.map(Uid::new),
+            resource_version: metadata.resource_version.map(ResourceVersion::new),
+            generation: metadata.generation,
+            created: metadata.creation_timestamp,
+            deleting: metadata.deletion_timestamp.is_some(),
+            finalizers: Finalizers::new(metadata.finalizers.unwrap_or_default()),
+            paused,
+            moving,
             cluster_name,
             address_ref,
             ready,
@@ -152,31 +319,77 @@ impl From<IPAddressClaim> for CachedClaim {
     }
 }
 
-impl Resource for CachedClaim {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
-        IPAddressClaim::kind(dt)
-    }
-    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
-        IPAddressClaim::group(dt)
-    }
-    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
-        IPAddressClaim::version(dt)
-    }
-    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
-        IPAddressClaim::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 impl CachedClaim {
+    /// The claim's namespace and name.
+    pub fn key(&self) -> &ObjectKey {
+        &self.key
+    }
+
+    pub fn name(&self) -> &str {
+        &self.key.name
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.key.namespace
+    }
+
+    pub fn uid(&self) -> Option<String> {
+        self.uid.as_ref().map(Uid::text)
+    }
+
+    pub fn resource_version(&self) -> Option<String> {
+        self.resource_version.as_ref().map(ResourceVersion::text)
+    }
+
+    pub fn creation_timestamp(&self) -> Option<&Time> {
+        self.created.as_ref()
+    }
+
+    /// Whether the claim has a deletion timestamp.
+    pub fn is_deleting(&self) -> bool {
+        self.deleting
+    }
+
+    /// `metadata.finalizers`, in order.
+    pub fn finalizers(&self) -> Vec<String> {
+        match &self.finalizers {
+            Finalizers::None => Vec::new(),
+            Finalizers::OnlyInpools => vec![CLAIM_FINALIZER.to_string()],
+            Finalizers::Listed(list) => list.to_vec(),
+        }
+    }
+
+    pub fn has_finalizer(&self, finalizer: &str) -> bool {
+        match &self.finalizers {
+            Finalizers::None => false,
+            Finalizers::OnlyInpools => finalizer == CLAIM_FINALIZER,
+            Finalizers::Listed(list) => list.iter().any(|f| f == finalizer),
+        }
+    }
+
+    /// Whether the claim carries the paused annotation.
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Whether the claim carries clusterctl's delete-for-move annotation.
+    pub fn is_moving(&self) -> bool {
+        self.moving
+    }
+
+    /// The claim as an Event's `regarding` object.
+    pub fn object_reference(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(IPAddressClaim::api_version(&()).into_owned()),
+            kind: Some(IPAddressClaim::kind(&()).into_owned()),
+            name: Some(self.name().to_string()),
+            namespace: Some(self.namespace().to_string()),
+            uid: self.uid(),
+            resource_version: self.resource_version(),
+            ..ObjectReference::default()
+        }
+    }
+
     /// The pool `spec.poolRef` names, when it is one of inpool's kinds.
     pub fn pool(&self) -> Option<&PoolKey> {
         self.pool.as_ref()
@@ -194,14 +407,14 @@ impl CachedClaim {
     }
 
     pub fn generation(&self) -> Option<i64> {
-        self.metadata.generation
+        self.generation
     }
 
     /// `status.addressRef.name`, when set.
     pub fn address_ref(&self) -> Option<&str> {
         match &self.address_ref {
             AddressRef::Unset => None,
-            AddressRef::ClaimName => self.metadata.name.as_deref(),
+            AddressRef::ClaimName => Some(self.name()),
             AddressRef::Other(name) => Some(name),
         }
     }
@@ -217,7 +430,7 @@ impl CachedClaim {
             r.status == Some(status)
                 && &*r.reason == reason
                 && r.message_digest == digest(message)
-                && r.observed_generation == self.metadata.generation
+                && r.observed_generation == self.generation
         })
     }
 
@@ -305,30 +518,52 @@ mod tests {
     #[test]
     fn keeps_what_the_reconciler_reads_and_drops_the_rest() {
         let cached = CachedClaim::from(claim(realised()));
-        let meta = cached.meta();
-        assert_eq!(meta.name.as_deref(), Some("m-0"));
-        assert_eq!(meta.namespace.as_deref(), Some("ns"));
-        assert_eq!(meta.uid.as_deref(), Some("u-1"));
-        assert_eq!(meta.resource_version.as_deref(), Some("7"));
+        assert_eq!(cached.key(), &ObjectKey::new("ns", "m-0"));
+        assert_eq!(cached.uid().as_deref(), Some("u-1"));
+        assert_eq!(cached.resource_version().as_deref(), Some("7"));
         assert_eq!(cached.generation(), Some(2));
-        assert!(meta.creation_timestamp.is_some());
+        assert!(cached.creation_timestamp().is_some() && !cached.is_deleting());
         assert_eq!(
-            meta.finalizers.as_deref(),
-            Some(
-                &[
-                    "ipam.cluster.x-k8s.io/ReleaseAddress".to_string(),
-                    "infra/keep".to_string()
-                ][..]
-            )
+            cached.finalizers(),
+            ["ipam.cluster.x-k8s.io/ReleaseAddress", "infra/keep"]
         );
-        let annotations = meta.annotations.as_ref().expect("the paused annotation");
-        assert_eq!(annotations.keys().collect::<Vec<_>>(), [PAUSED_ANNOTATION]);
-        assert!(meta.labels.is_none() && meta.managed_fields.is_none());
-        assert!(meta.owner_references.is_none());
+        assert!(cached.has_finalizer("infra/keep") && !cached.has_finalizer("infra/other"));
+        assert!(cached.is_paused() && !cached.is_moving());
+        let reference = cached.object_reference();
+        assert_eq!(
+            (reference.kind.as_deref(), reference.uid.as_deref()),
+            (Some("IPAddressClaim"), Some("u-1"))
+        );
         assert_eq!(cached.pool(), Some(&PoolKey::in_cluster("ns", "p")));
         assert_eq!(cached.cluster_name(), Some("edge"));
         assert_eq!(cached.address_ref(), Some("m-0"));
         assert_eq!(cached.ready_reason(), Some("AddressAllocated"));
+    }
+
+    #[test]
+    fn uids_versions_and_finalizers_come_back_as_the_api_server_sent_them() {
+        let uuid = "6f1c2b9e-0d4a-4b8e-9c3f-00000000002a";
+        assert!(matches!(Uid::new(uuid.into()), Uid::Uuid(_)));
+        for uid in [uuid, "u-1", "6F1C2B9E-0D4A-4B8E-9C3F-00000000002A", ""] {
+            assert_eq!(Uid::new(uid.into()).text(), uid);
+        }
+        assert_eq!(
+            ResourceVersion::new("123456".into()),
+            ResourceVersion::Number(123456)
+        );
+        for version in ["123456", "0", "007", "abc", "18446744073709551616"] {
+            assert_eq!(ResourceVersion::new(version.into()).text(), version);
+        }
+        let mut value = realised();
+        value["metadata"]["finalizers"] = json!([CLAIM_FINALIZER]);
+        value["metadata"]["deletionTimestamp"] = json!("2026-11-30T11:00:00Z");
+        let only_inpools = CachedClaim::from(claim(value.clone()));
+        assert_eq!(only_inpools.finalizers, Finalizers::OnlyInpools);
+        assert_eq!(only_inpools.finalizers(), [CLAIM_FINALIZER]);
+        assert!(only_inpools.has_finalizer(CLAIM_FINALIZER) && only_inpools.is_deleting());
+        value["metadata"]["finalizers"] = json!(null);
+        let none = CachedClaim::from(claim(value));
+        assert!(none.finalizers().is_empty() && !none.has_finalizer(CLAIM_FINALIZER));
     }
 
     #[test]

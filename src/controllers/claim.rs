@@ -19,12 +19,12 @@ use super::events::EventType;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::cached_claim::CachedClaim;
+use super::claim_controller::Action;
 use super::error::Error;
 use super::facts::{address_hold, address_key};
 use super::plan::{self, Allocation, Step};
@@ -44,13 +44,12 @@ use crate::api::{
 /// giving the watches time to catch up with another process.
 const MAX_TAKEN_RETRIES: usize = 16;
 
-#[tracing::instrument(skip_all, fields(claim = %claim.name_any(), namespace = claim.namespace().unwrap_or_default()))]
+#[tracing::instrument(skip_all, fields(claim = claim.name(), namespace = claim.namespace()))]
 pub async fn reconcile(claim: Arc<CachedClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let namespace = claim.namespace().unwrap_or_default();
     let Some(pool) = claim.pool().cloned() else {
         return Ok(Action::await_change());
     };
-    let key = ObjectKey::new(&namespace, &claim.name_any());
+    let key = claim.key().clone();
     if ctx
         .own_writes()
         .is_behind(&key, claim.resource_version().as_deref())
@@ -59,16 +58,21 @@ pub async fn reconcile(claim: Arc<CachedClaim>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::await_change());
     }
     ctx.metrics.reconcile("claim");
-    let result = if claim.meta().deletion_timestamp.is_some() {
+    let result = if claim.is_deleting() {
         release(&claim, &key, &pool, &ctx).await
     } else {
         realise(&claim, &key, &pool, &ctx).await
     };
-    super::error::settle("claim", &*claim, &ctx, result)
+    super::error::settle_named("claim", key.to_string(), &ctx, result)
 }
 
 pub fn error_policy(claim: Arc<CachedClaim>, error: &Error, ctx: Arc<Context>) -> Action {
-    super::error::error_policy("claim", &*claim, error, &ctx)
+    Action::requeue(super::error::retry_delay(
+        "claim",
+        claim.key().to_string(),
+        error,
+        &ctx,
+    ))
 }
 
 enum Gate {
@@ -80,13 +84,13 @@ enum Gate {
 /// Pause rules: the claim's or its Cluster's paused annotation, or `spec.paused`. A claim names
 /// no Cluster → not paused. A named Cluster that does not exist blocks live claims only.
 fn gate(claim: &CachedClaim, ctx: &Context) -> Gate {
-    if claim.annotations().contains_key(PAUSED_ANNOTATION) {
+    if claim.is_paused() {
         return Gate::Paused;
     }
     let Some(name) = claim.cluster_name() else {
         return Gate::Open;
     };
-    let reference = ObjectRef::new(name).within(&claim.namespace().unwrap_or_default());
+    let reference = ObjectRef::new(name).within(claim.namespace());
     match ctx.stores.clusters.get(&reference) {
         None => Gate::ClusterMissing(name.to_string()),
         Some(cluster)
@@ -141,7 +145,7 @@ async fn realise(
     if let Some(existing) = addresses.get_opt(&key.name).await? {
         return adopt(claim, key, pool, ctx, &existing).await;
     }
-    let queued = super::facts::queued(claim, key);
+    let queued = super::facts::queued(claim.creation_timestamp(), key);
     let mut rejected = Vec::new();
     for _ in 0..MAX_TAKEN_RETRIES {
         let allocation = {
@@ -184,9 +188,9 @@ async fn realise(
 
 /// Whether the claim exists on the API server, not deleting, with the cached object's UID.
 async fn is_live(claim: &CachedClaim, ctx: &Context) -> Result<bool, Error> {
-    let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace().unwrap_or_default());
+    let claims: Api<IPAddressClaim> = ctx.namespaced(claim.namespace());
     Ok(claims
-        .get_opt(&claim.name_any())
+        .get_opt(claim.name())
         .await?
         .is_some_and(|live| live.uid() == claim.uid() && live.meta().deletion_timestamp.is_none()))
 }
@@ -204,7 +208,12 @@ async fn is_claims_reservation(
     let Some(live) = reservations.get_opt(name).await? else {
         return Ok(false);
     };
-    Ok(records_claim(&live, claim) && !super::reservation::is_released(&live))
+    Ok(records_claim(
+        &live,
+        claim.namespace(),
+        claim.name(),
+        claim.uid().as_deref(),
+    ) && !super::reservation::is_released(&live))
 }
 
 /// Makes the API server record `ip` as held for the claim (the reservation object). Returns the
@@ -455,14 +464,13 @@ async fn ready(
         "{} allocated",
         unit_text(pool, ip, allocation_length(ctx, pool))
     );
-    let name = claim.name_any();
     set_ready(
         claim,
         ctx,
         ConditionStatus::True,
         REASON_ADDRESS_ALLOCATED,
         message,
-        Some(&name),
+        Some(claim.name()),
     )
     .await?;
     Ok(Action::await_change())
@@ -477,13 +485,13 @@ async fn release(
     ctx: &Context,
 ) -> Result<Action, Error> {
     let held = plan::release(&mut ctx.registry(), key, pool);
-    if !claim.finalizers().iter().any(|f| f == CLAIM_FINALIZER) {
+    if !claim.has_finalizer(CLAIM_FINALIZER) {
         return Ok(Action::await_change());
     }
     if let Gate::Paused = gate(claim, ctx) {
         return Ok(Action::await_change());
     }
-    let moving = claim.annotations().contains_key(DELETE_FOR_MOVE_ANNOTATION);
+    let moving = claim.is_moving();
     if !moving {
         let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
         let address = addresses.get_opt(&key.name).await?;
@@ -585,24 +593,24 @@ fn build_address(
     };
     let pool_uid = pool_uid(ctx, pool).ok_or_else(|| format!("{pool} does not exist"))?;
     let mut address = IPAddress::new(
-        &claim.name_any(),
+        claim.name(),
         IPAddressSpec {
             address: canonical(ip),
             claim_ref: IPAddressClaimReference {
-                name: claim.name_any(),
+                name: claim.name().to_string(),
             },
             gateway: gateway.map(canonical),
             pool_ref: CachedClaim::pool_ref(pool),
             prefix: i32::from(prefix),
         },
     );
-    address.metadata.namespace = claim.namespace();
+    address.metadata.namespace = Some(claim.namespace().to_string());
     address.metadata.finalizers = Some(vec![ADDRESS_FINALIZER.to_string()]);
     address.metadata.owner_references = Some(vec![
         OwnerReference {
             api_version: IPAddressClaim::api_version(&()).into_owned(),
             kind: IPAddressClaim::kind(&()).into_owned(),
-            name: claim.name_any(),
+            name: claim.name().to_string(),
             uid: claim.uid().unwrap_or_default(),
             controller: Some(true),
             block_owner_deletion: Some(true),
@@ -723,10 +731,10 @@ fn forget(ctx: &Context, pool: &PoolKey, key: &ObjectKey) {
 }
 
 async fn ensure_finalizer(claim: &CachedClaim, ctx: &Context) -> Result<(), Error> {
-    if claim.finalizers().iter().any(|f| f == CLAIM_FINALIZER) {
+    if claim.has_finalizer(CLAIM_FINALIZER) {
         return Ok(());
     }
-    let mut finalizers = claim.finalizers().to_vec();
+    let mut finalizers = claim.finalizers();
     finalizers.push(CLAIM_FINALIZER.to_string());
     patch_finalizers(claim, ctx, finalizers).await
 }
@@ -734,9 +742,8 @@ async fn ensure_finalizer(claim: &CachedClaim, ctx: &Context) -> Result<(), Erro
 async fn remove_finalizer(claim: &CachedClaim, ctx: &Context) -> Result<(), Error> {
     let finalizers = claim
         .finalizers()
-        .iter()
-        .filter(|f| *f != CLAIM_FINALIZER)
-        .cloned()
+        .into_iter()
+        .filter(|f| f != CLAIM_FINALIZER)
         .collect();
     patch_finalizers(claim, ctx, finalizers).await
 }
@@ -748,37 +755,28 @@ async fn patch_finalizers(
     ctx: &Context,
     finalizers: Vec<String>,
 ) -> Result<(), Error> {
-    let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace().unwrap_or_default());
+    let claims: Api<IPAddressClaim> = ctx.namespaced(claim.namespace());
     let patch = json!({ "metadata": {
         "finalizers": finalizers,
         "resourceVersion": claim.resource_version(),
     }});
     match claims
-        .patch(
-            &claim.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+        .patch(claim.name(), &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
         Ok(written) => {
             note_own_write(ctx, claim, &written);
             Ok(())
         }
-        Err(kube::Error::Api(status))
-            if status.code == 404 && claim.meta().deletion_timestamp.is_some() =>
-        {
-            Ok(())
-        }
+        Err(kube::Error::Api(status)) if status.code == 404 && claim.is_deleting() => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
 
 /// Remembers that `written`, our write, replaced the cached `claim` (see [`super::own_writes`]).
 fn note_own_write(ctx: &Context, claim: &CachedClaim, written: &IPAddressClaim) {
-    let key = ObjectKey::new(&claim.namespace().unwrap_or_default(), &claim.name_any());
     ctx.own_writes().record(
-        &key,
+        claim.key(),
         claim.resource_version().as_deref(),
         written.resource_version().as_deref(),
     );
@@ -803,10 +801,10 @@ async fn set_ready(
     let desired = DesiredCondition::new(READY_CONDITION, status, reason, message.clone())
         .observed_generation(claim.generation());
     let body = claim_status_patch(&claim.status_with_ready(desired, address_ref, now()));
-    let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace().unwrap_or_default());
+    let claims: Api<IPAddressClaim> = ctx.namespaced(claim.namespace());
     let written = claims
         .patch_status(
-            &claim.name_any(),
+            claim.name(),
             &PatchParams::apply(MANAGER).force(),
             &Patch::Apply(&body),
         )
@@ -835,7 +833,7 @@ async fn set_ready(
 }
 
 async fn publish(ctx: &Context, claim: &CachedClaim, type_: EventType, reason: &str, note: String) {
-    let reference: ObjectReference = claim.object_ref(&());
+    let reference: ObjectReference = claim.object_reference();
     if let Err(e) = ctx.events.publish(reference, type_, reason, note).await {
         tracing::debug!(error = %e, "could not publish an event");
     }

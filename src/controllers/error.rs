@@ -91,8 +91,18 @@ pub fn settle<K: Resource>(
     ctx: &Context,
     result: Result<Action, Error>,
 ) -> Result<Action, Error> {
+    settle_named(controller, object_name(object), ctx, result)
+}
+
+/// [`settle`] of the object named `name` (`namespace/name`).
+pub fn settle_named<T>(
+    controller: &'static str,
+    name: String,
+    ctx: &Context,
+    result: Result<T, Error>,
+) -> Result<T, Error> {
     if result.is_ok() {
-        ctx.retries.succeeded(controller, object_name(object));
+        ctx.retries.succeeded(controller, name);
     }
     result
 }
@@ -105,12 +115,21 @@ pub fn error_policy<K: Resource>(
     error: &Error,
     ctx: &Context,
 ) -> Action {
-    let name = object_name(object);
+    Action::requeue(retry_delay(controller, object_name(object), error, ctx))
+}
+
+/// [`error_policy`] of the object named `name` (`namespace/name`): the delay before its retry.
+pub fn retry_delay(
+    controller: &'static str,
+    name: String,
+    error: &Error,
+    ctx: &Context,
+) -> Duration {
     let delay = ctx.retries.failed(controller, name.clone());
     ctx.metrics
         .reconcile_error(controller, error.metric_label());
     tracing::warn!(controller, object = %name, %error, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+    delay
 }
 
 /// A watch failed (it is retried with kube's default backoff): logged and counted.

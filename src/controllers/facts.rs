@@ -1,6 +1,7 @@
 //! What an API object tells the registry: a pool's state, what an `IPAddress` holds. Pure
 //! functions of the objects, shared by the watches, the reconcilers and the audit.
-use kube::{Resource, ResourceExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 
 use super::registry::{HoldRecord, ObjectKey, QueuedClaim, Unready};
 use crate::allocator::{ParsedSpec, PoolSpecInput, PrefixPoolSpecInput, SpecErrors};
@@ -69,12 +70,9 @@ pub fn address_hold(address: &IPAddress) -> Option<HoldRecord> {
 
 /// A claim's place in its pool's queue (see [`QueuedClaim`]): what the registry orders waiting
 /// claims by, and what `kubectl inpool` shows.
-pub fn queued(claim: &impl Resource, key: &ObjectKey) -> QueuedClaim {
+pub fn queued(created: Option<&Time>, key: &ObjectKey) -> QueuedClaim {
     QueuedClaim {
-        created: claim
-            .creation_timestamp()
-            .map(|t| t.0.to_string())
-            .unwrap_or_default(),
+        created: created.map(|t| t.0.to_string()).unwrap_or_default(),
         claim: key.clone(),
     }
 }

@@ -7,6 +7,8 @@
 //!   reuse-grace controllers;
 //! - [`plan`]: what a claim needs next, decided from the registry alone (pure);
 //! - [`claim`]: the `IPAddressClaim` reconciler (the IPAM contract and its `Ready` condition);
+//! - [`claim_controller`]: the claim cache and the work queue that runs the claim reconciler;
+//! - [`cached_claim`]: what the claim cache keeps of each claim;
 //! - [`pool`]: pool status, conditions and deletion protection;
 //! - [`own_writes`]: which cached claim versions inpool's own writes have replaced;
 //! - [`reservation`]: the object whose name makes the API server enforce address uniqueness;
@@ -17,6 +19,7 @@
 pub mod audit;
 pub mod cached_claim;
 pub mod claim;
+pub mod claim_controller;
 pub mod error;
 pub mod events;
 pub mod facts;
@@ -31,13 +34,11 @@ pub mod watch;
 
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
 use futures::channel::mpsc;
 use kube::api::Api;
-use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::ObjectRef;
 
-use cached_claim::CachedClaim;
+use cached_claim::WatchedClaim;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 
@@ -60,7 +61,7 @@ pub struct Context {
     pub stores: watch::Stores,
     pub events: events::Events,
     pub metrics: Metrics,
-    wake: mpsc::UnboundedSender<ObjectRef<CachedClaim>>,
+    wake: mpsc::UnboundedSender<registry::ObjectKey>,
     pool_wakes: PoolWakes,
     /// When each pool's status was last written (see `pool::MIN_STATUS_INTERVAL`).
     pub pool_writes: Mutex<std::collections::HashMap<registry::PoolKey, std::time::Instant>>,
@@ -197,11 +198,8 @@ impl Context {
         // A deleting claim waits for nothing and has nothing to heal: its own release deletes its
         // IPAddress and reservations, and waking it for that would run the release again (one more
         // finalizer patch and Event per claim, measured by the scale harness).
-        let deleting = |claim: &registry::ObjectKey| {
-            self.stores
-                .claim(claim)
-                .is_some_and(|c| c.meta().deletion_timestamp.is_some())
-        };
+        let deleting =
+            |claim: &registry::ObjectKey| self.stores.claim(claim).is_some_and(|c| c.is_deleting());
         self.wake(woken.into_iter().filter(|claim| !deleting(claim)));
     }
 
@@ -213,9 +211,8 @@ impl Context {
     /// Asks for claims to be reconciled (capacity appeared, a Cluster changed, ...).
     pub fn wake(&self, claims: impl IntoIterator<Item = registry::ObjectKey>) {
         for claim in claims {
-            let _ = self
-                .wake
-                .unbounded_send(ObjectRef::new(&claim.name).within(&claim.namespace));
+            // A closed channel means the run is ending.
+            let _ = self.wake.unbounded_send(claim);
         }
     }
 
@@ -279,24 +276,17 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let (wake_tx, wake_rx) = mpsc::unbounded();
     let (pool_wakes, pool_wake_rx) = PoolWakes::new();
-    let (claim_store, claim_writer) = reflector::store();
-    let cached = claim_store.clone();
-    let gauge = metrics.clone();
+    let claim_cache = claim_controller::ClaimCache::default();
+    let claim_writer = claim_controller::CacheWriter::new(claim_cache.clone());
     let claims = watcher::watcher(
         // Read as the cache keeps them: each object is cut down as it is deserialised.
-        scoped::<CachedClaim>(&client, &settings),
+        scoped::<WatchedClaim>(&client, &settings),
         filtered(&settings),
     )
-    .reflect(claim_writer)
-    // After the reflector, so that the count includes the event (deletions too).
-    .inspect(move |_| gauge.claims_watched(cached.len()))
-    .applied_objects();
-    let controller = Controller::for_stream(claims, claim_store.clone())
-        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-        .reconcile_on(wake_rx);
+    .default_backoff();
     // A prefix kind without its CRD or RBAC is skipped, not watched in vain (see `served`).
     let served = served::discover(&client, &settings, &metrics).await?;
-    let (stores, feeds, subscriptions) = watch::start(&client, &settings, claim_store, &served);
+    let (stores, feeds, subscriptions) = watch::start(&client, &settings, claim_cache, &served);
     let ctx = Arc::new(Context {
         events: events::Events::new(client.clone(), MANAGER),
         client: client.clone(),
@@ -318,10 +308,17 @@ pub async fn run(
         // Allocating before every held address is known could pick one that is taken.
         ctx.stores.wait_until_ready().await?;
         health.set_caches_synced(true);
-        let claims = error::drain(
-            &ctx,
-            "claim",
-            controller.run(claim::reconcile, claim::error_policy, ctx.clone()),
+        let claims = claim_controller::run(
+            ctx.clone(),
+            claims,
+            claim_writer,
+            wake_rx,
+            |claim, ctx| async move {
+                match claim::reconcile(claim.clone(), ctx.clone()).await {
+                    Ok(action) => action,
+                    Err(e) => claim::error_policy(claim, &e, ctx),
+                }
+            },
         );
         // The pool and reuse-grace controllers share the feed's watches (see `watch`).
         let pools = futures::future::join4(

@@ -301,7 +301,7 @@ impl Registry {
             | Change::ReservationsListed(_)
             | Change::AddressesListed(_)) => {
                 let mut woken = Vec::new();
-                for change in self.diff(&listed) {
+                for change in self.diff(listed) {
                     woken.extend(self.apply(change));
                 }
                 woken
@@ -311,7 +311,7 @@ impl Registry {
 
     /// The changes that would make the registry agree with a fresh list (a `*Listed` change);
     /// empty for any other change, and when they already agree.
-    pub fn diff(&self, listed: &Change) -> Vec<Change> {
+    pub fn diff(&self, listed: Change) -> Vec<Change> {
         match listed {
             Change::PoolsListed(kind, pools) => {
                 let listed: HashMap<&PoolKey, &Result<ParsedSpec, Unready>> =
@@ -320,7 +320,7 @@ impl Registry {
                     .pools
                     .iter()
                     .filter(|(key, entry)| {
-                        key.kind == *kind
+                        key.kind == kind
                             && !listed.contains_key(key)
                             && entry
                                 .source
@@ -336,20 +336,50 @@ impl Registry {
                     .map(|(key, parsed)| Change::Pool(key.clone(), parsed.clone()));
                 sorted(gone.chain(changed))
             }
-            Change::ReservationsListed(list) => sorted(diff_records(
-                &self.reservations,
-                list,
-                |name| Change::ReservationGone(name.clone()),
-                |name, record| Change::Reservation(name.clone(), record.clone()),
-            )),
-            Change::AddressesListed(list) => sorted(diff_records(
-                &self.addresses,
-                list,
-                |key| Change::AddressGone(key.clone()),
-                |key, record| Change::Address(key.clone(), record.clone()),
-            )),
+            Change::ReservationsListed(list) => {
+                let mut compared = ListedHolds::default();
+                self.compare_reservations(list, &mut compared);
+                self.reservation_differences(compared)
+            }
+            Change::AddressesListed(list) => {
+                let mut compared = ListedHolds::default();
+                self.compare_addresses(list, &mut compared);
+                self.address_differences(compared)
+            }
             _ => Vec::new(),
         }
+    }
+
+    /// Compares one page of a fresh list of reservations; see [`ListedHolds`].
+    pub fn compare_reservations(
+        &self,
+        page: Vec<(String, HoldRecord)>,
+        compared: &mut ListedHolds<String>,
+    ) {
+        compared.compare(&self.reservations, page, Change::Reservation);
+    }
+
+    /// Compares one page of a fresh list of `IPAddress`es; see [`ListedHolds`].
+    pub fn compare_addresses(
+        &self,
+        page: Vec<(ObjectKey, HoldRecord)>,
+        compared: &mut ListedHolds<ObjectKey>,
+    ) {
+        compared.compare(&self.addresses, page, Change::Address);
+    }
+
+    /// What a whole list of reservations, compared page by page, differs by: as
+    /// [`Registry::diff`] of the `ReservationsListed` change.
+    pub fn reservation_differences(&self, compared: ListedHolds<String>) -> Vec<Change> {
+        compared.differences(&self.reservations, |name| {
+            Change::ReservationGone(name.clone())
+        })
+    }
+
+    /// What a whole list of `IPAddress`es, compared page by page, differs by: as
+    /// [`Registry::diff`] of the `AddressesListed` change.
+    pub fn address_differences(&self, compared: ListedHolds<ObjectKey>) -> Vec<Change> {
+        compared.differences(&self.addresses, |key| Change::AddressGone(key.clone()))
     }
 
     /// Forgets pools that no longer exist and that nothing refers to any more (no hold, no
@@ -758,25 +788,56 @@ impl Registry {
     }
 }
 
-/// Removals for records the list lacks, then additions and changes for records it has anew.
-fn diff_records<K: Clone + Eq + std::hash::Hash>(
-    current: &HashMap<K, HoldRecord>,
-    listed: &[(K, HoldRecord)],
-    gone: impl Fn(&K) -> Change,
-    changed: impl Fn(&K, &HoldRecord) -> Change,
-) -> Vec<Change> {
-    let listed_keys: HashSet<&K> = listed.iter().map(|(k, _)| k).collect();
-    current
-        .keys()
-        .filter(|k| !listed_keys.contains(k))
-        .map(gone)
-        .chain(
-            listed
-                .iter()
-                .filter(|(k, record)| current.get(k) != Some(record))
-                .map(|(k, record)| changed(k, record)),
+/// A fresh list of reservations or `IPAddress`es being compared with the registry a page at a
+/// time, so that only one page of the list is in memory (the audit's lists, issue 17): the
+/// records a page has anew or otherwise are kept as changes, and only the keys of the rest.
+/// Once every page is compared, the registry's records the list lacked are removals. The
+/// registry may change between pages (the watches go on); so it may between a list and its
+/// comparison, and the audit counts only a difference a second list confirms.
+pub struct ListedHolds<K> {
+    listed: HashSet<K>,
+    changed: Vec<Change>,
+}
+
+impl<K> Default for ListedHolds<K> {
+    fn default() -> Self {
+        ListedHolds {
+            listed: HashSet::new(),
+            changed: Vec::new(),
+        }
+    }
+}
+
+impl<K: Clone + Eq + std::hash::Hash> ListedHolds<K> {
+    fn compare(
+        &mut self,
+        current: &HashMap<K, HoldRecord>,
+        page: Vec<(K, HoldRecord)>,
+        changed: impl Fn(K, HoldRecord) -> Change,
+    ) {
+        for (key, record) in page {
+            if current.get(&key) != Some(&record) {
+                self.changed.push(changed(key.clone(), record));
+            }
+            self.listed.insert(key);
+        }
+    }
+
+    /// Removals for records the list lacked, then additions and changes for records it had anew.
+    fn differences(
+        self,
+        current: &HashMap<K, HoldRecord>,
+        gone: impl Fn(&K) -> Change,
+    ) -> Vec<Change> {
+        let listed = self.listed;
+        sorted(
+            current
+                .keys()
+                .filter(|k| !listed.contains(*k))
+                .map(gone)
+                .chain(self.changed),
         )
-        .collect()
+    }
 }
 
 /// A deterministic order (removals first, then by their text), so that two diffs of the same
@@ -1192,15 +1253,49 @@ mod tests {
         let mut r = only_address_held_by_first();
         let listed =
             Change::ReservationsListed(vec![("res-first".into(), hold("first", "10.0.0.10"))]);
-        assert!(r.diff(&listed).is_empty());
+        assert!(r.diff(listed.clone()).is_empty());
         assert!(r.apply(listed).is_empty());
         assert_eq!(r.free(&pool()), 0);
         let pools = Change::PoolsListed(
             PoolKind::InCluster,
             vec![(pool(), Ok(parsed(&["10.0.0.10"], 24)))],
         );
-        assert!(r.diff(&pools).is_empty());
-        assert!(r.diff(&Change::AddressesListed(Vec::new())).is_empty());
+        assert!(r.diff(pools).is_empty());
+        assert!(r.diff(Change::AddressesListed(Vec::new())).is_empty());
+    }
+
+    #[test]
+    fn a_list_compared_page_by_page_differs_as_the_whole_list() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.20"], 24)));
+        r.apply(Change::Reservation("kept".into(), hold("a", "10.0.0.10")));
+        r.apply(Change::Reservation("gone".into(), hold("b", "10.0.0.11")));
+        r.apply(Change::Reservation("moved".into(), hold("c", "10.0.0.12")));
+        let list: Vec<(String, HoldRecord)> = vec![
+            ("kept".into(), hold("a", "10.0.0.10")),
+            ("moved".into(), hold("c", "10.0.0.13")),
+            ("new".into(), hold("d", "10.0.0.14")),
+        ];
+        let whole = r.diff(Change::ReservationsListed(list.clone()));
+        assert_eq!(
+            whole,
+            vec![
+                Change::ReservationGone("gone".into()),
+                Change::Reservation("moved".into(), hold("c", "10.0.0.13")),
+                Change::Reservation("new".into(), hold("d", "10.0.0.14")),
+            ]
+        );
+        for page_size in 1..=3 {
+            let mut compared = ListedHolds::default();
+            for page in list.chunks(page_size) {
+                r.compare_reservations(page.to_vec(), &mut compared);
+            }
+            assert_eq!(
+                r.reservation_differences(compared),
+                whole,
+                "pages of {page_size}"
+            );
+        }
     }
 
     #[test]

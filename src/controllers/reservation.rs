@@ -68,14 +68,19 @@ pub fn new_reservation(
 /// Whether the reservation was made for this claim: same namespace and name, and the same UID
 /// when it records one (a claim deleted and created again under the same name is another claim;
 /// reservations of inpool 0.1.0 record no UID).
-pub fn records_claim(reservation: &IPAddressReservation, claim: &impl kube::Resource) -> bool {
+pub fn records_claim(
+    reservation: &IPAddressReservation,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> bool {
     let spec = &reservation.spec;
-    spec.claim_name == claim.name_any()
-        && Some(&spec.claim_namespace) == claim.namespace().as_ref()
+    spec.claim_name == name
+        && spec.claim_namespace == namespace
         && spec
             .claim_uid
-            .as_ref()
-            .is_none_or(|uid| claim.uid().as_ref() == Some(uid))
+            .as_deref()
+            .is_none_or(|recorded| uid == Some(recorded))
 }
 
 /// The holder recorded for a released reservation (see [`RELEASED_LABEL`]): not a claim (the name
@@ -211,31 +216,23 @@ mod tests {
         let pool = PoolKey::in_cluster("ns", "pool");
         let key = ObjectKey::new("ns", "claim");
         let ip: IpAddr = "10.1.2.3".parse().unwrap();
-        let mut claim = crate::api::IPAddressClaim::new(
-            "claim",
-            crate::api::IPAddressClaimSpec {
-                cluster_name: None,
-                pool_ref: crate::api::IPPoolReference::new(
-                    crate::api::IPAM_GROUP,
-                    "InClusterIPPool",
-                    "pool",
-                ),
-            },
-        );
-        claim.metadata.namespace = Some("ns".into());
-        claim.metadata.uid = Some("uid-1".into());
         let with_uid = new_reservation(&pool.scope(), &pool, &key, Some("uid-1".into()), ip);
         let without_uid = new_reservation(&pool.scope(), &pool, &key, None, ip);
-        assert!(records_claim(&with_uid, &claim));
+        assert!(records_claim(&with_uid, "ns", "claim", Some("uid-1")));
         assert!(
-            records_claim(&without_uid, &claim),
+            records_claim(&without_uid, "ns", "claim", Some("uid-1")),
             "0.1.0 reservations record no UID"
         );
-        claim.metadata.uid = Some("uid-2".into());
         assert!(
-            !records_claim(&with_uid, &claim),
+            !records_claim(&with_uid, "ns", "claim", Some("uid-2")),
             "created again under the same name"
         );
+        assert!(!records_claim(
+            &with_uid,
+            "other-ns",
+            "claim",
+            Some("uid-1")
+        ));
         let other = new_reservation(
             &pool.scope(),
             &pool,
@@ -243,6 +240,6 @@ mod tests {
             None,
             ip,
         );
-        assert!(!records_claim(&other, &claim));
+        assert!(!records_claim(&other, "ns", "claim", Some("uid-1")));
     }
 }

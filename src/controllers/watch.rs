@@ -47,6 +47,7 @@ use tokio::sync::Notify;
 
 use super::Context;
 use super::cached_claim::CachedClaim;
+use super::claim_controller::ClaimCache;
 use super::facts::{address_hold, address_key, pool_state};
 use super::registry::{Change, HoldRecord, ObjectKey, PoolKey, PoolKind, Unready};
 use super::reservation::{IPAddressReservation, hold_of, is_released};
@@ -60,7 +61,7 @@ use crate::cli::Settings;
 /// Stores the reconciler reads, and a readiness latch for the feeds that have no store.
 #[derive(Clone)]
 pub struct Stores {
-    pub claims: Store<CachedClaim>,
+    pub claims: ClaimCache,
     pub pools: Store<InClusterIPPool>,
     pub global_pools: Store<GlobalInClusterIPPool>,
     pub prefix_pools: Store<InClusterPrefixPool>,
@@ -120,18 +121,12 @@ impl CachedPool {
 impl Stores {
     /// The cached claim of that namespace/name.
     pub fn claim(&self, key: &ObjectKey) -> Option<Arc<CachedClaim>> {
-        self.claims
-            .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace))
+        self.claims.get(key)
     }
 
     /// The cached claims of a pool.
     pub fn claims_of_pool(&self, pool: &PoolKey) -> Vec<ObjectKey> {
-        self.claims
-            .state()
-            .iter()
-            .filter(|c| c.pool() == Some(pool))
-            .map(|c| ObjectKey::new(&c.namespace().unwrap_or_default(), &c.name_any()))
-            .collect()
+        self.claims.keys_where(|c| c.pool() == Some(pool))
     }
 
     /// The cached pool `key` names, of any kind; `None` when it is not in the cache.
@@ -592,7 +587,7 @@ pub struct Subscriptions {
 pub fn start(
     client: &Client,
     settings: &Settings,
-    claims: Store<CachedClaim>,
+    claims: ClaimCache,
     served: &super::served::ServedKinds,
 ) -> (Stores, Feeds, Subscriptions) {
     let mut feeds = SelectAll::new();
@@ -753,7 +748,7 @@ fn apply(ctx: &Context, fed: Fed) {
         }
     };
     let kind = change.kind();
-    let corrections = ctx.registry().diff(&change);
+    let corrections = ctx.registry().diff(change);
     if relisted {
         tracing::info!(
             kind,
@@ -774,16 +769,10 @@ fn apply(ctx: &Context, fed: Fed) {
     }
 }
 
-fn claims_of_cluster(claims: &Store<CachedClaim>, cluster: &ObjectKey) -> Vec<ObjectKey> {
-    claims
-        .state()
-        .iter()
-        .filter(|c| {
-            c.namespace().as_deref() == Some(&*cluster.namespace)
-                && c.cluster_name() == Some(&*cluster.name)
-        })
-        .map(|c| ObjectKey::new(&cluster.namespace, &c.name_any()))
-        .collect()
+fn claims_of_cluster(claims: &ClaimCache, cluster: &ObjectKey) -> Vec<ObjectKey> {
+    claims.keys_where(|c| {
+        c.namespace() == &*cluster.namespace && c.cluster_name() == Some(&*cluster.name)
+    })
 }
 
 #[cfg(test)]
