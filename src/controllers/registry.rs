@@ -24,8 +24,10 @@
 //! as in kube-runtime's reflector store, which swaps its contents at `InitDone`. The audit
 //! compares the registry with a list through the same [`Registry::diff`].
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use crate::allocator::{AnyAllocator, ParsedSpec};
 pub use crate::api::{Name, PoolKey, PoolKind, Scope};
@@ -261,6 +263,46 @@ pub struct HoldRecord {
     pub scope: Scope,
 }
 
+/// The names of the reservations that record one claim: nearly always one, which costs no
+/// allocation of its own (issue 17: memory per claim).
+#[derive(Clone, Debug)]
+enum ReservationNames {
+    One(Arc<str>),
+    Many(Vec<Arc<str>>),
+}
+
+impl ReservationNames {
+    fn iter(&self) -> impl Iterator<Item = &Arc<str>> {
+        match self {
+            ReservationNames::One(name) => std::slice::from_ref(name).iter(),
+            ReservationNames::Many(names) => names.iter(),
+        }
+    }
+
+    fn insert(&mut self, name: &Arc<str>) {
+        if self.iter().any(|n| n == name) {
+            return;
+        }
+        match self {
+            ReservationNames::One(one) => {
+                *self = ReservationNames::Many(vec![one.clone(), name.clone()])
+            }
+            ReservationNames::Many(names) => names.push(name.clone()),
+        }
+    }
+
+    /// Removes `name`; returns whether none is left.
+    fn remove(&mut self, name: &str) -> bool {
+        match self {
+            ReservationNames::One(one) => &**one == name,
+            ReservationNames::Many(names) => {
+                names.retain(|n| &**n != name);
+                names.is_empty()
+            }
+        }
+    }
+}
+
 /// Whether claims of one namespace can reach pools of both scopes.
 fn scopes_meet(a: &Scope, b: &Scope) -> bool {
     a == b || *a == Scope::Cluster || *b == Scope::Cluster
@@ -270,10 +312,9 @@ fn scopes_meet(a: &Scope, b: &Scope) -> bool {
 pub struct Registry {
     pools: HashMap<PoolKey, PoolEntry>,
     /// Reservation objects by name.
-    reservations: HashMap<String, HoldRecord>,
-    /// Names of the reservations that record each claim.
-    /// (Nearly always one name: a `Vec` of one costs a tenth of a B-tree set's node.)
-    reservations_by_claim: HashMap<ObjectKey, Vec<String>>,
+    reservations: HashMap<Arc<str>, HoldRecord>,
+    /// Names of the reservations that record each claim (the names of `reservations`, shared).
+    reservations_by_claim: HashMap<ObjectKey, ReservationNames>,
     /// `IPAddress` objects by namespace/name (the name is the claim's).
     addresses: HashMap<ObjectKey, HoldRecord>,
     /// Pools whose status may have changed since the last [`Registry::take_dirty`].
@@ -354,9 +395,12 @@ impl Registry {
     pub fn compare_reservations(
         &self,
         page: Vec<(String, HoldRecord)>,
-        compared: &mut ListedHolds<String>,
+        compared: &mut ListedHolds<Arc<str>>,
     ) {
-        compared.compare(&self.reservations, page, Change::Reservation);
+        let page = page.into_iter().map(|(name, record)| (name.into(), record));
+        compared.compare(&self.reservations, page, |name, record| {
+            Change::Reservation(name.to_string(), record)
+        });
     }
 
     /// Compares one page of a fresh list of `IPAddress`es; see [`ListedHolds`].
@@ -370,9 +414,9 @@ impl Registry {
 
     /// What a whole list of reservations, compared page by page, differs by: as
     /// [`Registry::diff`] of the `ReservationsListed` change.
-    pub fn reservation_differences(&self, compared: ListedHolds<String>) -> Vec<Change> {
+    pub fn reservation_differences(&self, compared: ListedHolds<Arc<str>>) -> Vec<Change> {
         compared.differences(&self.reservations, |name| {
-            Change::ReservationGone(name.clone())
+            Change::ReservationGone(name.to_string())
         })
     }
 
@@ -495,22 +539,25 @@ impl Registry {
     fn reservation_added(&mut self, name: &str, record: HoldRecord) -> Vec<ObjectKey> {
         // Hold the new record before letting go of the old one: an unchanged address is never
         // free in between.
-        let old = self.reservations.insert(name.to_string(), record.clone());
+        let name: Arc<str> = match self.reservations.get_key_value(name) {
+            Some((known, _)) => known.clone(),
+            None => name.into(),
+        };
+        let old = self.reservations.insert(name.clone(), record.clone());
         if old.as_ref() == Some(&record) {
             return Vec::new();
         }
-        let names = self
-            .reservations_by_claim
-            .entry(record.claim.clone())
-            .or_insert_with(|| Vec::with_capacity(1));
-        if !names.iter().any(|n| n == name) {
-            names.push(name.to_string());
+        match self.reservations_by_claim.entry(record.claim.clone()) {
+            Entry::Vacant(entry) => {
+                entry.insert(ReservationNames::One(name.clone()));
+            }
+            Entry::Occupied(mut entry) => entry.get_mut().insert(&name),
         }
         self.hold_record(&record);
         match old {
             Some(old) => {
                 if old.claim != record.claim {
-                    self.unindex_reservation(name, &old.claim);
+                    self.unindex_reservation(&name, &old.claim);
                 }
                 self.release_record(&old)
             }
@@ -535,11 +582,10 @@ impl Registry {
     }
 
     fn unindex_reservation(&mut self, name: &str, claim: &ObjectKey) {
-        if let Some(names) = self.reservations_by_claim.get_mut(claim) {
-            names.retain(|n| n != name);
-            if names.is_empty() {
-                self.reservations_by_claim.remove(claim);
-            }
+        if let Some(names) = self.reservations_by_claim.get_mut(claim)
+            && names.remove(name)
+        {
+            self.reservations_by_claim.remove(claim);
         }
     }
 
@@ -606,8 +652,8 @@ impl Registry {
         self.reservations_by_claim
             .get(claim)
             .into_iter()
-            .flatten()
-            .filter_map(|name| Some((name.clone(), self.reservations.get(name)?.clone())))
+            .flat_map(ReservationNames::iter)
+            .filter_map(|name| Some((name.to_string(), self.reservations.get(name)?.clone())))
             .collect::<std::collections::BTreeMap<_, _>>()
             .into_iter()
             .collect()
@@ -774,7 +820,7 @@ impl Registry {
         self.reservations
             .iter()
             .filter(|(_, r)| &r.pool == pool)
-            .map(|(name, r)| (name.clone(), r.clone()))
+            .map(|(name, r)| (name.to_string(), r.clone()))
             .collect()
     }
 
@@ -812,7 +858,7 @@ impl<K: Clone + Eq + std::hash::Hash> ListedHolds<K> {
     fn compare(
         &mut self,
         current: &HashMap<K, HoldRecord>,
-        page: Vec<(K, HoldRecord)>,
+        page: impl IntoIterator<Item = (K, HoldRecord)>,
         changed: impl Fn(K, HoldRecord) -> Change,
     ) {
         for (key, record) in page {
@@ -1262,6 +1308,31 @@ mod tests {
         );
         assert!(r.diff(pools).is_empty());
         assert!(r.diff(Change::AddressesListed(Vec::new())).is_empty());
+    }
+
+    #[test]
+    fn a_claim_with_two_reservations_keeps_both_until_each_is_gone() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.20"], 24)));
+        let claim = ObjectKey::new("ns", "a");
+        r.apply(Change::Reservation("r1".into(), hold("a", "10.0.0.10")));
+        r.apply(Change::Reservation("r2".into(), hold("a", "10.0.0.11")));
+        r.apply(Change::Reservation("r2".into(), hold("a", "10.0.0.11")));
+        let names = |r: &Registry| -> Vec<String> {
+            r.reservations_of(&claim)
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        };
+        assert_eq!(names(&r), ["r1", "r2"]);
+        r.apply(Change::ReservationGone("r1".into()));
+        assert_eq!(names(&r), ["r2"]);
+        r.apply(Change::Reservation("r2".into(), hold("b", "10.0.0.11")));
+        assert!(names(&r).is_empty(), "r2 now records another claim");
+        assert_eq!(r.reservations_of(&ObjectKey::new("ns", "b")).len(), 1);
+        r.apply(Change::ReservationGone("r2".into()));
+        assert!(r.reservations_of(&ObjectKey::new("ns", "b")).is_empty());
+        assert!(r.reservations_by_claim.is_empty());
     }
 
     #[test]
