@@ -232,7 +232,11 @@ impl WorkQueue {
         if self.again.remove(&key) {
             self.now(key);
         } else if let Some(delay) = requeue_after {
-            self.at(key, now + delay);
+            // A delay too long for the clock means not in this process's life: a year will do.
+            let at = now
+                .checked_add(delay)
+                .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600));
+            self.at(key, at);
         }
     }
 
@@ -313,6 +317,75 @@ mod tests {
         ObjectKey::new("ns", name)
     }
 
+    fn watched(name: &str, version: &str) -> WatchedClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": version},
+            "spec": {"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "p"}}
+        }))
+        .expect("a valid claim")
+    }
+
+    fn cached(cache: &ClaimCache) -> Vec<(String, Option<String>)> {
+        let mut claims: Vec<_> = cache
+            .keys_where(|_| true)
+            .into_iter()
+            .map(|k| {
+                let version = cache.get(&k).and_then(|c| c.resource_version());
+                (k.name.to_string(), version)
+            })
+            .collect();
+        claims.sort();
+        claims
+    }
+
+    #[test]
+    fn a_list_replaces_the_cache_once_complete_and_reconciles_every_claim_of_it() {
+        let cache = ClaimCache::default();
+        let mut writer = CacheWriter::new(cache.clone());
+        assert!(writer.apply(watcher::Event::Init).is_empty());
+        assert!(
+            writer
+                .apply(watcher::Event::InitApply(watched("a", "1")))
+                .is_empty()
+        );
+        assert!(
+            cache.is_empty() && !writer.is_listed(),
+            "not before the list is complete"
+        );
+        assert_eq!(writer.apply(watcher::Event::InitDone), [key("a")]);
+        assert!(writer.is_listed());
+        assert_eq!(
+            writer.apply(watcher::Event::Apply(watched("b", "2"))),
+            [key("b")]
+        );
+        assert_eq!(
+            cached(&cache),
+            [
+                ("a".into(), Some("1".into())),
+                ("b".into(), Some("2".into()))
+            ]
+        );
+
+        // A re-list after a gap: `a` was deleted and `b` changed meanwhile.
+        writer.apply(watcher::Event::Init);
+        writer.apply(watcher::Event::InitApply(watched("b", "5")));
+        assert_eq!(
+            cache.len(),
+            2,
+            "the old cache serves until the list is complete"
+        );
+        assert_eq!(writer.apply(watcher::Event::InitDone), [key("b")]);
+        assert_eq!(cached(&cache), [("b".into(), Some("5".into()))]);
+
+        assert!(
+            writer
+                .apply(watcher::Event::Delete(watched("b", "6")))
+                .is_empty()
+        );
+        assert!(cache.is_empty());
+    }
+
     fn started(queue: &mut WorkQueue) -> Vec<String> {
         std::iter::from_fn(|| queue.start())
             .map(|k| k.name.to_string())
@@ -364,6 +437,16 @@ mod tests {
         queue.now(key("a"));
         assert_eq!(queue.next_due(), None, "the later request is replaced");
         assert_eq!(started(&mut queue), ["a"]);
+    }
+
+    #[test]
+    fn a_requeue_too_long_for_the_clock_is_kept_for_later() {
+        let mut queue = WorkQueue::default();
+        let t0 = Instant::now();
+        queue.now(key("a"));
+        started(&mut queue);
+        queue.finish(key("a"), Some(Duration::MAX), t0);
+        assert!(queue.next_due().is_some_and(|at| at > t0));
     }
 
     #[test]
