@@ -424,6 +424,16 @@ impl CachedClaim {
         self.ready.as_ref().map(|r| &*r.reason)
     }
 
+    /// Whether the claim is realised and nothing asks more of it: not being deleted, `Ready`
+    /// `True` for its current generation, and `addressRef` set. Its reconcile only confirms it.
+    pub fn is_realised(&self) -> bool {
+        !self.deleting
+            && self.address_ref != AddressRef::Unset
+            && self.ready.as_ref().is_some_and(|r| {
+                r.status == Some(ConditionStatus::True) && r.observed_generation == self.generation
+            })
+    }
+
     /// Whether `Ready` already says this, for the claim's current generation.
     pub fn ready_says(&self, status: ConditionStatus, reason: &str, message: &str) -> bool {
         self.ready.as_ref().is_some_and(|r| {
@@ -589,6 +599,27 @@ mod tests {
         assert_eq!(cached.ready_reason(), None);
         assert!(!cached.ready_says(ConditionStatus::True, "AddressAllocated", ""));
         assert!(!cached.legacy_mirrors(ConditionStatus::True, "AddressAllocated"));
+    }
+
+    #[test]
+    fn realised_means_ready_for_this_generation_with_its_address_and_not_deleting() {
+        assert!(CachedClaim::from(claim(realised())).is_realised());
+        let mut newer = realised();
+        newer["metadata"]["generation"] = json!(3);
+        let mut deleting = realised();
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-11-30T11:00:00Z");
+        let mut unset = realised();
+        unset["status"]["addressRef"] = json!(null);
+        let mut waiting = realised();
+        waiting["status"]["conditions"][0]["status"] = json!("False");
+        for (value, why) in [
+            (newer, "a newer generation"),
+            (deleting, "being deleted"),
+            (unset, "no addressRef"),
+            (waiting, "Ready is False"),
+        ] {
+            assert!(!CachedClaim::from(claim(value)).is_realised(), "{why}");
+        }
     }
 
     #[test]

@@ -16,6 +16,10 @@
 //! - requests for one claim merge into one (the earliest wins); at most `--concurrency` claims
 //!   are reconciled at once; none is reconciled before the first list is complete (allocating
 //!   before every claim is known could hand a waiting claim's place to a newer one);
+//! - a realised claim that the watch brings (a list, or a change to it) waits behind every
+//!   other request: after a start or a re-list, every claim is reconciled once, and a claim that
+//!   still needs its address must not wait behind tens of thousands that only confirm theirs,
+//!   once for each of its steps (issue 17: a new claim during a restart at 30,000 claims);
 //! - a reconcile's [`Action`] asks for the claim again after a delay, or not until something
 //!   changes; a failed reconcile is retried after its backoff ([`super::error`]).
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -151,26 +155,44 @@ impl CacheWriter {
     }
 }
 
+/// How soon a claim is to be reconciled, of the requests due now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Urgency {
+    /// Before any routine request.
+    Urgent,
+    /// A realised claim the watch brings: it only needs confirming.
+    Routine,
+}
+
 /// The claims waiting for a reconcile, and the ones being reconciled.
 #[derive(Default)]
 pub struct WorkQueue {
-    /// Due now, in the order they were asked for.
-    due: VecDeque<ObjectKey>,
-    /// The members of `due`.
-    is_due: HashSet<ObjectKey>,
+    /// Due now and urgent, in the order they were asked for.
+    urgent: VecDeque<ObjectKey>,
+    /// Due now and routine, in the order they were asked for.
+    routine: VecDeque<ObjectKey>,
+    /// The claims due now, with the queue each one is to be taken from (a routine request made
+    /// urgent stays in the routine queue too, and is passed over there).
+    is_due: HashMap<ObjectKey, Urgency>,
     /// Due later, by time.
     later: BTreeSet<(Instant, ObjectKey)>,
     /// When each member of `later` is due.
     due_at: HashMap<ObjectKey, Instant>,
     /// Being reconciled.
     running: HashSet<ObjectKey>,
-    /// Asked for while being reconciled: due again once that reconcile ends.
+    /// Asked for while being reconciled: due again (urgent) once that reconcile ends.
     again: HashSet<ObjectKey>,
 }
 
 impl WorkQueue {
     /// Asks for a reconcile of `key` as soon as possible.
     pub fn now(&mut self, key: ObjectKey) {
+        self.now_as(key, Urgency::Urgent);
+    }
+
+    /// Asks for a reconcile of `key` as soon as possible, after every urgent one if `urgency` is
+    /// routine.
+    pub fn now_as(&mut self, key: ObjectKey, urgency: Urgency) {
         if self.running.contains(&key) {
             self.again.insert(key);
             return;
@@ -178,14 +200,22 @@ impl WorkQueue {
         if let Some(at) = self.due_at.remove(&key) {
             self.later.remove(&(at, key.clone()));
         }
-        if self.is_due.insert(key.clone()) {
-            self.due.push_back(key);
+        match self.is_due.get(&key) {
+            Some(Urgency::Urgent) => {}
+            Some(Urgency::Routine) if urgency == Urgency::Routine => {}
+            _ => {
+                self.is_due.insert(key.clone(), urgency);
+                match urgency {
+                    Urgency::Urgent => self.urgent.push_back(key),
+                    Urgency::Routine => self.routine.push_back(key),
+                }
+            }
         }
     }
 
     /// Asks for a reconcile of `key` at `at`, unless one is asked for earlier.
     pub fn at(&mut self, key: ObjectKey, at: Instant) {
-        if self.is_due.contains(&key) {
+        if self.is_due.contains_key(&key) {
             return;
         }
         if let Some(&earlier) = self.due_at.get(&key) {
@@ -212,9 +242,18 @@ impl WorkQueue {
         }
     }
 
-    /// The next claim to reconcile, marked as running; claims being reconciled wait.
+    /// The next claim to reconcile, urgent ones first, marked as running; claims being
+    /// reconciled wait.
     pub fn start(&mut self) -> Option<ObjectKey> {
-        while let Some(key) = self.due.pop_front() {
+        loop {
+            let (key, taken_from) = match self.urgent.pop_front() {
+                Some(key) => (key, Urgency::Urgent),
+                None => (self.routine.pop_front()?, Urgency::Routine),
+            };
+            // Passed over: made urgent since, and taken from the urgent queue (or to be).
+            if self.is_due.get(&key) != Some(&taken_from) {
+                continue;
+            }
             self.is_due.remove(&key);
             if self.running.contains(&key) {
                 self.again.insert(key);
@@ -223,7 +262,6 @@ impl WorkQueue {
             self.running.insert(key.clone());
             return Some(key);
         }
-        None
     }
 
     /// Ends the reconcile of `key`; `requeue_after` is what it asked for.
@@ -271,7 +309,8 @@ pub async fn run<R, Fut>(
             event = claims.next() => match event {
                 Some(Ok(event)) => {
                     for key in writer.apply(event) {
-                        queue.now(key);
+                        let realised = ctx.stores.claims.get(&key).is_some_and(|c| c.is_realised());
+                        queue.now_as(key, if realised { Urgency::Routine } else { Urgency::Urgent });
                     }
                     ctx.metrics.claims_watched(ctx.stores.claims.len());
                 }
@@ -447,6 +486,20 @@ mod tests {
         started(&mut queue);
         queue.finish(key("a"), Some(Duration::MAX), t0);
         assert!(queue.next_due().is_some_and(|at| at > t0));
+    }
+
+    #[test]
+    fn routine_requests_wait_behind_urgent_ones_unless_made_urgent() {
+        let mut queue = WorkQueue::default();
+        for name in ["r1", "r2", "r3"] {
+            queue.now_as(key(name), Urgency::Routine);
+        }
+        queue.now_as(key("u1"), Urgency::Urgent);
+        queue.now_as(key("r2"), Urgency::Urgent);
+        queue.now_as(key("r2"), Urgency::Routine);
+        queue.now_as(key("u1"), Urgency::Routine);
+        assert_eq!(started(&mut queue), ["u1", "r2", "r1", "r3"]);
+        assert!(queue.is_due.is_empty() && queue.urgent.is_empty() && queue.routine.is_empty());
     }
 
     #[test]
