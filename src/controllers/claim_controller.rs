@@ -115,8 +115,9 @@ impl CacheWriter {
         }
     }
 
-    /// Applies one event; returns the claims to reconcile for it.
-    pub fn apply(&mut self, event: watcher::Event<WatchedClaim>) -> Vec<ObjectKey> {
+    /// Applies one event; returns the claims to reconcile for it, each with its urgency (see
+    /// [`urgency`]).
+    pub fn apply(&mut self, event: watcher::Event<WatchedClaim>) -> Vec<(ObjectKey, Urgency)> {
         match event {
             watcher::Event::Init => {
                 self.listing = Some(HashMap::new());
@@ -131,16 +132,21 @@ impl CacheWriter {
             }
             watcher::Event::InitDone => {
                 let listed = self.listing.take().unwrap_or_default();
-                let keys = listed.keys().cloned().collect();
+                let requests = listed
+                    .iter()
+                    .map(|(key, claim)| (key.clone(), urgency(claim)))
+                    .collect();
                 *self.cache.write() = listed;
                 self.listed = true;
-                keys
+                requests
             }
             watcher::Event::Apply(watched) => {
                 let claim = watched.claim;
-                let key = claim.key().clone();
-                self.cache.write().insert(key.clone(), Arc::new(claim));
-                vec![key]
+                let request = (claim.key().clone(), urgency(&claim));
+                self.cache
+                    .write()
+                    .insert(request.0.clone(), Arc::new(claim));
+                vec![request]
             }
             watcher::Event::Delete(watched) => {
                 self.cache.write().remove(watched.claim.key());
@@ -152,6 +158,16 @@ impl CacheWriter {
     /// Whether the cache holds a complete list.
     pub fn is_listed(&self) -> bool {
         self.listed
+    }
+}
+
+/// How soon the watch's news of a claim is to be reconciled: a realised claim only needs
+/// confirming, and waits behind everything else (see the module).
+fn urgency(claim: &CachedClaim) -> Urgency {
+    if claim.is_realised() {
+        Urgency::Routine
+    } else {
+        Urgency::Urgent
     }
 }
 
@@ -308,9 +324,8 @@ pub async fn run<R, Fut>(
         tokio::select! {
             event = claims.next() => match event {
                 Some(Ok(event)) => {
-                    for key in writer.apply(event) {
-                        let realised = ctx.stores.claims.get(&key).is_some_and(|c| c.is_realised());
-                        queue.now_as(key, if realised { Urgency::Routine } else { Urgency::Urgent });
+                    for (key, urgency) in writer.apply(event) {
+                        queue.now_as(key, urgency);
                     }
                     ctx.metrics.claims_watched(ctx.stores.claims.len());
                 }
@@ -392,11 +407,14 @@ mod tests {
             cache.is_empty() && !writer.is_listed(),
             "not before the list is complete"
         );
-        assert_eq!(writer.apply(watcher::Event::InitDone), [key("a")]);
+        assert_eq!(
+            writer.apply(watcher::Event::InitDone),
+            [(key("a"), Urgency::Urgent)]
+        );
         assert!(writer.is_listed());
         assert_eq!(
             writer.apply(watcher::Event::Apply(watched("b", "2"))),
-            [key("b")]
+            [(key("b"), Urgency::Urgent)]
         );
         assert_eq!(
             cached(&cache),
@@ -414,7 +432,10 @@ mod tests {
             2,
             "the old cache serves until the list is complete"
         );
-        assert_eq!(writer.apply(watcher::Event::InitDone), [key("b")]);
+        assert_eq!(
+            writer.apply(watcher::Event::InitDone),
+            [(key("b"), Urgency::Urgent)]
+        );
         assert_eq!(cached(&cache), [("b".into(), Some("5".into()))]);
 
         assert!(
