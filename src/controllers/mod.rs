@@ -306,7 +306,7 @@ pub async fn run(
     // lost), the watches and the registry go with it.
     let feeding = watch::feed(ctx.clone(), feeds);
     let started = std::time::Instant::now();
-    // Listed beside the other caches; reconciled once they and the claims have listed.
+    // The claims list once the other caches have (see `claim_controller`).
     let claims = claim_controller::run(
         ctx.clone(),
         claims,
