@@ -304,14 +304,13 @@ impl WorkQueue {
 }
 
 /// Runs the claim controller until the watch ends: `claims` is the claim watch, applied to the
-/// cache through `writer`; `wakes` are claims others ask to be reconciled; the claim watch
-/// opens, and claims are reconciled, only once `stores_ready` is done (see the module).
+/// cache through `writer`; `wakes` are claims others ask to be reconciled. Started once the
+/// other caches have listed (see the module).
 pub async fn run<R, Fut>(
     ctx: Arc<Context>,
     claims: impl Stream<Item = Result<watcher::Event<WatchedClaim>, watcher::Error>>,
     mut writer: CacheWriter,
     wakes: mpsc::UnboundedReceiver<ObjectKey>,
-    stores_ready: impl Future<Output = ()>,
     reconcile: R,
 ) where
     R: Fn(Arc<CachedClaim>, Arc<Context>) -> Fut,
@@ -321,21 +320,15 @@ pub async fn run<R, Fut>(
         0 => usize::MAX,
         n => usize::from(n),
     };
-    let mut started = Instant::now();
+    let started = Instant::now();
     let mut claims = pin!(claims);
     let mut wakes = pin!(wakes);
-    let mut stores_ready = pin!(stores_ready);
-    let mut is_stores_ready = false;
     let mut queue = WorkQueue::default();
     let mut reconciling = FuturesUnordered::new();
     loop {
         let next_due = queue.next_due();
         tokio::select! {
-            () = &mut stores_ready, if !is_stores_ready => {
-                is_stores_ready = true;
-                started = Instant::now();
-            }
-            event = claims.next(), if is_stores_ready => match event {
+            event = claims.next() => match event {
                 Some(Ok(event)) => {
                     let list_ends = matches!(event, watcher::Event::InitDone);
                     for (key, urgency) in writer.apply(event) {
@@ -361,7 +354,7 @@ pub async fn run<R, Fut>(
                 queue.finish(key, action.requeue_after, Instant::now());
             }
         }
-        // The first list must be complete (and so the other caches'): see the module.
+        // The first list must be complete: see the module.
         while writer.is_listed() && queue.running() < concurrency {
             let Some(key) = queue.start() else {
                 break;

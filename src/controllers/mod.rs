@@ -34,7 +34,6 @@ pub mod watch;
 
 use std::sync::{Arc, Mutex};
 
-use futures::FutureExt;
 use futures::channel::mpsc;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
@@ -306,33 +305,26 @@ pub async fn run(
     // lost), the watches and the registry go with it.
     let feeding = watch::feed(ctx.clone(), feeds);
     let started = std::time::Instant::now();
-    // The claims list once the other caches have (see `claim_controller`).
-    let claims = claim_controller::run(
-        ctx.clone(),
-        claims,
-        claim_writer,
-        wake_rx,
-        async {
-            // Fails only when the feed ends, which ends the run (`feeding` below).
-            if ctx.stores.wait_until_ready().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        },
-        |claim, ctx| async move {
-            match claim::reconcile(claim.clone(), ctx.clone()).await {
-                Ok(action) => action,
-                Err(e) => claim::error_policy(claim, &e, ctx),
-            }
-        },
-    )
-    .map(anyhow::Ok);
     let controlling = async {
-        // Allocating before every held address is known could pick one that is taken.
+        // Allocating before every held address is known could pick one that is taken. The
+        // claim watch opens only now too (see `claim_controller`).
         ctx.stores.wait_until_ready().await?;
         health.set_caches_synced(true);
         tracing::info!(
             seconds = started.elapsed().as_secs_f64(),
             "pools, Clusters, reservations and IPAddresses listed"
+        );
+        let claims = claim_controller::run(
+            ctx.clone(),
+            claims,
+            claim_writer,
+            wake_rx,
+            |claim, ctx| async move {
+                match claim::reconcile(claim.clone(), ctx.clone()).await {
+                    Ok(action) => action,
+                    Err(e) => claim::error_policy(claim, &e, ctx),
+                }
+            },
         );
         // The pool and reuse-grace controllers share the feed's watches (see `watch`).
         let pools = futures::future::join4(
@@ -361,12 +353,11 @@ pub async fn run(
             ),
         );
         let audits = audit::run(ctx.clone());
-        futures::join!(pools, released, audits);
+        futures::join!(claims, pools, released, audits);
         anyhow::Ok(())
     };
     tokio::select! {
-        // Both run until the lease is lost; a failure of either ends the run.
-        result = futures::future::try_join(claims, controlling) => result.map(|((), ())| ()),
+        result = controlling => result,
         result = feeding => result.and(Err(anyhow::anyhow!("the watch streams ended"))),
     }
 }
