@@ -10,10 +10,14 @@ FROM rust:1.95-alpine AS build
 RUN apk add --no-cache gcc musl-dev
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
-# Every target Cargo.toml declares must exist for Cargo to read the manifest.
+# Cargo reads every workspace member's manifest, and every target a manifest declares must exist,
+# before it builds anything; `--package inpool` then builds the controller alone (the test bench
+# in testenv/ is only a dev-dependency).
 COPY benches ./benches
 COPY src ./src
-RUN cargo build --release --locked --bin inpool \
+COPY testenv/Cargo.toml ./testenv/
+COPY testenv/src ./testenv/src
+RUN cargo build --release --locked --package inpool --bin inpool \
  && cp target/release/inpool /inpool
 
 FROM gcr.io/distroless/static:nonroot

@@ -30,17 +30,6 @@
 //! orphan `IPAddress`), deletes every claim at once and checks nothing is left. It prints one
 //! Markdown table and writes the same figures as JSON. Linux only (`/proc`).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
-#[path = "scale/apimetrics.rs"]
-mod apimetrics;
-#[path = "scale/atsize.rs"]
-mod atsize;
-#[path = "scale/harness.rs"]
-mod harness;
-#[path = "scale/process.rs"]
-mod process;
 #[path = "scale/report.rs"]
 mod report;
 
@@ -50,6 +39,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
+use inpool_testenv::scale::{atsize, harness, process};
+use inpool_testenv::{repo_root, support};
 
 use harness::{Run, Scenario};
 use process::{ProviderSpec, StopSignal};
@@ -165,10 +156,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn repo_root() -> PathBuf {
-    support::repo_root()
 }
 
 /// CAPI's CRDs (from the Cluster API Go module) and inpool's own, as the tests install them.

@@ -7,8 +7,10 @@
 //!   the audit;
 //! - [`cli`], [`leader`]: the binary's flags and leader election;
 //! - [`inspect`]: read-only views of pools and claims from the API (the demo, `kubectl inpool`);
-//! - [`telemetry`]: logging, metrics and the health/metrics HTTP server;
-//! - [`testenv`]: the local control plane built from `testenv/`, for the tests and the demo.
+//! - [`telemetry`]: logging, metrics and the health/metrics HTTP server.
+//!
+//! The test bench (the local control plane, the CAPI and CAPV harnesses, the demo) is the
+//! `inpool-testenv` crate in `testenv/`, which this crate does not depend on.
 #![forbid(unsafe_code)]
 
 pub mod allocator;
@@ -18,4 +20,3 @@ pub mod controllers;
 pub mod inspect;
 pub mod leader;
 pub mod telemetry;
-pub mod testenv;

@@ -30,7 +30,7 @@
 //!   reviews in flight` with `Retry-After: 1`. Cached decisions need no slot.
 //!
 //! The logic is generic over [`Reviewer`], so that it is tested here without an API server;
-//! [`ApiReviewer`] is the real one, and `tests/diagnostics.rs` runs it on a control plane.
+//! [`ApiReviewer`] is the real one, and `tests/plain/diagnostics.rs` runs it on a control plane.
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -1,5 +1,4 @@
 //! The pool corpora under `tests/data/pools/` (shared by `api_schema` and `api_server`).
-#![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::path::{Path, PathBuf};
 
@@ -14,7 +13,6 @@ pub fn pools_dir() -> PathBuf {
 pub struct Case {
     /// File name without `.yaml`.
     pub name: String,
-    pub path: PathBuf,
     /// The object, as JSON.
     pub object: Value,
     /// `# expect:` lines (invalid corpus only).
@@ -51,7 +49,6 @@ fn load_dir(dir: &Path) -> Vec<Case> {
                 .collect();
             Case {
                 name: path.file_stem().unwrap().to_string_lossy().into_owned(),
-                path,
                 object,
                 expect,
             }

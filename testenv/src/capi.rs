@@ -1,0 +1,327 @@
+//! Cluster API core v1.14.2 and clusterctl v1.14.2, built from the Go module proxy, for the
+//! tests that meet the real Cluster API (`tests/capi/`). Not used by the `inpool` binary.
+//!
+//! - [`binaries`] builds `target/capi/core` (CAPI's manager: its controllers, its validating and
+//!   mutating webhooks and its conversion webhook) and `target/capi/clusterctl` from
+//!   `testenv/capi/go.mod`, a module of its own whose `tool` directives name the two main
+//!   packages (`go install …@v1.14.2` refuses the module: it has `replace` directives).
+//! - [`crd_dir`] is CAPI's own CRDs, `core/config/crd/bases/` of the same module, version-pinned
+//!   by `testenv/capi/go.sum`: every test takes the CAPI CRDs from there.
+//! - [`Manager::start`] runs the manager against a [`ControlPlane`] the way CAPI's kustomize
+//!   overlays wire it in a cluster, with a URL on 127.0.0.1 in place of the webhook Service:
+//!   each CRD that CAPI patches with `webhook_in_*.yaml` converts through the manager's
+//!   `/convert`, and CAPI's `manifests.yaml` webhook configurations point at the manager. The
+//!   control plane's serving certificate (valid for 127.0.0.1, signed by its CA) is the
+//!   webhook's certificate, and that CA is every `caBundle`.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::ByteString;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, Resource};
+use serde_json::json;
+
+use super::tethered::{ManagerPorts, Tethered, readyz};
+use super::webhooks::{register_admission, yaml_documents};
+use super::{ControlPlane, go_build, repo_root, version_ldflags};
+
+/// The Cluster API release the tests run with (`testenv/capi/go.mod` pins the same).
+pub const VERSION: &str = "v1.14.2";
+
+const MODULE: &str = "sigs.k8s.io/cluster-api";
+
+/// How long the manager may take to serve its webhooks once started.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The two CAPI programs the tests run.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    /// CAPI core's manager (`sigs.k8s.io/cluster-api/core`).
+    pub manager: PathBuf,
+    pub clusterctl: PathBuf,
+}
+
+fn wrapper_module() -> PathBuf {
+    repo_root().join("testenv").join("capi")
+}
+
+/// Builds CAPI core's manager and clusterctl once per process (see [`go_build`]).
+pub fn binaries() -> Result<Binaries, String> {
+    static BINARIES: OnceLock<Result<Binaries, String>> = OnceLock::new();
+    BINARIES
+        .get_or_init(|| {
+            let dir = repo_root().join("target").join("capi");
+            let binaries = Binaries {
+                manager: dir.join("core"),
+                clusterctl: dir.join("clusterctl"),
+            };
+            // What CAPI's release build stamps in, so that clusterctl knows its own version.
+            let ldflags = version_ldflags(&format!("{MODULE}/version"), VERSION);
+            for (package, out) in [
+                ("sigs.k8s.io/cluster-api/core", &binaries.manager),
+                (
+                    "sigs.k8s.io/cluster-api/cmd/clusterctl",
+                    &binaries.clusterctl,
+                ),
+            ] {
+                go_build(
+                    &wrapper_module(),
+                    package,
+                    &ldflags,
+                    out,
+                    &format!(
+                        "building {package} {VERSION} (testenv/capi/, once): about 3 minutes \
+                         on 2 cores after the control plane's build, whose modules it shares"
+                    ),
+                )?;
+            }
+            Ok(binaries)
+        })
+        .clone()
+}
+
+/// The Cluster API module's source in the Go module cache (downloaded if needed).
+pub fn module_dir() -> Result<PathBuf, String> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| super::go_module_dir(&wrapper_module(), MODULE))
+        .clone()
+}
+
+/// `core/config/` of the Cluster API module: CRDs, their conversion patches, webhooks.
+fn core_config() -> Result<PathBuf, String> {
+    Ok(module_dir()?.join("core").join("config"))
+}
+
+/// CAPI's CRDs (`core/config/crd/bases/` of the module).
+pub fn crd_dir() -> Result<PathBuf, String> {
+    Ok(core_config()?.join("crd").join("bases"))
+}
+
+/// The CAPI CRDs inpool works with: Cluster, IPAddressClaim and IPAddress.
+pub fn contract_crd_files() -> Result<Vec<PathBuf>, String> {
+    let dir = crd_dir()?;
+    Ok([
+        "cluster.x-k8s.io_clusters.yaml",
+        "ipam.cluster.x-k8s.io_ipaddressclaims.yaml",
+        "ipam.cluster.x-k8s.io_ipaddresses.yaml",
+    ]
+    .map(|file| dir.join(file))
+    .to_vec())
+}
+
+/// Every CRD CAPI core installs (the manager watches all of them).
+pub fn all_crd_files() -> Result<Vec<PathBuf>, String> {
+    Ok(super::yaml_files(&crd_dir()?))
+}
+
+/// CAPI core's manager running against one control plane, its webhooks registered. It stops
+/// when dropped, or when the test binary exits.
+pub struct Manager {
+    process: Tethered,
+    /// The webhook server's port on 127.0.0.1.
+    pub webhook_port: u16,
+}
+
+impl Manager {
+    /// Starts the manager for `plane` (whose CRDs must include [`all_crd_files`]), then points
+    /// CAPI's conversion and admission webhooks at it, and returns once the API server calls
+    /// both.
+    pub async fn start(plane: &ControlPlane) -> anyhow::Result<Manager> {
+        let binaries = binaries().map_err(anyhow::Error::msg)?;
+        let ports = ManagerPorts::free()?;
+        let pki = plane.data_dir.join("pki");
+        let mut process = Tethered::spawn(
+            "capi-manager",
+            &binaries.manager,
+            &ports.flags(&pki),
+            &[("KUBECONFIG", plane.kubeconfig.as_os_str())],
+            plane.data_dir.join("capi-manager.log"),
+        )?;
+        let started = Instant::now();
+        process
+            .wait_until(START_TIMEOUT, || readyz(ports.health))
+            .await?;
+        let client = plane.client().await?;
+        let ca_bundle =
+            std::fs::read(pki.join("ca.crt")).context("reading the control plane CA")?;
+        let base = ports.webhook_base();
+        register_conversion(&client, &base, &ca_bundle).await?;
+        let manifests = core_config()
+            .map_err(anyhow::Error::msg)?
+            .join("webhook")
+            .join("manifests.yaml");
+        register_admission(&client, &manifests, "capi", &base, &ca_bundle).await?;
+        wait_until_served(&client, started).await?;
+        Ok(Manager {
+            process,
+            webhook_port: ports.webhook,
+        })
+    }
+
+    /// The manager's log (klog; CAPI's manager logs at verbosity 2 by default), in the control
+    /// plane's data directory.
+    pub fn log(&self) -> &Path {
+        &self.process.log
+    }
+
+    /// The last lines of the manager's log (the control plane's data directory, and with it the
+    /// log, goes when the tests end).
+    pub fn log_tail(&self) -> String {
+        self.process.log_tail()
+    }
+
+    /// True while the manager runs.
+    pub fn is_running(&mut self) -> bool {
+        self.process.is_running()
+    }
+}
+
+/// What CAPI's `core/config/crd/patches/webhook_in_*.yaml` do, with a URL for the Service.
+async fn register_conversion(client: &Client, base: &str, ca_bundle: &[u8]) -> anyhow::Result<()> {
+    let patches = core_config()
+        .map_err(anyhow::Error::msg)?
+        .join("crd")
+        .join("patches");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut patched = 0;
+    for file in super::yaml_files(&patches) {
+        for patch in yaml_documents(&file)? {
+            let Some(name) = patch["metadata"]["name"].as_str() else {
+                continue;
+            };
+            let webhook = &patch["spec"]["conversion"]["webhook"];
+            let path = webhook["clientConfig"]["service"]["path"]
+                .as_str()
+                .unwrap_or("/convert");
+            let conversion = json!({"spec": {"conversion": {
+                "strategy": "Webhook",
+                "webhook": {
+                    "conversionReviewVersions": webhook["conversionReviewVersions"],
+                    "clientConfig": {
+                        "url": format!("{base}{path}"),
+                        "caBundle": ByteString(ca_bundle.to_vec()),
+                    },
+                },
+            }}});
+            crds.patch(name, &PatchParams::default(), &Patch::Merge(&conversion))
+                .await
+                .with_context(|| format!("pointing the conversion of CRD {name} at {base}"))?;
+            patched += 1;
+        }
+    }
+    if patched == 0 {
+        bail!("no conversion patches in {}", patches.display());
+    }
+    Ok(())
+}
+
+fn resource(version: &str, kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "ipam.cluster.x-k8s.io",
+        version,
+        kind,
+    ))
+}
+
+/// Waits until the API server sends requests to the manager: an IPv4 `IPAddress` with prefix
+/// 33 passes the CRD schema and only CAPI's validating webhook refuses it, and a v1beta2 claim's
+/// conditions appear under `status.v1beta2` in v1beta1 only through the conversion webhook.
+async fn wait_until_served(client: &Client, started: Instant) -> anyhow::Result<()> {
+    let addresses: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &resource("v1beta2", "IPAddress"));
+    let claims: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &resource("v1beta2", "IPAddressClaim"),
+    );
+    let claims_v1beta1: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &resource("v1beta1", "IPAddressClaim"),
+    );
+    let probe = "capi-webhook-probe";
+    let pool_ref = json!({"apiGroup": "probe.invalid", "kind": "ProbePool", "name": "probe"});
+    let invalid_address: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+        "kind": "IPAddress",
+        "metadata": {"name": probe},
+        "spec": {"address": "10.0.0.1", "prefix": 33, "claimRef": {"name": probe}, "poolRef": pool_ref},
+    }))?;
+    let claim: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+        "kind": "IPAddressClaim",
+        "metadata": {"name": probe},
+        "spec": {"poolRef": pool_ref},
+    }))?;
+    let _ = claims.delete(probe, &DeleteParams::default()).await;
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let mut validating = false;
+    let mut converting = false;
+    while !(validating && converting) {
+        if started.elapsed() > START_TIMEOUT {
+            bail!(
+                "the API server did not call CAPI's webhooks within {START_TIMEOUT:?} \
+                 (validating: {validating}, converting: {converting})"
+            );
+        }
+        if !validating {
+            validating = matches!(
+                addresses.create(&dry_run, &invalid_address).await,
+                Err(kube::Error::Api(status)) if status.message.contains("prefix is too large")
+            );
+        }
+        if validating && !converting {
+            converting = converts(&claims, &claims_v1beta1, &claim, probe).await;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    claims
+        .delete(probe, &DeleteParams::default())
+        .await
+        .context("deleting the webhook probe claim")?;
+    Ok(())
+}
+
+async fn converts(
+    claims: &Api<DynamicObject>,
+    claims_v1beta1: &Api<DynamicObject>,
+    claim: &DynamicObject,
+    probe: &str,
+) -> bool {
+    if claims.get_opt(probe).await.ok().flatten().is_none()
+        && claims.create(&PostParams::default(), claim).await.is_err()
+    {
+        return false;
+    }
+    let status = json!({"status": {"conditions": [{
+        "type": "Probe", "status": "True", "reason": "Probe", "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }]}});
+    if claims
+        .patch_status(probe, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    match claims_v1beta1.get(probe).await {
+        Ok(converted) => converted.data["status"]["v1beta2"]["conditions"].is_array(),
+        Err(_) => false,
+    }
+}
+
+/// `K`'s API resource at another served `version` (tests read CAPI's objects as v1beta1).
+pub fn api_resource<K: Resource<DynamicType = ()>>(version: &str) -> ApiResource {
+    let mut resource = ApiResource::erase::<K>(&());
+    resource.version = version.to_string();
+    resource.api_version = format!("{}/{version}", resource.group);
+    resource
+}

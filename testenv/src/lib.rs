@@ -1,0 +1,486 @@
+//! inpool's test bench, a crate of its own so that the `inpool` binary never builds it; only the
+//! integration tests, the demo and the scale harness depend on it.
+//!
+//! - This module: the local control plane (etcd + kube-apiserver + the garbage-collector and
+//!   namespace controllers) built from the Go sources beside this crate.
+//! - [`capi`], [`capv`]: Cluster API core and clusterctl, and CAPV with a vCenter simulator, built
+//!   from the Go module proxy and run against that control plane.
+//! - [`support`]: the tests' shared control planes (one per test binary and kind of bed), each
+//!   handing a test its own namespace.
+//! - [`common`]: what the integration tests share: object builders, waits, reads, invariants, an
+//!   in-process controller and the `inpool` binary as a process.
+//! - [`scale`]: the scale harness's engine (the example `scale` in the root package runs it).
+//! - `src/bin/demo.rs`: the demo (`cargo run --bin demo`).
+//!
+//! - [`testenv_binary`] builds `target/testenv/inpool-testenv` with the Go toolchain, once per
+//!   process; a file lock makes concurrent processes wait for one build, and Go's build cache
+//!   makes a rebuild of unchanged sources a no-op.
+//! - [`ControlPlane`] runs one instance and stops it when dropped. Its standard input is a pipe:
+//!   when this process exits, however it exits, the pipe closes and the control plane shuts down
+//!   (and, when ephemeral, deletes its data directory).
+//!
+//! Paths are relative to the checkout this crate was built from ([`repo_root`]): the demo and the
+//! tests run from a checkout.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use kube::{Client, Config};
+
+pub mod capi;
+pub mod capv;
+pub mod common;
+pub mod scale;
+pub mod support;
+pub mod tethered;
+pub mod webhooks;
+
+/// The Kubernetes release `testenv/go.mod` builds (etcd 3.6, kube-apiserver and the controllers).
+pub const KUBERNETES_VERSION: &str = "v1.36.3";
+
+/// How long a cold control plane may take to announce itself ready.
+pub const START_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// The checkout this crate was built from: the workspace root, one level above `testenv/`.
+pub fn repo_root() -> PathBuf {
+    let testenv = Path::new(env!("CARGO_MANIFEST_DIR"));
+    testenv.parent().unwrap_or(testenv).to_path_buf()
+}
+
+fn testenv_dir() -> PathBuf {
+    repo_root().join("target").join("testenv")
+}
+
+/// Checks that a Go toolchain is on `path` (a `PATH` value) and says what to install if not.
+pub fn check_go_toolchain(path: &str) -> Result<String, String> {
+    let missing = || {
+        "the Go toolchain (`go`, version 1.26 or newer) is not on PATH: inpool's tests and demo \
+         build their Kubernetes control plane from source in testenv/. Install Go 1.26+ \
+         (https://go.dev/doc/install) and run them again."
+            .to_string()
+    };
+    let output = Command::new("go")
+        .arg("version")
+        .env("PATH", path)
+        .output()
+        .map_err(|_| missing())?;
+    if !output.status.success() {
+        return Err(missing());
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// Builds the control plane binary once per process; concurrent processes wait on a file lock,
+/// and Go's build cache makes a rebuild of unchanged sources a no-op.
+pub fn testenv_binary() -> Result<PathBuf, String> {
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BINARY.get_or_init(build_testenv).clone()
+}
+
+fn build_testenv() -> Result<PathBuf, String> {
+    let binary = testenv_dir().join("inpool-testenv");
+    // The version the API server reports: Cluster API and clusterctl refuse a server whose
+    // version they cannot parse (a plain `go build` reports v0.0.0-master).
+    go_build(
+        &repo_root().join("testenv"),
+        ".",
+        &version_ldflags("k8s.io/component-base/version", KUBERNETES_VERSION),
+        &binary,
+        "building the local control plane (testenv/, once) — the first build downloads the \
+         Kubernetes modules and compiles kube-apiserver: 6 to 20 minutes on 2 cores, by load",
+    )?;
+    Ok(binary)
+}
+
+/// The source of Go module `module` as the wrapper module `wrapper` pins it, from the Go module
+/// cache (downloaded if needed): the tests read upstream CRDs and webhook manifests from there.
+pub(crate) fn go_module_dir(wrapper: &Path, module: &str) -> Result<PathBuf, String> {
+    check_go_toolchain(&std::env::var("PATH").unwrap_or_default())?;
+    let output = Command::new("go")
+        .args(["mod", "download", "-json", module])
+        .current_dir(wrapper)
+        .output()
+        .map_err(|e| format!("running go mod download {module}: {e}"))?;
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).map_err(|e| {
+        format!(
+            "go mod download {module} printed no module ({e}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })?;
+    match info["Dir"].as_str() {
+        Some(dir) if output.status.success() => Ok(PathBuf::from(dir)),
+        _ => Err(format!(
+            "go mod download {module} failed: {} {}",
+            info["Error"].as_str().unwrap_or_default(),
+            String::from_utf8_lossy(&output.stderr)
+        )),
+    }
+}
+
+/// The `-ldflags` that stamp `version` (`vMAJOR.MINOR.PATCH`) into a Go `package` that keeps it
+/// in `gitMajor`, `gitMinor`, `gitVersion` and `gitTreeState` (Kubernetes' and Cluster API's
+/// version packages do), as their release builds do.
+pub(crate) fn version_ldflags(package: &str, version: &str) -> String {
+    let mut numbers = version.trim_start_matches('v').split('.');
+    let major = numbers.next().unwrap_or_default();
+    let minor = numbers.next().unwrap_or_default();
+    [
+        ("gitMajor", major),
+        ("gitMinor", minor),
+        ("gitVersion", version),
+        ("gitTreeState", "clean"),
+    ]
+    .map(|(var, value)| format!("-X {package}.{var}={value}"))
+    .join(" ")
+}
+
+/// How long one Go build may take before it is stopped as stuck: a cold control-plane build
+/// took 6 to 20 minutes on 2 cores.
+const BUILD_DEADLINE: Duration = Duration::from_secs(45 * 60);
+
+/// How often a long Go build says that it is still working.
+const BUILD_PROGRESS_EVERY: Duration = Duration::from_secs(15);
+
+/// Runs `go build -v -ldflags ldflags -o out package` in the Go module `module` under a file lock
+/// beside `out`, so that concurrent processes wait for one build; Go's build cache makes a
+/// rebuild of unchanged sources a no-op. `first_time` is printed when `out` does not exist yet.
+/// Go's output goes to `out` + `.build.log`; while the build runs, a line every
+/// [`BUILD_PROGRESS_EVERY`] says how long it has taken and how far it is, so that a first run is
+/// never silent for minutes.
+pub(crate) fn go_build(
+    module: &Path,
+    package: &str,
+    ldflags: &str,
+    out: &Path,
+    first_time: &str,
+) -> Result<(), String> {
+    check_go_toolchain(&std::env::var("PATH").unwrap_or_default())?;
+    let dir = out.parent().expect("an output file has a directory");
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let lock = std::fs::File::create(dir.join("build.lock")).map_err(|e| e.to_string())?;
+    if lock.try_lock().is_err() {
+        say(&format!(
+            "waiting for another process that is building in {}",
+            dir.display()
+        ));
+        lock.lock()
+            .map_err(|e| format!("locking the build in {}: {e}", dir.display()))?;
+    }
+    if !out.exists() {
+        say(first_time);
+    }
+    let mut log_path = out.as_os_str().to_owned();
+    log_path.push(".build.log");
+    let log_path = PathBuf::from(log_path);
+    let log = std::fs::File::create(&log_path)
+        .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
+    let mut child = Command::new("go")
+        .args(["build", "-v", "-ldflags", ldflags, "-o"])
+        .arg(out)
+        .arg(package)
+        .current_dir(module)
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("running go build in {}: {e}", module.display()))?;
+    let what = match package {
+        "." => module.display().to_string(),
+        package => package.to_string(),
+    };
+    let started = std::time::Instant::now();
+    let mut next_report = BUILD_PROGRESS_EVERY;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        if started.elapsed() > BUILD_DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "go build of {what} did not finish within {} minutes (a stuck module download or \
+                 cache lock?); its log so far: {}",
+                BUILD_DEADLINE.as_secs() / 60,
+                log_path.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        if started.elapsed() >= next_report {
+            next_report += BUILD_PROGRESS_EVERY;
+            say(&format!(
+                "… still building {what}: {}s, {} (log: {})",
+                started.elapsed().as_secs(),
+                build_progress(&log_path),
+                log_path.display()
+            ));
+        }
+    };
+    if !status.success() {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        return Err(format!(
+            "go build of {package} in {} failed ({status}); the end of {}:\n{}",
+            module.display(),
+            log_path.display(),
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        ));
+    }
+    Ok(())
+}
+
+/// What `go build -v`'s log shows so far: modules downloaded, packages compiled.
+fn build_progress(log: &Path) -> String {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    let downloads = log
+        .lines()
+        .filter(|l| l.starts_with("go: downloading"))
+        .count();
+    let packages = log.lines().count() - downloads;
+    format!("{downloads} modules downloaded, {packages} packages compiled")
+}
+
+/// A line on stderr that shows even inside a test: libtest captures the print macros, not
+/// writes to the stream itself.
+pub fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// How to start a [`ControlPlane`].
+#[derive(Clone, Debug, Default)]
+pub struct StartOptions {
+    /// Delete the data directory when the control plane stops.
+    pub ephemeral: bool,
+    /// CRD files installed before the controllers start (so that the garbage collector watches
+    /// them from the beginning).
+    pub crds: Vec<PathBuf>,
+    /// Run the control plane in a process group of its own, so that a Ctrl-C in the terminal
+    /// reaches only this process, which then stops the control plane in order.
+    pub own_process_group: bool,
+}
+
+/// One running control plane process.
+pub struct ControlPlane {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    pub data_dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    /// The API server's URL (`https://127.0.0.1:PORT`).
+    pub server: String,
+    pub startup_seconds: f64,
+}
+
+impl ControlPlane {
+    /// Starts a control plane on `data_dir` (created if needed, kept after it stops unless
+    /// `ephemeral`).
+    pub fn start(data_dir: &Path, ephemeral: bool) -> Result<ControlPlane, String> {
+        Self::start_with_crds(data_dir, ephemeral, &[])
+    }
+
+    /// Starts a control plane that installs `crds` before its controllers start, so that the
+    /// garbage collector watches them from the beginning.
+    pub fn start_with_crds(
+        data_dir: &Path,
+        ephemeral: bool,
+        crds: &[PathBuf],
+    ) -> Result<ControlPlane, String> {
+        Self::start_with(
+            data_dir,
+            &StartOptions {
+                ephemeral,
+                crds: crds.to_vec(),
+                own_process_group: false,
+            },
+        )
+    }
+
+    /// Starts a control plane on `data_dir` as `options` say, and waits until it is ready. A
+    /// start that fails is tried once more: a CI run saw kube-apiserver exit with status 1 while
+    /// starting, once, right after another test binary's control plane had been killed.
+    pub fn start_with(data_dir: &Path, options: &StartOptions) -> Result<ControlPlane, String> {
+        Self::start_once(data_dir, options).or_else(|first| {
+            say(&format!(
+                "the control plane did not start ({first}); trying once more"
+            ));
+            Self::start_once(data_dir, options)
+                .map_err(|second| format!("{second} (and before that: {first})"))
+        })
+    }
+
+    fn start_once(data_dir: &Path, options: &StartOptions) -> Result<ControlPlane, String> {
+        let binary = testenv_binary()?;
+        let kubeconfig = data_dir.join("kubeconfig");
+        let mut command = Command::new(binary);
+        command
+            .arg("run")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--exit-on-stdin-eof")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if options.ephemeral {
+            command.arg("--remove-data-dir-on-exit");
+        }
+        for crd in &options.crds {
+            command.arg("--crd").arg(crd);
+        }
+        #[cfg(unix)]
+        if options.own_process_group {
+            use std::os::unix::process::CommandExt as _;
+            command.process_group(0);
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("starting inpool-testenv: {e}"))?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let ready = match wait_ready_line(stdout) {
+            Ok(ready) => ready,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        };
+        Ok(ControlPlane {
+            child,
+            stdin,
+            data_dir: data_dir.to_path_buf(),
+            kubeconfig,
+            server: ready.server,
+            startup_seconds: ready.startup_seconds,
+        })
+    }
+
+    /// An admin client (member of `system:masters`).
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        client_from_kubeconfig(&self.kubeconfig, None).await
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// True while the control plane process runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; returns the exit status code.
+    pub fn terminate(mut self) -> Option<i32> {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        self.wait_exit()
+    }
+
+    /// Waits up to a minute for the process to end, then kills it.
+    fn wait_exit(&mut self) -> Option<i32> {
+        for _ in 0..600 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        self.child.wait().ok().and_then(|s| s.code())
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // Closing stdin asks for a clean shutdown.
+        self.stdin.take();
+        if let Ok(None) = self.child.try_wait() {
+            self.wait_exit();
+        }
+    }
+}
+
+struct Ready {
+    server: String,
+    startup_seconds: f64,
+}
+
+/// Reads the supervisor's stdout until it says it is ready (then keeps draining it in the
+/// background, so that a later line never meets a closed pipe).
+fn wait_ready_line(stdout: std::process::ChildStdout) -> Result<Ready, String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut announced = false;
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if !announced && line.starts_with("inpool-testenv ready:") {
+                announced = true;
+                let _ = tx.send(Ok(line));
+            }
+        }
+        if !announced {
+            let _ = tx.send(Err(
+                "inpool-testenv exited before it was ready (see its messages above)".to_string(),
+            ));
+        }
+    });
+    let line = rx
+        .recv_timeout(START_TIMEOUT)
+        .map_err(|_| format!("inpool-testenv was not ready within {START_TIMEOUT:?}"))??;
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .map(str::to_string)
+    };
+    let startup_seconds = field("startup=")
+        .and_then(|s| s.trim_end_matches('s').parse().ok())
+        .unwrap_or(0.0);
+    Ok(Ready {
+        server: field("server=").unwrap_or_default(),
+        startup_seconds,
+    })
+}
+
+/// A client for the given kubeconfig, optionally impersonating `(user, groups)`.
+pub async fn client_from_kubeconfig(
+    path: &Path,
+    impersonate: Option<(&str, &[&str])>,
+) -> anyhow::Result<Client> {
+    use anyhow::Context as _;
+    let kubeconfig = Kubeconfig::read_from(path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+    if let Some((user, groups)) = impersonate {
+        config.auth_info.impersonate = Some(user.to_string());
+        config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+    }
+    Client::try_from(config).context("building the Kubernetes client")
+}
+
+/// The `*.yaml` / `*.yml` files of `dir`, sorted by name (none if `dir` does not exist).
+pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// inpool's own CRDs (`crds/`) and the local-use-only CAPI CRDs (`config/local-capi/`): what a
+/// control plane without Cluster API needs to run inpool (the demo).
+pub fn local_crd_files() -> Vec<PathBuf> {
+    let mut files = yaml_files(&repo_root().join("config").join("local-capi"));
+    files.extend(yaml_files(&repo_root().join("crds")));
+    files
+}

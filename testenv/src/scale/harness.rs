@@ -1,0 +1,1694 @@
+//! The scale harness's engine: the floor (an ideal provider that only writes), the provider
+//! scenarios (N claims in M pools against a provider process), the Ready tracker (a watch, not
+//! polling), and the end-of-run correctness check. Used by `examples/scale.rs` (the full run)
+//! and `tests/plain/scale.rs` (N = 200, correctness only).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use futures::StreamExt;
+use inpool::api::reservation::{IPAddressReservation, IPAddressReservationSpec};
+use inpool::api::{
+    ADDRESS_FINALIZER, CLAIM_FINALIZER, ConditionStatus, DesiredCondition, IN_CLUSTER_IP_POOL_KIND,
+    IN_CLUSTER_PREFIX_POOL_KIND, IPAM_GROUP, IPAddress, IPAddressClaim, IPAddressClaimReference,
+    IPAddressClaimSpec, IPAddressSpec, IPPoolReference, InClusterIPPool, InClusterIPPoolSpec,
+    InClusterPrefixPool, InClusterPrefixPoolSpec, POOL_VERSION, READY_CONDITION,
+    REASON_ADDRESS_ALLOCATED, claim_status_patch, claim_status_with_ready,
+};
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde_json::json;
+
+use super::apimetrics::{self, RequestCounts, RequestDelta};
+use super::atsize;
+use super::process::{self, ProviderProcess, ProviderSpec};
+
+/// Label on every claim a scenario creates (the canary claim has none).
+pub const CLAIM_LABEL: &str = "scale.inpool.dev/claim";
+/// Label on the floor's reservations, so that one request deletes them.
+pub const FLOOR_LABEL: &str = "scale.inpool.dev/floor";
+/// Annotation that stands in for a finalizer in the floor (same write, no cleanup needed).
+const FINALIZER_STAND_IN: &str = "scale.inpool.dev/finalizer";
+/// Field manager of the floor's status applies: the same as inpool's.
+const MANAGER: &str = "inpool";
+/// Group and kind the floor's claims name: no provider handles them.
+const FLOOR_POOL_GROUP: &str = "floor.scale.inpool.dev";
+const FLOOR_POOL_KIND: &str = "FloorPool";
+
+/// The floor, in words (also written into the JSON report).
+pub const FLOOR_DEFINITION: &str = "Floor: the same run with an ideal provider inside the \
+harness that never reads and never waits: as soon as the create of claim i returns, it makes \
+the 4 writes inpool needs to realise a claim — merge-patch the claim's metadata (with the \
+resourceVersion precondition), create the IPAddressReservation, create the IPAddress (same \
+owner references), server-side-apply the claim's status (Ready=True, addressRef, built by \
+inpool's own code) — one after another for each claim, 16 claims at a time, while the claims \
+themselves are created 16 at a time: 5 writes per claim in all, no read, no watch, no cache, \
+no Event. The two finalizers (claim, IPAddress) are written as annotations of the same size, so \
+that the floor's objects can be deleted without 2 more writes per claim; the API server does the \
+same work for either. Time runs from the first create to the last Ready seen by the same watch.";
+
+/// One scenario: `pools` pools of `claims_per_pool` claims each, created concurrently.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// `single` or `multi`, used in names and the report.
+    pub name: String,
+    pub namespace: String,
+    pub pools: usize,
+    pub claims_per_pool: usize,
+    /// Claims created at once by the harness (and `{concurrency}` in the provider command).
+    pub concurrency: usize,
+    /// Longest wait for all claims to be Ready, and for the release.
+    pub timeout: Duration,
+    /// Before each measured phase, wait until the API server is quiet (leftover work of the
+    /// previous phase is not measured). Timing runs want it; a correctness run need not.
+    pub settle: bool,
+    /// `Some(length)`: the pools are `InClusterPrefixPool`s, each a /48 handing out sub-prefixes
+    /// of this length; `None`: `InClusterIPPool`s (see [`pool_net`]).
+    pub sub_prefixes: Option<u8>,
+    /// Issue 17's scenarios at size, run once the claims are Ready (single pool only).
+    pub at_size: atsize::Plan,
+}
+
+impl Scenario {
+    pub fn total(&self) -> usize {
+        self.pools * self.claims_per_pool
+    }
+
+    /// The kind of the scenario's pools, as its claims name it.
+    fn pool_kind(&self) -> &'static str {
+        match self.sub_prefixes {
+            Some(_) => IN_CLUSTER_PREFIX_POOL_KIND,
+            None => IN_CLUSTER_IP_POOL_KIND,
+        }
+    }
+
+    /// What pool `j` hands out from: its subnet, or for a prefix pool the /48 `fd01:j::/48`.
+    fn net(&self, j: usize) -> IpNet {
+        match self.sub_prefixes {
+            Some(_) => IpNet::new(
+                IpAddr::V6(Ipv6Addr::new(0xfd01, j as u16, 0, 0, 0, 0, 0, 0)),
+                48,
+            )
+            .expect("valid /48"),
+            None => pool_net(j, self.pools, self.claims_per_pool),
+        }
+    }
+
+    /// Creates pool `j` of the scenario.
+    async fn create_pool(&self, client: &Client, ns: &str, j: usize) -> anyhow::Result<IpNet> {
+        let net = self.net(j);
+        let created = match self.sub_prefixes {
+            Some(length) => {
+                let mut spec = InClusterPrefixPoolSpec::new([net.to_string()]);
+                spec.allocation_prefix_length = Some(i32::from(length));
+                Api::<InClusterPrefixPool>::namespaced(client.clone(), ns)
+                    .create(
+                        &PostParams::default(),
+                        &InClusterPrefixPool::new(&pool_name(j), spec),
+                    )
+                    .await
+                    .map(drop)
+            }
+            None => Api::<InClusterIPPool>::namespaced(client.clone(), ns)
+                .create(&PostParams::default(), &pool_object(&pool_name(j), &net))
+                .await
+                .map(drop),
+        };
+        created.with_context(|| format!("creating pool {}", pool_name(j)))?;
+        Ok(net)
+    }
+
+    /// Claim `i` (in creation order): name and pool index. Pools are interleaved.
+    fn claim(&self, i: usize) -> (String, usize) {
+        if self.pools == 1 {
+            (format!("c-{i:06}"), 0)
+        } else {
+            let pool = i % self.pools;
+            (format!("c-p{pool:03}-{:06}", i / self.pools), pool)
+        }
+    }
+}
+
+/// Name and subnet of pool `j` of a scenario with `per_pool` claims per pool: IPv4 `10.j.0.0/16`
+/// when it fits, else IPv6 `fd00:0:0:j::/64`.
+pub fn pool_net(j: usize, pools: usize, per_pool: usize) -> IpNet {
+    if pools <= 250 && per_pool <= 65_000 {
+        IpNet::new(IpAddr::V4(Ipv4Addr::new(10, j as u8, 0, 0)), 16).expect("valid /16")
+    } else {
+        IpNet::new(
+            IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, j as u16, 0, 0, 0, 0)),
+            64,
+        )
+        .expect("valid /64")
+    }
+}
+
+/// `1 pool`, `10 pools`.
+pub fn pools_text(pools: usize) -> String {
+    if pools == 1 {
+        "1 pool".into()
+    } else {
+        format!("{pools} pools")
+    }
+}
+
+pub(crate) fn pool_name(j: usize) -> String {
+    format!("pool-{j:03}")
+}
+
+/// The `i`-th host of a subnet (`network + 1 + i`): what a lowest-free allocator hands out.
+fn nth_host(net: &IpNet, i: usize) -> IpAddr {
+    match net.network() {
+        IpAddr::V4(v4) => IpAddr::V4(Ipv4Addr::from(u32::from(v4) + 1 + i as u32)),
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) + 1 + i as u128)),
+    }
+}
+
+/// inpool's reservation naming (`10-0-0-5.ns.default`).
+fn reservation_name(ip: IpAddr, namespace: &str) -> String {
+    let address = match ip {
+        IpAddr::V4(v4) => v4.octets().map(|o| o.to_string()).join("-"),
+        IpAddr::V6(v6) => v6.segments().map(|s| format!("{s:04x}")).join("-"),
+    };
+    format!("{address}.ns.{namespace}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Results
+
+/// Claim-to-Ready latency, from the moment the harness's create returned to the moment its watch
+/// saw `Ready=True` with an `addressRef`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Latency {
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Latency {
+    pub(crate) fn of(mut samples: Vec<Duration>) -> Latency {
+        if samples.is_empty() {
+            return Latency::default();
+        }
+        samples.sort();
+        let pick = |q: f64| {
+            let rank = ((q * samples.len() as f64).ceil() as usize).clamp(1, samples.len());
+            samples[rank - 1].as_secs_f64() * 1000.0
+        };
+        Latency {
+            p50_ms: pick(0.50),
+            p90_ms: pick(0.90),
+            p99_ms: pick(0.99),
+            max_ms: pick(1.0),
+        }
+    }
+}
+
+/// What the run found at the end.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Correctness {
+    pub ok: bool,
+    pub claims: usize,
+    pub claims_ready: usize,
+    pub addresses: usize,
+    pub distinct_addresses: usize,
+    /// `IPAddressReservation`s of the scenario's namespace (inpool only).
+    pub reservations: Option<usize>,
+    /// `IPAddress`es whose claim does not exist.
+    pub orphan_addresses: usize,
+    /// After deleting every claim: what was left of them.
+    pub left_after_release: Option<Leftovers>,
+    /// The first problems found (empty when `ok`).
+    pub problems: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Leftovers {
+    pub claims: usize,
+    pub addresses: usize,
+    pub reservations: usize,
+}
+
+/// Release: every claim of the scenario deleted at once (one `deletecollection`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Release {
+    pub seconds: f64,
+    pub claims_per_second: f64,
+    pub writes_per_claim: f64,
+    pub writes_per_claim_by_resource: BTreeMap<String, f64>,
+}
+
+/// One measured run: the floor, or a provider on one scenario.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Run {
+    pub label: String,
+    /// `floor` or the provider's name.
+    pub provider: String,
+    pub scenario: String,
+    pub pools: usize,
+    pub claims: usize,
+    pub concurrency: usize,
+    /// From the first create to the last `Ready=True` seen.
+    pub seconds_to_all_ready: f64,
+    /// How long the harness took to create all claims.
+    pub seconds_to_create: f64,
+    pub claims_per_second: f64,
+    /// This run's claims/s against the floor's claims/s (1.0 = as fast as the floor; 2.0 = twice
+    /// as slow).
+    pub ratio_to_floor: Option<f64>,
+    pub latency: Latency,
+    /// Writes per claim the API server counted, not counting the harness's claim creates.
+    pub writes_per_claim: f64,
+    pub writes_per_claim_by_resource: BTreeMap<String, f64>,
+    /// Writes per claim the API server refused (4xx: conflicts, AlreadyExists).
+    pub refused_writes_per_claim: f64,
+    /// `GET`s per claim (reads that bypass a cache).
+    pub gets_per_claim: f64,
+    /// Every request series that changed during the run.
+    pub requests: Vec<RequestDelta>,
+    /// Reconciles per claim, from the provider's own metrics (inpool only).
+    pub reconciles_per_claim: Option<f64>,
+    pub reconcile_errors: Option<f64>,
+    /// Provider CPU seconds between the first create and the last Ready.
+    pub provider_cpu_seconds: Option<f64>,
+    /// Provider resident memory once ready, before the first claim is created (its base: the
+    /// canary's claim and the pools only), MiB.
+    pub provider_base_rss_mib: Option<f64>,
+    /// Provider peak resident memory (VmHWM) at the last Ready, MiB.
+    pub provider_peak_rss_mib: Option<f64>,
+    /// Provider resident memory at the last Ready, MiB.
+    pub provider_rss_mib: Option<f64>,
+    /// Provider peak resident memory after the release phase too, MiB.
+    pub provider_peak_rss_mib_with_release: Option<f64>,
+    /// Provider CPU seconds from the first create to the end of the release phase.
+    pub provider_cpu_seconds_with_release: Option<f64>,
+    /// CPU seconds of the control plane (etcd, API server, controller manager) in the same span.
+    pub control_plane_cpu_seconds: Option<f64>,
+    /// CPU seconds of the harness itself in the same span (it shares the machine).
+    pub harness_cpu_seconds: Option<f64>,
+    /// Load average (1 min) before and after.
+    pub load_before: Option<f64>,
+    pub load_after: Option<f64>,
+    /// Requests the harness had to retry (429, 5xx, transport errors).
+    pub harness_retries: u64,
+    pub release: Option<Release>,
+    pub correctness: Option<Correctness>,
+    pub provider_command: Option<String>,
+    /// Issue 17's scenarios (restart, idle, trickle), when run.
+    pub at_size: Option<atsize::AtSize>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ready tracker
+
+#[derive(Default)]
+struct TrackState {
+    synced: bool,
+    /// First time each claim was seen Ready=True with an addressRef.
+    ready: HashMap<String, Instant>,
+    /// Last Ready reason seen per claim that is not Ready (for a timeout report).
+    waiting: HashMap<String, String>,
+    /// When each claim's deletion was seen.
+    deleted: HashMap<String, Instant>,
+    watch_errors: u64,
+}
+
+/// Watches the labelled claims of a namespace and records when each becomes Ready.
+pub struct ReadyTracker {
+    state: Arc<Mutex<TrackState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ReadyTracker {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn ready_ref(claim: &IPAddressClaim) -> Option<&str> {
+    let ready = claim
+        .conditions()
+        .iter()
+        .any(|c| c.type_ == READY_CONDITION && c.status == "True");
+    let address_ref = claim.address_ref().filter(|n| !n.is_empty());
+    address_ref.filter(|_| ready)
+}
+
+fn ready_reason(claim: &IPAddressClaim) -> String {
+    claim
+        .conditions()
+        .iter()
+        .find(|c| c.type_ == READY_CONDITION)
+        .map(|c| format!("{}/{}", c.status, c.reason))
+        .unwrap_or_else(|| "no Ready condition".into())
+}
+
+impl ReadyTracker {
+    /// Starts the watch of the scenario's claims and waits for its initial list.
+    pub async fn start(client: &Client, namespace: &str) -> anyhow::Result<ReadyTracker> {
+        Self::start_labelled(client, namespace, &format!("{CLAIM_LABEL}=true")).await
+    }
+
+    /// Starts the watch of the claims matching a label selector and waits for its initial list.
+    pub async fn start_labelled(
+        client: &Client,
+        namespace: &str,
+        selector: &str,
+    ) -> anyhow::Result<ReadyTracker> {
+        let api: Api<IPAddressClaim> = Api::namespaced(client.clone(), namespace);
+        let state = Arc::new(Mutex::new(TrackState::default()));
+        let task = {
+            let state = state.clone();
+            let config = watcher::Config::default().labels(selector);
+            tokio::spawn(async move {
+                let mut events = watcher::watcher(api, config).default_backoff().boxed();
+                while let Some(event) = events.next().await {
+                    let now = Instant::now();
+                    let mut state = state.lock().expect("tracker lock");
+                    match event {
+                        Ok(Event::Apply(claim)) | Ok(Event::InitApply(claim)) => {
+                            let name = claim.name_any();
+                            if ready_ref(&claim).is_some() {
+                                state.waiting.remove(&name);
+                                state.ready.entry(name).or_insert(now);
+                            } else if !state.ready.contains_key(&name) {
+                                state.waiting.insert(name, ready_reason(&claim));
+                            }
+                        }
+                        Ok(Event::Delete(claim)) => {
+                            state.deleted.insert(claim.name_any(), now);
+                        }
+                        Ok(Event::InitDone) => state.synced = true,
+                        Ok(_) => {}
+                        Err(_) => state.watch_errors += 1,
+                    }
+                }
+            })
+        };
+        let tracker = ReadyTracker { state, task };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !tracker.state.lock().expect("tracker lock").synced {
+            if Instant::now() > deadline {
+                bail!("the claim watch did not list within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(tracker)
+    }
+
+    pub fn ready_count(&self) -> usize {
+        self.state.lock().expect("tracker lock").ready.len()
+    }
+
+    pub fn deleted_count(&self) -> usize {
+        self.state.lock().expect("tracker lock").deleted.len()
+    }
+
+    pub fn last_deleted(&self) -> Option<Instant> {
+        self.state
+            .lock()
+            .expect("tracker lock")
+            .deleted
+            .values()
+            .max()
+            .copied()
+    }
+
+    pub fn ready_times(&self) -> HashMap<String, Instant> {
+        self.state.lock().expect("tracker lock").ready.clone()
+    }
+
+    /// Waits until `expected` claims are Ready, printing progress; on timeout, says why not.
+    pub async fn wait_all(
+        &self,
+        t0: Instant,
+        expected: usize,
+        timeout: Duration,
+        what: &str,
+        alive: &mut dyn FnMut() -> Option<String>,
+    ) -> anyhow::Result<()> {
+        let start = Instant::now();
+        let mut last_print = Instant::now();
+        loop {
+            let ready = self.ready_count();
+            if ready >= expected {
+                return Ok(());
+            }
+            if let Some(why) = alive() {
+                bail!("{what}: {ready}/{expected} claims Ready, then {why}");
+            }
+            if start.elapsed() > timeout {
+                let state = self.state.lock().expect("tracker lock");
+                let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+                for reason in state.waiting.values() {
+                    *reasons.entry(reason.as_str()).or_default() += 1;
+                }
+                bail!(
+                    "{what}: only {ready}/{expected} claims Ready after {timeout:?}; not ready by \
+                     reason: {reasons:?}; watch errors: {}",
+                    state.watch_errors
+                );
+            }
+            if last_print.elapsed() > Duration::from_secs(10) {
+                eprintln!(
+                    "  {what}: {ready}/{expected} Ready {:.0} s after the first create",
+                    t0.elapsed().as_secs_f64()
+                );
+                last_print = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests with retries
+
+/// Counts the harness's retried requests.
+#[derive(Clone, Default)]
+pub struct Retries(Arc<std::sync::atomic::AtomicU64>);
+
+impl Retries {
+    fn add(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => matches!(status.code, 429 | 500 | 502 | 503 | 504),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+fn already_exists(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == 409)
+}
+
+/// Runs `f` until it succeeds or fails for good (10 attempts on transient errors). A 409 after a
+/// retry is reported as `Ok(None)`: the earlier attempt went through.
+async fn with_retries<T, F, Fut>(
+    retries: &Retries,
+    what: &str,
+    mut f: F,
+) -> anyhow::Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut attempt = 0u32;
+    loop {
+        match f().await {
+            Ok(value) => return Ok(Some(value)),
+            Err(e) if attempt > 0 && already_exists(&e) => return Ok(None),
+            Err(e) if transient(&e) && attempt < 10 => {
+                attempt += 1;
+                retries.add();
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context(what.to_string())),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Objects
+
+async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &ns)
+        .await
+        .with_context(|| format!("creating namespace {name} (left over from an earlier run?)"))?;
+    Ok(())
+}
+
+async fn delete_namespace(
+    client: &Client,
+    name: &str,
+    wait: Option<Duration>,
+) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    if let Some(timeout) = wait {
+        let deadline = Instant::now() + timeout;
+        while api.get_opt(name).await?.is_some() {
+            if Instant::now() > deadline {
+                bail!("namespace {name} still exists after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    Ok(())
+}
+
+fn pool_object(name: &str, net: &IpNet) -> InClusterIPPool {
+    InClusterIPPool::new(
+        name,
+        InClusterIPPoolSpec::new([net.to_string()], i32::from(net.prefix_len())),
+    )
+}
+
+pub(crate) fn claim_object(
+    name: &str,
+    group: &str,
+    kind: &str,
+    pool: &str,
+    labelled: bool,
+) -> IPAddressClaim {
+    let mut claim = IPAddressClaim::new(
+        name,
+        IPAddressClaimSpec {
+            cluster_name: None,
+            pool_ref: IPPoolReference::new(group, kind, pool),
+        },
+    );
+    if labelled {
+        claim.metadata.labels = Some([(CLAIM_LABEL.to_string(), "true".to_string())].into());
+    }
+    claim
+}
+
+/// Creates `total` claims, `concurrency` at a time; `created(i, claim, at)` is called as each
+/// create returns. Returns when all are created.
+async fn create_claims(
+    api: &Api<IPAddressClaim>,
+    total: usize,
+    concurrency: usize,
+    retries: &Retries,
+    object: impl Fn(usize) -> IPAddressClaim,
+    mut created: impl FnMut(usize, IPAddressClaim, Instant),
+) -> anyhow::Result<()> {
+    let object = &object;
+    let mut stream = futures::stream::iter(0..total)
+        .map(|i| async move {
+            let claim = object(i);
+            let name = claim.name_any();
+            let pp = PostParams::default();
+            let result = with_retries(retries, &format!("creating claim {name}"), || {
+                api.create(&pp, &claim)
+            })
+            .await;
+            let result = match result {
+                Ok(Some(claim)) => Ok(claim),
+                Ok(None) => api.get(&name).await.map_err(anyhow::Error::new),
+                Err(e) => Err(e),
+            };
+            (i, result, Instant::now())
+        })
+        .buffer_unordered(concurrency.max(1));
+    while let Some((i, result, at)) = stream.next().await {
+        created(i, result?, at);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots
+
+struct Snapshot {
+    at: Instant,
+    requests: RequestCounts,
+    provider: Option<process::ProcStat>,
+    plane_cpu: Option<f64>,
+    harness_cpu: Option<f64>,
+}
+
+async fn snapshot(
+    client: &Client,
+    provider: Option<u32>,
+    plane: Option<u32>,
+) -> anyhow::Result<Snapshot> {
+    let requests = apimetrics::scrape(client).await?;
+    Ok(Snapshot {
+        at: Instant::now(),
+        requests,
+        provider: provider.and_then(process::proc_stat),
+        plane_cpu: plane.and_then(process::tree_cpu_seconds),
+        harness_cpu: process::proc_stat(std::process::id()).map(|s| s.cpu_seconds),
+    })
+}
+
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn per_claim(map: BTreeMap<String, f64>, claims: usize) -> BTreeMap<String, f64> {
+    map.into_iter()
+        .map(|(k, v)| (k, v / claims.max(1) as f64))
+        .collect()
+}
+
+/// Fills the timing and request figures of `run`.
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    run: &mut Run,
+    t0: Instant,
+    created: &[Option<Instant>],
+    names: &[String],
+    ready: &HashMap<String, Instant>,
+    before: &Snapshot,
+    after: &Snapshot,
+    created_done: Instant,
+) {
+    let claims = names.len();
+    let last_ready = names
+        .iter()
+        .filter_map(|n| ready.get(n))
+        .max()
+        .copied()
+        .unwrap_or(after.at);
+    run.seconds_to_all_ready = last_ready.saturating_duration_since(t0).as_secs_f64();
+    run.seconds_to_create = created_done.saturating_duration_since(t0).as_secs_f64();
+    run.claims_per_second = claims as f64 / run.seconds_to_all_ready.max(1e-9);
+    let samples = names
+        .iter()
+        .zip(created)
+        .filter_map(|(n, c)| Some(ready.get(n)?.saturating_duration_since((*c)?)))
+        .collect();
+    run.latency = Latency::of(samples);
+
+    let delta = after.requests.since(&before.requests);
+    // The harness's own claim creates are not the provider's writes.
+    let harness_creates = delta
+        .count("POST", "ipaddressclaims", "")
+        .min(claims as f64);
+    let mut buckets = delta.writes_by_bucket();
+    if let Some(c) = buckets.get_mut("claims") {
+        *c -= harness_creates;
+        if *c <= 0.0 {
+            buckets.remove("claims");
+        }
+    }
+    run.writes_per_claim = (delta.writes() - harness_creates) / claims.max(1) as f64;
+    run.writes_per_claim_by_resource = per_claim(buckets, claims);
+    run.refused_writes_per_claim = delta.refused_writes() / claims.max(1) as f64;
+    run.gets_per_claim = delta.verb("GET") / claims.max(1) as f64;
+    run.requests = delta.deltas();
+    run.control_plane_cpu_seconds = after.plane_cpu.zip(before.plane_cpu).map(|(a, b)| a - b);
+    run.harness_cpu_seconds = after
+        .harness_cpu
+        .zip(before.harness_cpu)
+        .map(|(a, b)| a - b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The floor
+
+/// The floor: see [`FLOOR_DEFINITION`]. Runs in its own namespace (deleted afterwards) with no
+/// provider running.
+pub async fn run_floor(
+    client: &Client,
+    plane_pid: Option<u32>,
+    claims: usize,
+    concurrency: usize,
+    timeout: Duration,
+) -> anyhow::Result<Run> {
+    let ns = "scale-floor";
+    create_namespace(client, ns).await?;
+    let net = pool_net(0, 1, claims);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), ns);
+    let pool = pools
+        .create(&PostParams::default(), &pool_object("floor", &net))
+        .await
+        .context("creating the floor's pool object")?;
+    let pool_uid = pool.uid().unwrap_or_default();
+
+    let claims_api: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), ns);
+    let reservations: Api<IPAddressReservation> = Api::all(client.clone());
+    let tracker = ReadyTracker::start(client, ns).await?;
+    wait_quiet(client, "floor").await?;
+    let retries = Retries::default();
+    let names: Vec<String> = (0..claims).map(|i| format!("c-{i:06}")).collect();
+    let mut created: Vec<Option<Instant>> = vec![None; claims];
+    let load_before = load_average();
+    let before = snapshot(client, None, plane_pid).await?;
+    eprintln!("floor: {claims} claims, concurrency {concurrency} + {concurrency}");
+
+    let t0 = Instant::now();
+    let (tx, rx) = futures::channel::mpsc::unbounded::<(usize, IPAddressClaim)>();
+    let creating = {
+        let names = &names;
+        let created = &mut created;
+        let retries = &retries;
+        let claims_api = &claims_api;
+        async move {
+            let result = create_claims(
+                claims_api,
+                claims,
+                concurrency,
+                retries,
+                |i| claim_object(&names[i], FLOOR_POOL_GROUP, FLOOR_POOL_KIND, "floor", true),
+                |i, claim, at| {
+                    created[i] = Some(at);
+                    let _ = tx.unbounded_send((i, claim));
+                },
+            )
+            .await;
+            drop(tx);
+            (result, Instant::now())
+        }
+    };
+    let providing = rx
+        .map(|(i, claim)| {
+            let (claims_api, addresses, reservations, retries, net, pool_uid) = (
+                &claims_api,
+                &addresses,
+                &reservations,
+                &retries,
+                &net,
+                &pool_uid,
+            );
+            async move {
+                ideal_realise(
+                    claims_api,
+                    addresses,
+                    reservations,
+                    retries,
+                    ns,
+                    net,
+                    pool_uid,
+                    i,
+                    &claim,
+                )
+                .await
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .fold(
+            Ok(()),
+            |acc: anyhow::Result<()>, r| async move { acc.and(r) },
+        );
+    let ((created_result, created_done), provided) = futures::join!(creating, providing);
+    created_result?;
+    provided?;
+    tracker
+        .wait_all(t0, claims, timeout, "floor", &mut || None)
+        .await?;
+    let after = snapshot(client, None, plane_pid).await?;
+
+    let mut run = Run {
+        label: format!("floor, 1 pool × {claims}"),
+        provider: "floor".into(),
+        scenario: "floor".into(),
+        pools: 1,
+        claims,
+        concurrency,
+        load_before,
+        load_after: load_average(),
+        ..Default::default()
+    };
+    let ready = tracker.ready_times();
+    measure(
+        &mut run,
+        t0,
+        &created,
+        &names,
+        &ready,
+        &before,
+        &after,
+        created_done,
+    );
+    run.harness_retries = retries.get();
+    drop(tracker);
+
+    eprintln!(
+        "floor: {:.1} s, {:.0} claims/s; cleaning up (not timed)",
+        run.seconds_to_all_ready, run.claims_per_second
+    );
+    cleanup_floor(client, ns).await?;
+    Ok(run)
+}
+
+/// The four writes of one realised claim, as inpool makes them, without reading anything.
+#[allow(clippy::too_many_arguments)]
+async fn ideal_realise(
+    claims: &Api<IPAddressClaim>,
+    addresses: &Api<IPAddress>,
+    reservations: &Api<IPAddressReservation>,
+    retries: &Retries,
+    ns: &str,
+    net: &IpNet,
+    pool_uid: &str,
+    i: usize,
+    claim: &IPAddressClaim,
+) -> anyhow::Result<()> {
+    let name = claim.name_any();
+    let ip = nth_host(net, i);
+
+    // 1. The finalizer patch (as inpool's patch_finalizers: merge patch guarded by the
+    //    resourceVersion), with the finalizer written as an annotation of the same size.
+    let patch = json!({ "metadata": {
+        "annotations": { FINALIZER_STAND_IN: CLAIM_FINALIZER },
+        "resourceVersion": claim.resource_version(),
+    }});
+    let (post, merge, patch) = (
+        PostParams::default(),
+        PatchParams::default(),
+        Patch::Merge(&patch),
+    );
+    with_retries(retries, "floor: claim finalizer", || {
+        claims.patch(&name, &merge, &patch)
+    })
+    .await?;
+
+    // 2. Reservation.
+    let mut reservation = IPAddressReservation::new(
+        &reservation_name(ip, ns),
+        IPAddressReservationSpec {
+            address: ip.to_string(),
+            pool_kind: IN_CLUSTER_IP_POOL_KIND.into(),
+            pool_namespace: Some(ns.into()),
+            pool_name: "floor".into(),
+            claim_namespace: ns.into(),
+            claim_name: name.clone(),
+            claim_uid: None,
+        },
+    );
+    reservation.metadata.labels = Some(
+        [
+            (
+                "app.kubernetes.io/managed-by".to_string(),
+                "inpool".to_string(),
+            ),
+            (FLOOR_LABEL.to_string(), "true".to_string()),
+        ]
+        .into(),
+    );
+    with_retries(retries, "floor: reservation", || {
+        reservations.create(&post, &reservation)
+    })
+    .await?;
+
+    // 3. IPAddress, with inpool's owner references and finalizer.
+    let mut address = IPAddress::new(
+        &name,
+        IPAddressSpec {
+            address: ip.to_string(),
+            claim_ref: IPAddressClaimReference { name: name.clone() },
+            gateway: None,
+            pool_ref: claim.spec.pool_ref.clone(),
+            prefix: i32::from(net.prefix_len()),
+        },
+    );
+    address.metadata.namespace = Some(ns.into());
+    address.metadata.annotations = Some(
+        [(
+            FINALIZER_STAND_IN.to_string(),
+            ADDRESS_FINALIZER.to_string(),
+        )]
+        .into(),
+    );
+    address.metadata.owner_references = Some(vec![
+        OwnerReference {
+            api_version: IPAddressClaim::api_version(&()).into_owned(),
+            kind: IPAddressClaim::kind(&()).into_owned(),
+            name: name.clone(),
+            uid: claim.uid().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        },
+        OwnerReference {
+            api_version: format!("{IPAM_GROUP}/{POOL_VERSION}"),
+            kind: IN_CLUSTER_IP_POOL_KIND.into(),
+            name: "floor".into(),
+            uid: pool_uid.into(),
+            controller: Some(false),
+            block_owner_deletion: Some(true),
+        },
+    ]);
+    with_retries(retries, "floor: IPAddress", || {
+        addresses.create(&post, &address)
+    })
+    .await?;
+
+    // 4. Status: server-side apply of Ready=True and addressRef, built by inpool's own helpers.
+    let desired = DesiredCondition::new(
+        READY_CONDITION,
+        ConditionStatus::True,
+        REASON_ADDRESS_ALLOCATED,
+        format!("address {ip} allocated"),
+    )
+    .observed_generation(claim.metadata.generation);
+    let body = claim_status_patch(&claim_status_with_ready(
+        claim,
+        desired,
+        Some(&name),
+        inpool::api::conditions::now(),
+    ));
+    let (apply, body) = (PatchParams::apply(MANAGER).force(), Patch::Apply(&body));
+    with_retries(retries, "floor: claim status", || {
+        claims.patch_status(&name, &apply, &body)
+    })
+    .await?;
+    Ok(())
+}
+
+/// Removes the floor's objects: its reservations (one request) and its namespace, then waits
+/// until the API server is quiet again (the garbage collector digests the deletions).
+async fn cleanup_floor(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let reservations: Api<IPAddressReservation> = Api::all(client.clone());
+    let dp = DeleteParams::default();
+    let lp = ListParams::default().labels(&format!("{FLOOR_LABEL}=true"));
+    let retries = Retries::default();
+    with_retries(&retries, "deleting the floor's reservations", || {
+        reservations.delete_collection(&dp, &lp)
+    })
+    .await?;
+    delete_namespace(client, ns, Some(Duration::from_secs(900))).await?;
+    while count(&reservations, &lp).await? > 0 {
+        if started.elapsed() > Duration::from_secs(900) {
+            bail!("the floor's reservations are still there after 900 s");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!(
+        "floor: cleaned up in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Waits until the API server serves fewer than `QUIET_REQUESTS` resource requests in
+/// `QUIET_WINDOW` (leftover work, such as the garbage collector digesting a deletion, would
+/// otherwise be measured as part of the next phase). Returns the seconds waited.
+pub async fn wait_quiet(client: &Client, what: &str) -> anyhow::Result<f64> {
+    const QUIET_WINDOW: Duration = Duration::from_secs(3);
+    const QUIET_REQUESTS: f64 = 6.0;
+    let started = Instant::now();
+    let mut last = apimetrics::scrape(client).await?;
+    let mut quiet_windows = 0;
+    let mut last_print = Instant::now();
+    loop {
+        tokio::time::sleep(QUIET_WINDOW).await;
+        let now = apimetrics::scrape(client).await?;
+        let delta = now.since(&last);
+        let busy = delta
+            .0
+            .iter()
+            .filter(|(k, _)| !k.resource.is_empty() && k.verb != "WATCH")
+            .map(|(_, v)| v)
+            .fold(0.0, |a, b| a + b);
+        last = now;
+        quiet_windows = if busy < QUIET_REQUESTS {
+            quiet_windows + 1
+        } else {
+            0
+        };
+        if quiet_windows >= 2 {
+            return Ok(started.elapsed().as_secs_f64());
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            eprintln!(
+                "  {what}: the API server is still busy after 600 s ({busy} requests in {QUIET_WINDOW:?}); going on"
+            );
+            return Ok(started.elapsed().as_secs_f64());
+        }
+        if last_print.elapsed() > Duration::from_secs(15) {
+            eprintln!(
+                "  {what}: waiting for the API server to be quiet ({busy} requests in the last {QUIET_WINDOW:?})"
+            );
+            last_print = Instant::now();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A provider on a scenario
+
+/// Runs `scenario` against a fresh provider process: create pools and a canary claim, start the
+/// provider, wait until it realised the canary, then create the claims, wait for all Ready,
+/// check, release everything and check again.
+pub async fn run_scenario(
+    client: &Client,
+    kubeconfig: &Path,
+    plane_pid: Option<u32>,
+    provider: &ProviderSpec,
+    scenario: &Scenario,
+    log_dir: &Path,
+) -> anyhow::Result<Run> {
+    let ns = scenario.namespace.as_str();
+    create_namespace(client, ns).await?;
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), ns);
+    let mut nets = Vec::new();
+    for j in 0..scenario.pools {
+        nets.push(scenario.create_pool(client, ns, j).await?);
+    }
+    // The canary proves the provider is up and its caches are synced before the clock starts.
+    let canary_net: IpNet = "192.168.255.0/24".parse().expect("valid CIDR");
+    pools
+        .create(&PostParams::default(), &pool_object("canary", &canary_net))
+        .await?;
+    let claims_api: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
+    claims_api
+        .create(
+            &PostParams::default(),
+            &claim_object(
+                "canary",
+                IPAM_GROUP,
+                IN_CLUSTER_IP_POOL_KIND,
+                "canary",
+                false,
+            ),
+        )
+        .await?;
+
+    let log = log_dir.join(format!("{}-{}.log", provider.name, scenario.name));
+    let mut process = ProviderProcess::start(provider, kubeconfig, ns, scenario.concurrency, &log)?;
+    eprintln!(
+        "{} / {}: started `{}` (pid {}, log {})",
+        provider.name,
+        scenario.name,
+        process.command_line,
+        process.pid,
+        log.display()
+    );
+    let result = measure_scenario(
+        client,
+        kubeconfig,
+        plane_pid,
+        provider,
+        scenario,
+        &mut process,
+        &nets,
+        log_dir,
+    )
+    .await;
+    let exit = process.stop().await;
+    if result.is_ok() && exit != Some(0) {
+        eprintln!("  warning: the provider exited with {exit:?} after SIGTERM");
+    }
+    // The namespace goes before the next phase starts: its deletion is not the next phase's load.
+    // Objects left with finalizers (after a failure) are stripped after 120 s.
+    let mut deleted = delete_namespace(client, ns, Some(Duration::from_secs(120))).await;
+    if deleted.is_err() {
+        eprintln!("  namespace {ns} does not go away: removing the finalizers left in it");
+        strip_finalizers(client, ns).await?;
+        deleted = delete_namespace(client, ns, Some(Duration::from_secs(300))).await;
+    }
+    let run = result?;
+    deleted?;
+    Ok(run)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn measure_scenario(
+    client: &Client,
+    kubeconfig: &Path,
+    plane_pid: Option<u32>,
+    provider: &ProviderSpec,
+    scenario: &Scenario,
+    process: &mut ProviderProcess,
+    nets: &[IpNet],
+    log_dir: &Path,
+) -> anyhow::Result<Run> {
+    let ns = scenario.namespace.as_str();
+    let total = scenario.total();
+    let claims_api: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
+
+    // Wait for the canary (start-up, initial lists).
+    let started = Instant::now();
+    loop {
+        let canary = claims_api.get("canary").await?;
+        if ready_ref(&canary).is_some() {
+            break;
+        }
+        if let Some(why) = process.exited() {
+            bail!(
+                "the provider exited ({why}) before it realised the canary claim; log:\n{}",
+                process.log_tail(30)
+            );
+        }
+        if started.elapsed() > Duration::from_secs(180) {
+            bail!(
+                "the provider did not realise the canary claim within 180 s ({}); log:\n{}",
+                ready_reason(&canary),
+                process.log_tail(30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "  canary Ready {:.1} s after the provider started; creating {total} claims in {}",
+        started.elapsed().as_secs_f64(),
+        pools_text(scenario.pools)
+    );
+
+    let tracker = ReadyTracker::start(client, ns).await?;
+    let what = format!("{} / {}", provider.name, scenario.name);
+    if scenario.settle {
+        wait_quiet(client, &what).await?;
+    }
+    let retries = Retries::default();
+    let specs: Vec<(String, usize)> = (0..total).map(|i| scenario.claim(i)).collect();
+    let names: Vec<String> = specs.iter().map(|(n, _)| n.clone()).collect();
+    let mut created: Vec<Option<Instant>> = vec![None; total];
+    let load_before = load_average();
+    let before = snapshot(client, Some(process.pid), plane_pid).await?;
+
+    let t0 = Instant::now();
+    create_claims(
+        &claims_api,
+        total,
+        scenario.concurrency,
+        &retries,
+        |i| {
+            let (name, pool) = &specs[i];
+            claim_object(
+                name,
+                IPAM_GROUP,
+                scenario.pool_kind(),
+                &pool_name(*pool),
+                true,
+            )
+        },
+        |i, _, at| created[i] = Some(at),
+    )
+    .await?;
+    let created_done = Instant::now();
+    tracker
+        .wait_all(t0, total, scenario.timeout, &what, &mut || {
+            process.exited().map(|why| {
+                format!(
+                    "the provider exited ({why}); log:\n{}",
+                    process.log_tail(30)
+                )
+            })
+        })
+        .await?;
+    let after = snapshot(client, Some(process.pid), plane_pid).await?;
+    let provider_page = if provider.is_inpool {
+        process::http_get_metrics(process.metrics_addr).await.ok()
+    } else {
+        None
+    };
+
+    let mut run = Run {
+        label: format!(
+            "{}, {} × {}{}",
+            provider.name,
+            pools_text(scenario.pools),
+            scenario.claims_per_pool,
+            scenario
+                .sub_prefixes
+                .map(|length| format!(" /{length}s"))
+                .unwrap_or_default()
+        ),
+        provider: provider.name.clone(),
+        scenario: scenario.name.clone(),
+        pools: scenario.pools,
+        claims: total,
+        concurrency: scenario.concurrency,
+        load_before,
+        load_after: load_average(),
+        provider_command: Some(process.command_line.clone()),
+        ..Default::default()
+    };
+    let ready = tracker.ready_times();
+    drop(tracker);
+    measure(
+        &mut run,
+        t0,
+        &created,
+        &names,
+        &ready,
+        &before,
+        &after,
+        created_done,
+    );
+    if let (Some(b), Some(a)) = (before.provider, after.provider) {
+        run.provider_cpu_seconds = Some(a.cpu_seconds - b.cpu_seconds);
+        run.provider_base_rss_mib = Some(b.rss_kib as f64 / 1024.0);
+        run.provider_peak_rss_mib = Some(a.hwm_kib as f64 / 1024.0);
+        run.provider_rss_mib = Some(a.rss_kib as f64 / 1024.0);
+    }
+    if let Some(page) = &provider_page {
+        // Reconciles since start, minus the canary's (a handful): close enough per claim.
+        run.reconciles_per_claim =
+            process::metric_sum(page, r#"inpool_reconciles_total{controller="claim"}"#)
+                .map(|r| r / total as f64);
+        run.reconcile_errors = process::metric_sum(page, "inpool_reconcile_errors_total");
+    }
+    eprintln!(
+        "  all {total} Ready in {:.1} s ({:.0} claims/s); checking",
+        run.seconds_to_all_ready, run.claims_per_second
+    );
+
+    let restarted = scenario.at_size.restart.is_some();
+    if !scenario.at_size.is_empty() {
+        run.at_size = Some(
+            atsize::run(
+                client,
+                kubeconfig,
+                provider,
+                scenario,
+                process,
+                log_dir,
+                &scenario.at_size,
+            )
+            .await?,
+        );
+    }
+
+    let mut correctness = check(client, ns, scenario, nets, provider.is_inpool).await?;
+    let (release, leftovers) = release_all(
+        client,
+        ns,
+        &names,
+        scenario.concurrency,
+        scenario.timeout,
+        scenario.settle,
+        &retries,
+    )
+    .await?;
+    let left = leftovers.claims + leftovers.addresses + leftovers.reservations;
+    if left > 0 {
+        correctness.problems.push(format!(
+            "after deleting every claim, left behind: {} claims, {} IPAddresses, {} reservations",
+            leftovers.claims, leftovers.addresses, leftovers.reservations
+        ));
+    }
+    correctness.left_after_release = Some(leftovers);
+    // After a restart the process that released is not the one that realised: no sum.
+    if !restarted {
+        run.provider_peak_rss_mib_with_release = process.stat().map(|s| s.hwm_kib as f64 / 1024.0);
+        run.provider_cpu_seconds_with_release = process
+            .stat()
+            .zip(before.provider)
+            .map(|(a, b)| a.cpu_seconds - b.cpu_seconds);
+    }
+    run.release = release;
+    // The canary and the pools go while the provider still runs, so that it releases their
+    // finalizers (inpool protects a pool with `ProtectPool` while it holds addresses).
+    if let Some(problem) = tear_down(client, ns).await? {
+        correctness.problems.push(problem);
+    }
+    correctness.ok = correctness.problems.is_empty();
+    run.correctness = Some(correctness);
+    run.harness_retries = retries.get();
+    Ok(run)
+}
+
+/// Deletes the canary claim, then every pool, and waits (60 s) until they are gone.
+async fn tear_down(client: &Client, ns: &str) -> anyhow::Result<Option<String>> {
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), ns);
+    let dp = DeleteParams::default();
+    let _ = claims.delete("canary", &dp).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while claims.get_opt("canary").await?.is_some() {
+        if Instant::now() > deadline {
+            return Ok(Some("the canary claim was not released within 60 s".into()));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let prefix_pools: Api<InClusterPrefixPool> = Api::namespaced(client.clone(), ns);
+    pools
+        .delete_collection(&dp, &ListParams::default())
+        .await
+        .context("deleting the pools")?;
+    prefix_pools
+        .delete_collection(&dp, &ListParams::default())
+        .await
+        .context("deleting the prefix pools")?;
+    loop {
+        let left = count(&pools, &ListParams::default()).await?
+            + count(&prefix_pools, &ListParams::default()).await?;
+        if left == 0 {
+            return Ok(None);
+        }
+        if Instant::now() > deadline {
+            return Ok(Some(format!(
+                "{left} pools still exist 60 s after every claim was deleted and they were \
+                 deleted (a finalizer was not released)"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Last resort when a namespace does not go away: drop every finalizer left in it.
+async fn strip_finalizers(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let unfinalize = json!({ "metadata": { "finalizers": null } });
+    let patch = Patch::Merge(&unfinalize);
+    let pp = PatchParams::default();
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), ns);
+    for p in pools.list_metadata(&ListParams::default()).await?.items {
+        let _ = pools.patch(&p.name_any(), &pp, &patch).await;
+    }
+    let prefix_pools: Api<InClusterPrefixPool> = Api::namespaced(client.clone(), ns);
+    for p in prefix_pools
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+    {
+        let _ = prefix_pools.patch(&p.name_any(), &pp, &patch).await;
+    }
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
+    for c in claims.list_metadata(&ListParams::default()).await?.items {
+        let _ = claims.patch(&c.name_any(), &pp, &patch).await;
+    }
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), ns);
+    for a in addresses.list_metadata(&ListParams::default()).await?.items {
+        let _ = addresses.patch(&a.name_any(), &pp, &patch).await;
+    }
+    Ok(())
+}
+
+/// Lists everything of the scenario and checks the contract's end state.
+async fn check(
+    client: &Client,
+    ns: &str,
+    scenario: &Scenario,
+    nets: &[IpNet],
+    expect_reservations: bool,
+) -> anyhow::Result<Correctness> {
+    let claims_api: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
+    let addresses_api: Api<IPAddress> = Api::namespaced(client.clone(), ns);
+    let claims = claims_api
+        .list(&ListParams::default().labels(&format!("{CLAIM_LABEL}=true")))
+        .await?
+        .items;
+    let addresses = addresses_api.list(&ListParams::default()).await?.items;
+    let mut problems = Vec::new();
+    let mut note = |p: String| {
+        if problems.len() < 20 {
+            problems.push(p);
+        }
+    };
+
+    let total = scenario.total();
+    if claims.len() != total {
+        note(format!(
+            "{} claims exist, {total} were created",
+            claims.len()
+        ));
+    }
+    let by_name: HashMap<String, &IPAddress> =
+        addresses.iter().map(|a| (a.name_any(), a)).collect();
+    let claim_names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
+    let mut seen: HashMap<IpAddr, String> = HashMap::new();
+    let mut ready = 0;
+    let mut claim_ips: HashMap<String, IpAddr> = HashMap::new();
+    for claim in &claims {
+        let name = claim.name_any();
+        let Some(address_ref) = ready_ref(claim) else {
+            note(format!(
+                "claim {name} is not Ready: {}",
+                ready_reason(claim)
+            ));
+            continue;
+        };
+        ready += 1;
+        let Some(address) = by_name.get(address_ref) else {
+            note(format!(
+                "claim {name}: addressRef {address_ref} does not exist"
+            ));
+            continue;
+        };
+        if address.spec.claim_ref.name != name {
+            note(format!(
+                "IPAddress {address_ref} names claim {}, not {name}",
+                address.spec.claim_ref.name
+            ));
+        }
+        if address.spec.pool_ref != claim.spec.pool_ref {
+            note(format!(
+                "IPAddress {address_ref} is for another pool than claim {name}"
+            ));
+        }
+        let Ok(ip) = address.spec.address.parse::<IpAddr>() else {
+            note(format!(
+                "IPAddress {address_ref}: `{}` is no IP",
+                address.spec.address
+            ));
+            continue;
+        };
+        let pool_index = claim
+            .spec
+            .pool_ref
+            .name
+            .strip_prefix("pool-")
+            .and_then(|j| j.parse::<usize>().ok());
+        if !pool_index
+            .and_then(|j| nets.get(j))
+            .is_some_and(|net| net.contains(&ip))
+        {
+            note(format!(
+                "claim {name} got {ip}, outside its pool {}",
+                claim.spec.pool_ref.name
+            ));
+        }
+        if let Some(other) = seen.insert(ip, name.clone()) {
+            note(format!("{ip} is held by both {other} and {name}"));
+        }
+        claim_ips.insert(name, ip);
+    }
+    let orphans: Vec<&IPAddress> = addresses
+        .iter()
+        .filter(|a| a.name_any() != "canary" && !claim_names.contains(&a.spec.claim_ref.name))
+        .collect();
+    for orphan in orphans.iter().take(5) {
+        note(format!(
+            "IPAddress {} has no claim ({})",
+            orphan.name_any(),
+            orphan.spec.claim_ref.name
+        ));
+    }
+    let scenario_addresses = addresses
+        .iter()
+        .filter(|a| a.name_any() != "canary")
+        .count();
+    if scenario_addresses != total {
+        note(format!(
+            "{scenario_addresses} IPAddresses for {total} claims"
+        ));
+    }
+
+    let reservations = if expect_reservations {
+        let mine = reservations_of(client, ns).await?;
+        let mine: Vec<&IPAddressReservation> = mine
+            .iter()
+            .filter(|r| r.spec.claim_name != "canary")
+            .collect();
+        if mine.len() != total {
+            note(format!("{} reservations for {total} claims", mine.len()));
+        }
+        for r in &mine {
+            let ip = r.spec.address.parse::<IpAddr>().ok();
+            if claim_ips.get(&r.spec.claim_name).copied() != ip {
+                note(format!(
+                    "reservation {} ({}) does not match claim {}'s address",
+                    r.name_any(),
+                    r.spec.address,
+                    r.spec.claim_name
+                ));
+            }
+        }
+        Some(mine.len())
+    } else {
+        None
+    };
+
+    Ok(Correctness {
+        ok: problems.is_empty(),
+        claims: claims.len(),
+        claims_ready: ready,
+        addresses: scenario_addresses,
+        distinct_addresses: seen.len(),
+        reservations,
+        orphan_addresses: orphans.len(),
+        left_after_release: None,
+        problems,
+    })
+}
+
+pub(crate) async fn reservations_of(
+    client: &Client,
+    ns: &str,
+) -> anyhow::Result<Vec<IPAddressReservation>> {
+    let api: Api<IPAddressReservation> = Api::all(client.clone());
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|r| r.spec.claim_namespace == ns)
+        .collect())
+}
+
+/// Objects of a kind matching `lp`, counted with a one-item page.
+async fn count<K>(api: &Api<K>, lp: &ListParams) -> anyhow::Result<usize>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let page = api.list_metadata(&lp.clone().limit(1)).await?;
+    Ok(page.items.len() + page.metadata.remaining_item_count.unwrap_or(0).max(0) as usize)
+}
+
+/// Deletes every scenario claim, `concurrency` at a time (as the claims were created), and waits
+/// until the claims, their IPAddresses and their reservations are gone.
+async fn release_all(
+    client: &Client,
+    ns: &str,
+    names: &[String],
+    concurrency: usize,
+    timeout: Duration,
+    settle: bool,
+    retries: &Retries,
+) -> anyhow::Result<(Option<Release>, Leftovers)> {
+    let total = names.len();
+    let claims_api: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
+    let addresses_api: Api<IPAddress> = Api::namespaced(client.clone(), ns);
+    let labelled = ListParams::default().labels(&format!("{CLAIM_LABEL}=true"));
+    let tracker = ReadyTracker::start(client, ns).await?;
+    if settle {
+        wait_quiet(client, "release").await?;
+    }
+    let before = apimetrics::scrape(client).await?;
+    let t0 = Instant::now();
+    let dp = DeleteParams::default();
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(names)
+        .map(|name| {
+            let (claims_api, dp) = (&claims_api, &dp);
+            async move {
+                match with_retries(retries, &format!("deleting claim {name}"), || {
+                    claims_api.delete(name, dp)
+                })
+                .await
+                {
+                    Ok(_) => Ok(()),
+                    Err(e)
+                        if e.downcast_ref::<kube::Error>()
+                            .is_some_and(|k| matches!(k, kube::Error::Api(s) if s.code == 404)) =>
+                    {
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    let mut last_print = Instant::now();
+    let mut last_count = Instant::now();
+    let left_claims = loop {
+        if tracker.deleted_count() >= total {
+            break 0;
+        }
+        // A backstop in case the watch restarted and missed deletions.
+        if last_count.elapsed() > Duration::from_secs(5) {
+            last_count = Instant::now();
+            if count(&claims_api, &labelled).await? == 0 {
+                break 0;
+            }
+        }
+        if t0.elapsed() > timeout {
+            break count(&claims_api, &labelled).await?;
+        }
+        if last_print.elapsed() > Duration::from_secs(10) {
+            eprintln!(
+                "  release: {}/{total} claims gone {:.0} s after the first delete",
+                tracker.deleted_count(),
+                t0.elapsed().as_secs_f64()
+            );
+            last_print = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let released_at = tracker.last_deleted().unwrap_or_else(Instant::now);
+    drop(tracker);
+    // Addresses and reservations go before the claim's finalizer; give a provider that leaves the
+    // address to the garbage collector a moment.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (left_addresses, left_reservations) = loop {
+        let addresses = addresses_api
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|a| a.name_any() != "canary")
+            .count();
+        let reservations = reservations_of(client, ns)
+            .await?
+            .iter()
+            .filter(|r| r.spec.claim_name != "canary")
+            .count();
+        if (addresses == 0 && reservations == 0) || Instant::now() > deadline {
+            break (addresses, reservations);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let after = apimetrics::scrape(client).await?;
+    let leftovers = Leftovers {
+        claims: left_claims,
+        addresses: left_addresses,
+        reservations: left_reservations,
+    };
+    if left_claims > 0 {
+        return Ok((None, leftovers));
+    }
+    let delta = after.since(&before);
+    let seconds = released_at.saturating_duration_since(t0).as_secs_f64();
+    // The harness's own deletes are not the provider's writes.
+    let harness_deletes = delta
+        .count("DELETE", "ipaddressclaims", "")
+        .min(total as f64);
+    let writes = delta.writes() - harness_deletes;
+    let mut buckets = delta.writes_by_bucket();
+    if let Some(c) = buckets.get_mut("claims") {
+        *c -= harness_deletes;
+    }
+    buckets.retain(|_, v| *v > 0.0);
+    Ok((
+        Some(Release {
+            seconds,
+            claims_per_second: total as f64 / seconds.max(1e-9),
+            writes_per_claim: writes / total.max(1) as f64,
+            writes_per_claim_by_resource: per_claim(buckets, total),
+        }),
+        leftovers,
+    ))
+}
+
+/// Where the harness writes provider logs and its report by default.
+pub fn scale_dir(repo_root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root.join("target"))
+        .join("scale")
+}

@@ -1,0 +1,298 @@
+//! Test support: a real Kubernetes control plane (etcd + kube-apiserver + the garbage-collector
+//! and namespace controllers) built from `testenv/` and shared by all tests of one test binary.
+//!
+//! - [`env`] starts the shared control plane on first use with CAPI's Cluster, IPAddressClaim and
+//!   IPAddress CRDs (from the Cluster API Go module, see [`crate::capi`]) and inpool's
+//!   own CRDs installed and established.
+//! - [`capi_env`] instead starts it with every CAPI CRD and CAPI core's manager running: its
+//!   validating, mutating and conversion webhooks are in the path of every request.
+//! - [`capv_env`] adds Cluster API Provider vSphere's manager and a vCenter simulator to that
+//!   (see [`crate::capv`]).
+//! - [`TestEnv::namespace`] gives each test a fresh namespace and an admin client.
+//! - [`ControlPlane`] runs an extra, separately controlled instance (restart and fault tests).
+//!
+//! The control plane process watches its standard input: when the test binary exits, however it
+//! exits, the pipe closes and the control plane shuts down and deletes its data directory.
+//!
+//! Building and running the control plane lives in the crate root (the demo uses it too); this
+//! module keeps the tests' API on top of it.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate as testenv;
+use crate::{capi, capv};
+pub use crate::{check_go_toolchain, repo_root, testenv_binary};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
+
+/// `../shared` beside the project: the upstream CRD fixtures.
+pub fn shared_dir() -> PathBuf {
+    repo_root().join("..").join("shared")
+}
+
+/// Whether `tool` runs (`tool --version`). If not, `test` cannot run: under CI (`CI` set) that
+/// is a failure naming `package`, elsewhere a `NOT RUN` line past libtest's capture saying how to
+/// install it; returns false.
+pub fn tool_or_not_run(tool: &str, package: &str, test: &str) -> bool {
+    if std::process::Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        return true;
+    }
+    let why = format!(
+        "{tool} is not on PATH: install {package} \
+         (`apt-get install -y --no-install-recommends prometheus`; .ci/run does)"
+    );
+    assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
+    testenv::say(&format!("NOT RUN: {test}: {why}"));
+    false
+}
+
+/// One running control plane process ([`crate::ControlPlane`], whose fields it
+/// dereferences to), with a client that panics instead of returning errors.
+pub struct ControlPlane(testenv::ControlPlane);
+
+impl ControlPlane {
+    /// Starts a control plane on `data_dir` (created if needed, kept after it stops unless
+    /// `ephemeral`).
+    pub fn start(data_dir: &Path, ephemeral: bool) -> Result<ControlPlane, String> {
+        testenv::ControlPlane::start(data_dir, ephemeral).map(ControlPlane)
+    }
+
+    /// Starts a control plane that installs `crds` before its controllers start, so that the
+    /// garbage collector watches them from the beginning.
+    pub fn start_with_crds(
+        data_dir: &Path,
+        ephemeral: bool,
+        crds: &[PathBuf],
+    ) -> Result<ControlPlane, String> {
+        testenv::ControlPlane::start_with_crds(data_dir, ephemeral, crds).map(ControlPlane)
+    }
+
+    pub async fn client(&self) -> Client {
+        client_from_kubeconfig(&self.0.kubeconfig, None).await
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.pid()
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; returns the exit status code.
+    pub fn terminate(self) -> Option<i32> {
+        self.0.terminate()
+    }
+}
+
+impl std::ops::Deref for ControlPlane {
+    type Target = testenv::ControlPlane;
+    fn deref(&self) -> &testenv::ControlPlane {
+        &self.0
+    }
+}
+
+/// A client for the given kubeconfig, optionally impersonating `(user, groups)`.
+pub async fn client_from_kubeconfig(path: &Path, impersonate: Option<(&str, &[&str])>) -> Client {
+    testenv::client_from_kubeconfig(path, impersonate)
+        .await
+        .expect("client from kubeconfig")
+}
+
+/// The control plane shared by the tests of one test binary, with all CRDs installed.
+pub struct TestEnv {
+    // Declared first: the providers stop before the control plane, CAPV before CAPI core.
+    capv: Option<(capv::Manager, capv::Simulator)>,
+    capi: Option<capi::Manager>,
+    plane: ControlPlane,
+}
+
+/// Starts (once per test binary) and returns the shared control plane.
+pub fn env() -> &'static TestEnv {
+    static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+    let env = ENV.get_or_init(|| TestEnv::start(Stack::Contract));
+    match env {
+        Ok(env) => env,
+        Err(e) => panic!("test control plane unavailable: {e}"),
+    }
+}
+
+/// Starts (once per test binary) and returns the shared control plane with CAPI core's manager
+/// running and its webhooks registered. A test binary uses either this or [`env`].
+pub fn capi_env() -> &'static TestEnv {
+    static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+    let env = ENV.get_or_init(|| TestEnv::start(Stack::Capi));
+    match env {
+        Ok(env) => env,
+        Err(e) => panic!("test control plane with Cluster API unavailable: {e}"),
+    }
+}
+
+/// Starts (once per test binary) and returns the shared control plane with CAPI core's manager,
+/// a vCenter simulator and CAPV's manager running. A test binary uses one of the three.
+pub fn capv_env() -> &'static TestEnv {
+    static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+    let env = ENV.get_or_init(|| TestEnv::start(Stack::Capv));
+    match env {
+        Ok(env) => env,
+        Err(e) => panic!("test control plane with CAPI and CAPV unavailable: {e}"),
+    }
+}
+
+/// What runs beside the control plane.
+#[derive(Clone, Copy, PartialEq)]
+enum Stack {
+    /// Nothing: CAPI's contract CRDs and inpool's.
+    Contract,
+    /// CAPI core's manager, with every CAPI CRD.
+    Capi,
+    /// CAPI core, the vCenter simulator and CAPV's manager, with CAPV's CRDs too.
+    Capv,
+}
+
+impl TestEnv {
+    fn start(stack: Stack) -> Result<TestEnv, String> {
+        let data_dir = std::env::temp_dir().join(format!(
+            "inpool-testenv-{}-{}",
+            std::process::id(),
+            test_binary_name()
+        ));
+        let _ = std::fs::remove_dir_all(&data_dir);
+        let mut crds = match stack {
+            Stack::Contract => capi::contract_crd_files()?,
+            Stack::Capi => capi::all_crd_files()?,
+            Stack::Capv => [capi::all_crd_files()?, capv::crd_files()?].concat(),
+        };
+        crds.extend(yaml_files(&repo_root().join("crds")));
+        let plane = ControlPlane::start_with_crds(&data_dir, true, &crds)?;
+        let capi = match stack {
+            Stack::Contract => None,
+            Stack::Capi | Stack::Capv => Some(on_own_runtime(capi::Manager::start(&plane))?),
+        };
+        let capv = match stack {
+            Stack::Capv => Some(on_own_runtime(async {
+                let simulator = capv::Simulator::start(&plane.data_dir).await?;
+                let manager = capv::Manager::start(&plane, &simulator).await?;
+                Ok((manager, simulator))
+            })?),
+            Stack::Contract | Stack::Capi => None,
+        };
+        Ok(TestEnv { capv, capi, plane })
+    }
+
+    /// CAPI core's manager, when started by [`capi_env`] or [`capv_env`].
+    pub fn capi(&self) -> Option<&capi::Manager> {
+        self.capi.as_ref()
+    }
+
+    /// CAPV's manager, when started by [`capv_env`].
+    pub fn capv(&self) -> Option<&capv::Manager> {
+        self.capv.as_ref().map(|(manager, _)| manager)
+    }
+
+    /// The vCenter simulator, when started by [`capv_env`].
+    pub fn simulator(&self) -> Option<&capv::Simulator> {
+        self.capv.as_ref().map(|(_, simulator)| simulator)
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        &self.plane.kubeconfig
+    }
+
+    pub fn startup_seconds(&self) -> f64 {
+        self.plane.startup_seconds
+    }
+
+    /// An admin client (member of `system:masters`).
+    pub async fn client(&self) -> Client {
+        self.plane.client().await
+    }
+
+    /// A client that impersonates `user` in `groups`: subject to RBAC like a real user.
+    pub async fn client_as(&self, user: &str, groups: &[&str]) -> Client {
+        client_from_kubeconfig(&self.plane.kubeconfig, Some((user, groups))).await
+    }
+
+    /// A fresh namespace for one test, and an admin client.
+    pub async fn namespace(&self) -> (Client, String) {
+        let client = self.client().await;
+        let name = new_namespace(&client, "t-").await;
+        (client, name)
+    }
+}
+
+/// Creates a namespace named `prefix` and a generated suffix; returns its name.
+pub async fn new_namespace(client: &Client, prefix: &str) -> String {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            generate_name: Some(prefix.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let created = namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create test namespace");
+    created.metadata.name.expect("generated name")
+}
+
+fn test_binary_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "tests".into())
+}
+
+/// CAPI's Cluster, IPAddressClaim and IPAddress CRDs and every CRD inpool generates into
+/// `crds/`.
+pub fn crd_files() -> Vec<PathBuf> {
+    let mut files = capi::contract_crd_files().expect("CAPI's CRDs from its Go module");
+    files.extend(yaml_files(&repo_root().join("crds")));
+    files
+}
+
+/// Runs `start` (a provider's start-up) on a thread and runtime of its own: the shared
+/// environment is created inside whichever test's runtime asks first, and cannot block that
+/// runtime.
+fn on_own_runtime<T: Send>(
+    start: impl std::future::Future<Output = anyhow::Result<T>> + Send,
+) -> Result<T, String> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?
+                    .block_on(start)
+                    .map_err(|e| format!("{e:#}"))
+            })
+            .join()
+            .unwrap_or_else(|_| Err("starting a provider panicked".into()))
+    })
+}
+
+/// The reference provider's files in `../shared/fixtures/<dir>` (no Go module or registry serves
+/// that module), or `None` with a line on stderr naming the test that does not run and why: a
+/// bare clone has no `../shared`.
+pub fn reference_fixtures(dir: &str, test: &str) -> Option<PathBuf> {
+    let path = shared_dir().join("fixtures").join(dir);
+    if path.is_dir() {
+        Some(path)
+    } else {
+        testenv::say(&format!(
+            "NOT RUN: {test}: it compares with the reference provider's files, expected in {} \
+             (present in CI; no registry serves that module)",
+            path.display()
+        ));
+        None
+    }
+}
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    testenv::yaml_files(dir)
+}

@@ -1,0 +1,484 @@
+//! inpool meets a real consumer: Cluster API Provider vSphere (CAPV) v1.14.0 provisions machines on
+//! govmomi's vCenter simulator with addresses from inpool's pools (`support::capv_env`: CAPI core
+//! v1.14.2, the simulator and CAPV's manager run beside the control plane; an inpool controller
+//! runs in the test).
+//!
+//! Everything a test asserts is read from what CAPV itself wrote: the `IPAddressClaim`s it
+//! creates for a `VSphereMachine`'s `addressesFromPools`, the network configuration it writes into
+//! the cloned VM (which the simulator's guest applies and prints), the `VSphereVM`'s
+//! `status.addresses` (reported back by the guest) and its conditions: `IPAddressClaimed`
+//! (v1beta1) and `IPAddressClaimsFulfilled` (v1beta2), which CAPV aggregates from the claims'
+//! `Ready` conditions as it reads them through CAPI's v1beta1 API.
+
+use std::time::Duration;
+
+use inpool::api::{GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool};
+use inpool_testenv::capv::{self, GROUP as INFRASTRUCTURE};
+use inpool_testenv::{common, support};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use common::*;
+
+/// How long CAPV may take to clone, configure and power on a VM and report back (seconds by
+/// hand; CAPV requeues slowly after errors, and tests run side by side).
+const PROVISIONING: Duration = Duration::from_secs(180);
+
+/// CAPV's finalizer on the claims it creates.
+const CAPV_CLAIM_FINALIZER: &str = "vspherevm.infrastructure.cluster.x-k8s.io/ip-claim-protection";
+
+/// One CAPI Cluster on the simulator, in a test's namespace.
+struct Site {
+    client: Client,
+    ns: String,
+    /// The `VSphereCluster` and `Cluster` name.
+    cluster: String,
+}
+
+impl Site {
+    /// A `VSphereCluster` on the simulator (CAPV's default credentials, no thumbprint: CAPV then
+    /// skips certificate checks) and a `Cluster` pointing at it.
+    async fn new(client: &Client, ns: &str) -> Site {
+        let simulator = support::capv_env().simulator().expect("the simulator runs");
+        let site = Site {
+            client: client.clone(),
+            ns: ns.to_string(),
+            cluster: "c1".to_string(),
+        };
+        site.apply(json!({
+            "apiVersion": format!("{INFRASTRUCTURE}/v1beta1"), "kind": "VSphereCluster",
+            "metadata": {"name": site.cluster},
+            "spec": {"server": simulator.server,
+                     "controlPlaneEndpoint": {"host": "10.99.0.5", "port": 6443}},
+        }))
+        .await;
+        site.apply(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": site.cluster},
+            "spec": {"infrastructureRef": {"apiGroup": INFRASTRUCTURE, "kind": "VSphereCluster",
+                                           "name": site.cluster}},
+        }))
+        .await;
+        site
+    }
+
+    /// A Machine with its bootstrap data given by hand (no bootstrap provider needed) and a
+    /// `VSphereMachine` cloning the simulator's template, whose one network device takes one
+    /// address from each of `pools` (`(kind, name)`). VM names are global in the simulator, so
+    /// every machine of the test binary needs a name of its own.
+    async fn machine(&self, name: &str, pools: &[(&str, &str)]) {
+        let labels = json!({"cluster.x-k8s.io/cluster-name": self.cluster});
+        self.apply(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{name}-bootstrap"), "labels": labels},
+            "stringData": {"format": "cloud-config", "value": "#cloud-config\n"},
+        }))
+        .await;
+        let from_pools: Vec<Value> = pools
+            .iter()
+            .map(|(kind, pool)| json!({"apiGroup": GROUP, "kind": kind, "name": pool}))
+            .collect();
+        self.apply(json!({
+            "apiVersion": format!("{INFRASTRUCTURE}/v1beta1"), "kind": "VSphereMachine",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                // The simulator's VPX model: its template disk is 10 GiB, and CAPV refuses to
+                // shrink a disk; its datacenter has two compute resources, so name the pool.
+                "template": "DC0_H0_VM0", "datacenter": "DC0", "datastore": "LocalDS_0",
+                "resourcePool": "/DC0/host/DC0_C0/Resources", "folder": "/DC0/vm",
+                "cloneMode": "fullClone", "numCPUs": 1, "memoryMiB": 512, "diskGiB": 10,
+                "network": {"devices": [
+                    {"networkName": "VM Network", "addressesFromPools": from_pools},
+                ]},
+            },
+        }))
+        .await;
+        self.apply(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "clusterName": self.cluster, "version": "v1.33.0",
+                "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+                "infrastructureRef": {"apiGroup": INFRASTRUCTURE, "kind": "VSphereMachine",
+                                      "name": name},
+            },
+        }))
+        .await;
+    }
+
+    async fn apply(&self, object: Value) {
+        let api = api_of(&self.client, &object, &self.ns).await;
+        let kind = object["kind"].as_str().unwrap_or_default().to_string();
+        let object: DynamicObject = typed(object);
+        api.patch(
+            &object.name_any(),
+            &PatchParams::apply("inpool-capv-test").force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {kind} {}: {e}", object.name_any()));
+    }
+
+    /// CAPI's Machines (`cluster.x-k8s.io/v1beta2`) of the site's namespace.
+    fn machines(&self) -> Api<DynamicObject> {
+        let machine = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &ApiResource::from_gvk(&machine),
+        )
+    }
+
+    fn vsphere_vms(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), &self.ns, &capv::resource("VSphereVM"))
+    }
+
+    fn claims(&self) -> Api<IPAddressClaim> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn addresses(&self) -> Api<IPAddress> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Waits until CAPV has created the claim `name` for a `VSphereVM` and returns it.
+    async fn claim_created_by_capv(&self, name: &str, vm: &str) -> IPAddressClaim {
+        let claims = self.claims();
+        let claim = eventually(
+            &format!("CAPV to create claim {}/{name}", self.ns),
+            PROVISIONING,
+            || async { claims.get_opt(name).await.unwrap() },
+        )
+        .await;
+        let owner = claim
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "VSphereVM")
+            .unwrap_or_else(|| panic!("claim {name} has no VSphereVM owner: {claim:?}"));
+        assert_eq!(owner.name, vm, "claim {name}'s owner");
+        assert!(
+            claim.finalizers().iter().any(|f| f == CAPV_CLAIM_FINALIZER),
+            "claim {name} lacks CAPV's finalizer: {:?}",
+            claim.finalizers()
+        );
+        assert_eq!(
+            claim.labels().get("cluster.x-k8s.io/cluster-name"),
+            Some(&self.cluster),
+            "CAPV copies the cluster-name label, its only link to the Cluster"
+        );
+        claim
+    }
+
+    /// Waits until `vm`'s v1beta1 condition `IPAddressClaimed` has `status` and a reason that
+    /// starts with `reason` (CAPV reports `IPAddressClaimsBeingCreated` until every claim has a
+    /// `Ready` condition, then aggregates the claims' reasons), and returns the `VSphereVM`.
+    async fn vm_with_claimed(&self, vm: &str, status: &str, reason: &str) -> DynamicObject {
+        let vms = self.vsphere_vms();
+        eventually(
+            &format!("VSphereVM {vm} to have IPAddressClaimed={status} ({reason}…)"),
+            PROVISIONING,
+            || async {
+                let object = vms.get_opt(vm).await.unwrap()?;
+                let claimed = condition(&object, "/status/conditions", "IPAddressClaimed")?;
+                let reason_matches = claimed["reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with(reason);
+                (claimed["status"] == status && reason_matches).then_some(object)
+            },
+        )
+        .await
+    }
+
+    /// Waits until the guest of `vm` reports `address` and CAPV has copied it into the
+    /// `VSphereVM`'s `status.addresses`.
+    async fn vm_reports(&self, vm: &str, address: &str) -> DynamicObject {
+        let vms = self.vsphere_vms();
+        eventually(
+            &format!("VSphereVM {vm} to report address {address}"),
+            PROVISIONING,
+            || async {
+                let object = vms.get_opt(vm).await.unwrap()?;
+                object.data["status"]["addresses"]
+                    .as_array()?
+                    .iter()
+                    .any(|a| a == address)
+                    .then_some(object)
+            },
+        )
+        .await
+    }
+
+    /// What the simulated guest of `vm` configured from the metadata CAPV wrote into the VM.
+    async fn guest_network(&self, vm: &str) -> String {
+        let simulator = support::capv_env().simulator().expect("the simulator runs");
+        eventually(
+            &format!("the guest of VM {vm} to configure its network"),
+            PROVISIONING,
+            || async { simulator.guest_network(vm) },
+        )
+        .await
+    }
+
+    /// Deletes the Machine `name` and waits until CAPV has deleted its VM and the garbage
+    /// collector its claims, and inpool has released their addresses.
+    async fn delete_machine(&self, name: &str, claims: &[&str]) {
+        self.machines()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("deleting Machine {name}: {e}"));
+        for claim in claims {
+            wait_gone(&self.claims(), claim, PROVISIONING).await;
+            wait_gone(&self.addresses(), claim, Duration::from_secs(60)).await;
+        }
+        wait_gone(&self.vsphere_vms(), name, PROVISIONING).await;
+    }
+}
+
+/// [`wait_for`], failing with the end of CAPV's, CAPI core's and the simulator's logs: what
+/// CAPV did not do is explained there.
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    wait_explained(what, timeout, check, || {
+        let env = support::capv_env();
+        format!(
+            "\n--- CAPV's log ends:\n{}\n--- CAPI core's log ends:\n{}\n\
+             --- the simulator's log ends:\n{}",
+            env.capv().map(|m| m.log_tail()).unwrap_or_default(),
+            env.capi().map(|m| m.log_tail()).unwrap_or_default(),
+            env.simulator().map(|s| s.log_tail()).unwrap_or_default(),
+        )
+    })
+    .await
+}
+
+/// The condition `type` in the list at `path` (a JSON pointer) of `object`.
+fn condition<'a>(object: &'a DynamicObject, path: &str, type_: &str) -> Option<&'a Value> {
+    object
+        .data
+        .pointer(path)?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+fn address_of(address: &IPAddress) -> String {
+    format!("{}/{}", address.spec.address, address.spec.prefix)
+}
+
+/// Waits until the pool's status counts `used` addresses.
+async fn wait_pool_used<K>(pools: &Api<K>, name: &str, used: i64)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + serde::Serialize,
+{
+    eventually(
+        &format!("pool {name} to count {used} used"),
+        Duration::from_secs(60),
+        || async {
+            let pool = serde_json::to_value(pools.get(name).await.ok()?).ok()?;
+            (pool["status"]["ipAddresses"]["used"] == used).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Prints what `kubectl get vspherevms,ipaddressclaims,ipaddresses` shows in `ns` (the README's
+/// "Tested with" screen comes from here), when kubectl is installed.
+fn show_kubectl_get(ns: &str) {
+    let kubeconfig = support::capv_env().kubeconfig();
+    if let Ok(output) = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args([
+            "get",
+            "vspherevms,ipaddressclaims.ipam.cluster.x-k8s.io,ipaddresses.ipam.cluster.x-k8s.io",
+        ])
+        .args(["-n", ns])
+        .output()
+    {
+        inpool_testenv::say(&format!(
+            "$ kubectl get vspherevms,ipaddressclaims,ipaddresses\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        ));
+    }
+}
+
+#[tokio::test]
+async fn capv_provisions_a_machine_from_an_inclusterippool_and_deleting_it_releases_the_address() {
+    let (client, ns) = support::capv_env().namespace().await;
+    let _inpool = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    create(
+        &pools,
+        &pool("vm-pool", &["10.10.0.10-10.10.0.20"], 24, Some("10.10.0.1")),
+    )
+    .await;
+    let site = Site::new(&client, &ns).await;
+    site.machine("v4-m1", &[("InClusterIPPool", "vm-pool")])
+        .await;
+
+    // CAPV names the claim <VSphereVM>-<device>-<pool entry>.
+    site.claim_created_by_capv("v4-m1-0-0", "v4-m1").await;
+    wait_reason(&site.claims(), "v4-m1-0-0", "AddressAllocated").await;
+    let address = site.addresses().get("v4-m1-0-0").await.unwrap();
+    assert_eq!(address_of(&address), "10.10.0.10/24");
+
+    // CAPV wrote inpool's address and gateway into the VM, the guest applied them, and CAPV
+    // reports the address on the VSphereVM.
+    assert_eq!(
+        site.guest_network("v4-m1").await,
+        "addresses=[10.10.0.10/24] gateway4=10.10.0.1 gateway6="
+    );
+    site.vm_reports("v4-m1", "10.10.0.10").await;
+    let vm = site.vm_with_claimed("v4-m1", "True", "").await;
+    let fulfilled = condition(
+        &vm,
+        "/status/v1beta2/conditions",
+        "IPAddressClaimsFulfilled",
+    )
+    .unwrap_or_else(|| panic!("no IPAddressClaimsFulfilled on VSphereVM v4-m1: {vm:?}"));
+    assert_eq!(fulfilled["status"], "True", "{fulfilled}");
+
+    // The Machine is provisioned: CAPI copied the provider ID from the VSphereMachine.
+    let machines = site.machines();
+    eventually("Machine v4-m1 to be Provisioned", PROVISIONING, || async {
+        let machine = machines.get("v4-m1").await.ok()?;
+        (machine.data["status"]["phase"] == "Provisioned").then_some(())
+    })
+    .await;
+    show_kubectl_get(&ns);
+
+    site.delete_machine("v4-m1", &["v4-m1-0-0"]).await;
+    wait_pool_used(&pools, "vm-pool", 0).await;
+}
+
+#[tokio::test]
+async fn capv_shows_pool_exhausted_from_inpool_and_proceeds_when_the_pool_grows() {
+    let (client, ns) = support::capv_env().namespace().await;
+    let _inpool = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("one", &["10.20.0.10"], 24, Some("10.20.0.1"))).await;
+    let site = Site::new(&client, &ns).await;
+    site.machine("full-a", &[("InClusterIPPool", "one")]).await;
+    site.claim_created_by_capv("full-a-0-0", "full-a").await;
+    wait_reason(&site.claims(), "full-a-0-0", "AddressAllocated").await;
+    site.machine("full-b", &[("InClusterIPPool", "one")]).await;
+    site.claim_created_by_capv("full-b-0-0", "full-b").await;
+    let waiting = wait_reason(&site.claims(), "full-b-0-0", "PoolExhausted").await;
+    let inpool_message = ready_message(&waiting);
+
+    // CAPV summarises inpool's condition on its own object: reason and severity in v1beta1,
+    // inpool's message in v1beta2.
+    let vm = site
+        .vm_with_claimed("full-b", "False", "PoolExhausted")
+        .await;
+    let claimed = condition(&vm, "/status/conditions", "IPAddressClaimed").unwrap();
+    assert_eq!(claimed["severity"], "Warning", "{claimed}");
+    let fulfilled = condition(
+        &vm,
+        "/status/v1beta2/conditions",
+        "IPAddressClaimsFulfilled",
+    )
+    .unwrap();
+    assert_eq!(fulfilled["status"], "False", "{fulfilled}");
+    assert!(
+        fulfilled["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&inpool_message)),
+        "IPAddressClaimsFulfilled on VSphereVM full-b should carry inpool's message \
+         {inpool_message:?}: {fulfilled}"
+    );
+    inpool_testenv::say(&format!(
+        "VSphereVM full-b: IPAddressClaimed {claimed}\nIPAddressClaimsFulfilled {fulfilled}"
+    ));
+    show_kubectl_get(&ns);
+    assert!(
+        site.vsphere_vms().get("full-b").await.unwrap().data["status"]["addresses"]
+            .as_array()
+            .is_none_or(|a| a.is_empty()),
+        "a VM without its address must not report one"
+    );
+
+    // Growing the pool is all it takes: nothing is done to CAPV's objects.
+    pools
+        .patch(
+            "one",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"addresses": ["10.20.0.10-10.20.0.11"]}})),
+        )
+        .await
+        .unwrap();
+    wait_reason(&site.claims(), "full-b-0-0", "AddressAllocated").await;
+    assert_eq!(
+        site.guest_network("full-b").await,
+        "addresses=[10.20.0.11/24] gateway4=10.20.0.1 gateway6="
+    );
+    site.vm_reports("full-b", "10.20.0.11").await;
+    site.vm_with_claimed("full-b", "True", "").await;
+
+    site.delete_machine("full-a", &["full-a-0-0"]).await;
+    site.delete_machine("full-b", &["full-b-0-0"]).await;
+    wait_pool_used(&pools, "one", 0).await;
+}
+
+#[tokio::test]
+async fn capv_takes_addresses_from_an_ipv6_pool_and_a_global_pool_the_same_way() {
+    let (client, ns) = support::capv_env().namespace().await;
+    let _inpool = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    create(
+        &pools,
+        &pool("v6", &["fd00:10::10-fd00:10::20"], 64, Some("fd00:10::1")),
+    )
+    .await;
+    let global_pools: Api<GlobalInClusterIPPool> = Api::all(client.clone());
+    let global_name = unique("capv-global");
+    let mut global = global_pool(&global_name, &["10.30.0.10-10.30.0.12"], 24);
+    global.spec.gateway = Some("10.30.0.1".into());
+    create(&global_pools, &global).await;
+    let site = Site::new(&client, &ns).await;
+    site.machine("v6-m1", &[("InClusterIPPool", "v6")]).await;
+    site.machine("global-m1", &[("GlobalInClusterIPPool", &global_name)])
+        .await;
+
+    site.claim_created_by_capv("v6-m1-0-0", "v6-m1").await;
+    wait_reason(&site.claims(), "v6-m1-0-0", "AddressAllocated").await;
+    assert_eq!(
+        address_of(&site.addresses().get("v6-m1-0-0").await.unwrap()),
+        "fd00:10::10/64"
+    );
+    assert_eq!(
+        site.guest_network("v6-m1").await,
+        "addresses=[fd00:10::10/64] gateway4= gateway6=fd00:10::1"
+    );
+    site.vm_reports("v6-m1", "fd00:10::10").await;
+    site.vm_with_claimed("v6-m1", "True", "").await;
+
+    site.claim_created_by_capv("global-m1-0-0", "global-m1")
+        .await;
+    wait_reason(&site.claims(), "global-m1-0-0", "AddressAllocated").await;
+    assert_eq!(
+        address_of(&site.addresses().get("global-m1-0-0").await.unwrap()),
+        "10.30.0.10/24"
+    );
+    assert_eq!(
+        site.guest_network("global-m1").await,
+        "addresses=[10.30.0.10/24] gateway4=10.30.0.1 gateway6="
+    );
+    site.vm_reports("global-m1", "10.30.0.10").await;
+    site.vm_with_claimed("global-m1", "True", "").await;
+
+    site.delete_machine("v6-m1", &["v6-m1-0-0"]).await;
+    site.delete_machine("global-m1", &["global-m1-0-0"]).await;
+    wait_pool_used(&pools, "v6", 0).await;
+    wait_pool_used(&global_pools, &global_name, 0).await;
+    global_pools
+        .delete(&global_name, &DeleteParams::default())
+        .await
+        .unwrap();
+}

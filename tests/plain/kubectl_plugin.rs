@@ -1,0 +1,156 @@
+//! `kubectl inpool` (the `kubectl-inpool` binary) against the real control plane, with inpool
+//! running: pools, claims with their queue places, who holds an address, why a claim waits.
+
+use std::process::Command;
+
+use inpool::api::{Cluster, IPAddressClaim, InClusterIPPool};
+use inpool_testenv::{common, support};
+use kube::api::Api;
+use serde_json::Value;
+
+use common::*;
+
+/// Runs the plugin with this binary's control plane; its stdout, or a panic with its stderr.
+fn plugin(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_kubectl-inpool"))
+        .arg("--kubeconfig")
+        .arg(support::env().kubeconfig())
+        .args(args)
+        .output()
+        .expect("running kubectl-inpool");
+    assert!(
+        output.status.success(),
+        "kubectl-inpool {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn json(args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.extend(["-o", "json"]);
+    serde_json::from_str(&plugin(&args)).unwrap()
+}
+
+#[tokio::test]
+async fn pools_claims_who_has_and_why_answer_from_the_api() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    create(&pools, &pool("small", &["10.44.0.10-10.44.0.11"], 24, None)).await;
+    // Created one after the other, a second apart (creation times have whole seconds; the queue
+    // orders ties by name), so that the queue order is the creation order.
+    for name in ["first", "second", "third", "fourth"] {
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        create(&claims, &claim(name, "small")).await;
+        wait_for(
+            "a Ready condition",
+            std::time::Duration::from_secs(30),
+            || async { ready_of(&claims.get(name).await.ok()?).map(|_| ()) },
+        )
+        .await;
+    }
+    create(&claims, &claim("lost", "no-such-pool")).await;
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
+    create(&clusters, &cluster("frozen", true)).await;
+    create(
+        &claims,
+        &of_cluster(claim("frozen-claim", "small"), "frozen"),
+    )
+    .await;
+    wait_reason(&claims, "lost", "PoolNotReady").await;
+    wait_counts(&claims, 2, 2).await;
+    let held = addresses_by_claim(&client, &ns).await;
+
+    // pools: the table and the JSON agree with the pool's status.
+    wait_for(
+        "the pool's status",
+        std::time::Duration::from_secs(30),
+        || async {
+            let rows = json(&["pools", "-n", &ns]);
+            let row = rows
+                .as_array()?
+                .iter()
+                .find(|p| p["name"] == "small")?
+                .clone();
+            (row["used"] == 2 && row["countsFrom"] == "status").then_some(row)
+        },
+    )
+    .await;
+    let rows = json(&["pools", "-n", &ns]);
+    let small = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "small")
+        .unwrap();
+    assert_eq!(small["total"], 2);
+    assert_eq!(small["free"], 0);
+    assert_eq!(small["waiting"], 2);
+    assert_eq!(small["family"], "IPv4");
+    let table = plugin(&["pools", "-n", &ns]);
+    assert!(table.starts_with("KIND"), "{table}");
+    let line = table
+        .lines()
+        .find(|l| l.contains(" small "))
+        .unwrap_or_else(|| panic!("no row for the pool:\n{table}"));
+    for cell in ["InClusterIPPool", &ns, "IPv4", "status", "Ready=True"] {
+        assert!(line.contains(cell), "{cell:?} missing in {line:?}");
+    }
+
+    // claims --waiting: the two waiting claims, in queue order, with their messages.
+    // Flags go before or after the subcommand, as kubectl's do.
+    let waiting = json(&["-n", &ns, "claims", "--waiting"]);
+    let waiting: Vec<(String, u64)> = waiting
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert_eq!(c["reason"], "PoolExhausted");
+            assert!(c["message"].as_str().unwrap().contains("small"), "{c}");
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["position"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        waiting,
+        [("fourth".to_string(), 2), ("third".to_string(), 1)]
+    );
+    let all = plugin(&["claims", "-n", &ns]);
+    assert!(all.contains("POSITION") && all.contains("MESSAGE"), "{all}");
+    assert!(all.contains(&held["first"]), "{all}");
+
+    // who-has: the claim, its IPAddress and its reservation.
+    let address = &held["first"];
+    let holders = json(&["who-has", address]);
+    let holders = holders.as_array().unwrap();
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(holders[0]["claim"], "first");
+    assert_eq!(holders[0]["namespace"], ns.as_str());
+    assert_eq!(holders[0]["ipAddress"], "first");
+    assert_eq!(holders[0]["pool"], "InClusterIPPool/small");
+    assert!(holders[0]["reservation"].is_string(), "{holders:?}");
+    assert!(plugin(&["who-has", "10.44.9.9"]).contains("nobody holds 10.44.9.9"));
+
+    // why: the queue place, a missing pool, a paused Cluster, a realised claim.
+    let third = plugin(&["why", "third", "-n", &ns]);
+    assert!(
+        third.contains("this claim is number 1 in the queue"),
+        "{third}"
+    );
+    let lost = json(&["why", "lost", "-n", &ns]);
+    assert!(
+        lost["findings"][0]
+            .as_str()
+            .unwrap()
+            .contains("its pool InClusterIPPool no-such-pool does not exist"),
+        "{lost}"
+    );
+    let frozen = plugin(&["why", "frozen-claim", "-n", &ns]);
+    assert!(frozen.contains("its Cluster frozen is paused"), "{frozen}");
+    let first = plugin(&["why", "first", "-n", &ns]);
+    assert!(first.contains("nothing: the claim holds"), "{first}");
+}

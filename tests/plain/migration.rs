@@ -1,0 +1,898 @@
+//! Migration from the reference in-cluster IPAM provider, and upgrade, on a control plane shaped
+//! like a management cluster that ran the reference provider:
+//!
+//! - its pool CRDs (`../shared/fixtures/in-cluster/`: v1alpha1 and v1alpha2, storage v1alpha2)
+//!   with the conversion webhook its kustomize patches add, and its mutating and validating
+//!   webhook configurations for pools (whose service is gone once it is scaled down);
+//! - its prefix pool CRDs (`../shared/fixtures/in-cluster-prefix/`, v1alpha2 only);
+//! - pools, claims and addresses as it leaves them (IP pools and a prefix pool, whose claim's
+//!   `IPAddress` holds a sub-prefix's first address and the allocation length): pools with its
+//!   `ProtectPool` finalizer and its counts but no conditions; claims with `ReleaseAddress` and `status.addressRef`;
+//!   `IPAddress`es with `ProtectAddress`, owner references and the cluster-name label; no
+//!   reservations.
+//!
+//! The README's steps are then followed: the webhook configurations are removed (while they
+//! exist every pool write fails); inpool's rendered components are applied with server-side
+//! apply and `--force-conflicts`, taking over the pool CRDs (refused while `v1alpha1` is among
+//! the CRD's stored versions, accepted once it is not); the reference's conversion webhook,
+//! which the takeover leaves on the CRDs, is removed; and the `inpool` binary runs as its
+//! ServiceAccount. Every claim keeps its address (the same `IPAddress` object, untouched), every
+//! adopted address gets a reservation, and a new claim gets a free address. Then an upgrade:
+//! inpool stops, the components are applied again and inpool starts again (a newer build is the
+//! same binary here): nothing changes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use inpool::api::reservation::IPAddressReservation;
+use inpool::api::{
+    GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim, InClusterIPPool,
+};
+use inpool_testenv::{common, support};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use common::{
+    GROUP, Inpool, apply_objects, claim, components, create, global_prefix_claim, of_cluster,
+    ready_of, reservations_of, service_account_kubeconfig, typed, wait_for, wait_reason,
+};
+
+const NS: &str = "workloads";
+const REFERENCE_NAMESPACE: &str = "capi-ipam-in-cluster-system";
+const VALIDATING_WEBHOOKS: &str = "capi-ipam-in-cluster-validating-webhook-configuration";
+const MUTATING_WEBHOOKS: &str = "capi-ipam-in-cluster-mutating-webhook-configuration";
+/// cert-manager's CA-injection annotation, on CRDs whose conversion webhook it serves.
+const CA_INJECTION: &str = "cert-manager.io/inject-ca-from";
+const CA_INJECTION_FROM: &str = "capi-ipam-in-cluster-system/capi-ipam-in-cluster-serving-cert";
+/// The label clusterctl puts on every object of the reference provider.
+const REFERENCE_LABEL: &str = "cluster.x-k8s.io/provider=ipam-in-cluster";
+const POOL_CRDS: [&str; 2] = [
+    "inclusterippools.ipam.cluster.x-k8s.io",
+    "globalinclusterippools.ipam.cluster.x-k8s.io",
+];
+/// The reference's prefix pool CRDs: v1alpha2 only, no conversion webhook.
+const PREFIX_POOL_CRDS: [&str; 2] = [
+    "inclusterprefixpools.ipam.cluster.x-k8s.io",
+    "globalinclusterprefixpools.ipam.cluster.x-k8s.io",
+];
+/// The addresses the reference provider handed out: not what inpool would pick first (it
+/// picks the lowest free address, 10.20.0.10), so a re-allocation could not go unnoticed.
+const ADOPTED: [(&str, &str); 5] = [
+    ("m-0", "10.20.0.13"),
+    ("m-1", "10.20.0.11"),
+    ("m-2", "10.20.0.17"),
+    ("m-v6", "2001:db8:20::15"),
+    // A sub-prefix of the prefix pool `ref-prefix` (fd20::/48 by 64), by its first address: not
+    // the lowest, fd20::.
+    ("m-p6", "fd20:0:0:3::"),
+];
+/// The claims of the walkthrough: the adopted ones and one new claim on each of two pools.
+const CLAIMS: u64 = ADOPTED.len() as u64 + 2;
+
+// ------------------------------------------------------------------------------------------
+// What the reference provider leaves behind
+// ------------------------------------------------------------------------------------------
+
+/// CAPI's CRDs (from its Go module) and the reference provider's pool CRDs (from
+/// `../shared/fixtures/in-cluster`), or `None` when the latter are not beside the checkout.
+fn reference_crd_files(test: &str) -> Option<Vec<PathBuf>> {
+    let reference = support::reference_fixtures("in-cluster", test)?;
+    let prefix_pools = support::reference_fixtures("in-cluster-prefix", test)?;
+    let mut files = inpool_testenv::capi::contract_crd_files().expect("CAPI's CRDs");
+    files.extend(inpool_testenv::yaml_files(&reference));
+    files.extend(inpool_testenv::yaml_files(&prefix_pools));
+    assert_eq!(files.len(), 7, "CAPI and reference CRDs: {files:?}");
+    Some(files)
+}
+
+/// What the reference's kustomize configuration adds to its pool CRDs and installs beside them:
+/// a conversion webhook, and mutating and validating webhooks for pools, all served by
+/// `capi-ipam-in-cluster-webhook-service` (written as `kubectl apply` or clusterctl would, not by
+/// server-side apply).
+async fn install_reference_webhooks(client: &Client) {
+    let service = |path: &str| {
+        json!({ "service": {
+            "namespace": REFERENCE_NAMESPACE,
+            "name": "capi-ipam-in-cluster-webhook-service",
+            "path": path,
+        }})
+    };
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in POOL_CRDS {
+        crds.patch(
+            crd,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": { "annotations": { CA_INJECTION: CA_INJECTION_FROM } },
+                "spec": { "conversion": {
+                "strategy": "Webhook",
+                "webhook": {
+                    "clientConfig": service("/convert"),
+                    "conversionReviewVersions": ["v1"],
+                },
+            }}})),
+        )
+        .await
+        .expect("the reference's conversion webhook on its CRD");
+    }
+    let webhook = |name: &str, path: &str, resource: &str, operations: &[&str]| {
+        json!({
+            "name": name,
+            "admissionReviewVersions": ["v1", "v1beta1"],
+            "clientConfig": service(path),
+            "failurePolicy": "Fail",
+            "matchPolicy": "Equivalent",
+            "sideEffects": "None",
+            "rules": [{
+                "apiGroups": [GROUP], "apiVersions": ["v1alpha2"],
+                "operations": operations, "resources": [resource],
+            }],
+        })
+    };
+    let mutating: MutatingWebhookConfiguration = typed(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": { "name": MUTATING_WEBHOOKS,
+                      "labels": { "cluster.x-k8s.io/provider": "ipam-in-cluster" } },
+        "webhooks": [
+            webhook("default.inclusterippool.ipam.cluster.x-k8s.io",
+                    "/mutate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool",
+                    "inclusterippools", &["CREATE", "UPDATE"]),
+            webhook("default.globalinclusterippool.ipam.cluster.x-k8s.io",
+                    "/mutate-ipam-cluster-x-k8s-io-v1alpha2-globalinclusterippool",
+                    "globalinclusterippools", &["CREATE", "UPDATE"]),
+        ],
+    }));
+    let validating: ValidatingWebhookConfiguration = typed(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": { "name": VALIDATING_WEBHOOKS,
+                      "labels": { "cluster.x-k8s.io/provider": "ipam-in-cluster" } },
+        "webhooks": [
+            webhook("validation.inclusterippool.ipam.cluster.x-k8s.io",
+                    "/validate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool",
+                    "inclusterippools", &["CREATE", "UPDATE", "DELETE"]),
+            webhook("validation.globalinclusterippool.ipam.cluster.x-k8s.io",
+                    "/validate-ipam-cluster-x-k8s-io-v1alpha2-globalinclusterippool",
+                    "globalinclusterippools", &["CREATE", "UPDATE", "DELETE"]),
+        ],
+    }));
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &mutating)
+        .await
+        .unwrap();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &validating)
+        .await
+        .unwrap();
+}
+
+/// Pools, claims and addresses exactly as the reference provider leaves them.
+async fn create_reference_objects(client: &Client) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in [NS, REFERENCE_NAMESPACE] {
+        namespaces
+            .create(
+                &PostParams::default(),
+                &typed(
+                    json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": ns } }),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    let clusters: Api<inpool::api::Cluster> = Api::namespaced(client.clone(), NS);
+    clusters
+        .create(
+            &PostParams::default(),
+            &typed(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": { "name": "prod" }, "spec": { "paused": false }
+            })),
+        )
+        .await
+        .unwrap();
+
+    // Pools: the reference's ProtectPool finalizer and its counts, no conditions.
+    let pool = create_reference_pool(
+        Api::<InClusterIPPool>::namespaced(client.clone(), NS),
+        json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+            "metadata": { "name": "ref-pool" },
+            "spec": { "addresses": ["10.20.0.10-10.20.0.19"], "prefix": 24, "gateway": "10.20.0.1" }
+        }),
+        [10, 3, 7],
+    )
+    .await;
+    let global = create_reference_pool(
+        Api::<GlobalInClusterIPPool>::all(client.clone()),
+        json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "GlobalInClusterIPPool",
+            "metadata": { "name": "ref-v6" },
+            "spec": { "addresses": ["2001:db8:20::10-2001:db8:20::1f"], "prefix": 64, "gateway": "2001:db8:20::1" }
+        }),
+        [16, 1, 15],
+    )
+    .await;
+    let prefix_pool = create_reference_pool(
+        Api::<GlobalInClusterPrefixPool>::all(client.clone()),
+        json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "GlobalInClusterPrefixPool",
+            "metadata": { "name": "ref-prefix" },
+            "spec": { "prefixes": ["fd20::/48"], "allocationPrefixLength": 64, "gateway": "fd20::1" }
+        }),
+        [65536, 1, 65535],
+    )
+    .await;
+
+    // Claims and their addresses (a prefix pool's: the sub-prefix's first address, the
+    // allocation length, the pool's gateway).
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), NS);
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), NS);
+    for (name, address) in ADOPTED {
+        let (kind, pool_name, pool_uid, prefix, gateway) = match name {
+            "m-p6" => (
+                "GlobalInClusterPrefixPool",
+                "ref-prefix",
+                prefix_pool.uid().unwrap(),
+                64,
+                "fd20::1",
+            ),
+            "m-v6" => (
+                "GlobalInClusterIPPool",
+                "ref-v6",
+                global.uid().unwrap(),
+                64,
+                "2001:db8:20::1",
+            ),
+            _ => (
+                "InClusterIPPool",
+                "ref-pool",
+                pool.uid().unwrap(),
+                24,
+                "10.20.0.1",
+            ),
+        };
+        let claim = claims
+            .create(
+                &PostParams::default(),
+                &typed(json!({
+                    "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+                    "metadata": {
+                        "name": name,
+                        "finalizers": ["ipam.cluster.x-k8s.io/ReleaseAddress"],
+                        "labels": { "cluster.x-k8s.io/cluster-name": "prod" },
+                    },
+                    "spec": {
+                        "clusterName": "prod",
+                        "poolRef": { "apiGroup": GROUP, "kind": kind, "name": pool_name }
+                    }
+                })),
+            )
+            .await
+            .unwrap();
+        claims
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": { "addressRef": { "name": name } } })),
+            )
+            .await
+            .unwrap();
+        addresses
+            .create(
+                &PostParams::default(),
+                &typed(json!({
+                    "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+                    "metadata": {
+                        "name": name,
+                        "finalizers": ["ipam.cluster.x-k8s.io/ProtectAddress"],
+                        "labels": { "cluster.x-k8s.io/cluster-name": "prod" },
+                        "ownerReferences": [
+                            { "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+                              "name": name, "uid": claim.uid().unwrap(),
+                              "controller": true, "blockOwnerDeletion": true },
+                            { "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": kind,
+                              "name": pool_name, "uid": pool_uid,
+                              "controller": false, "blockOwnerDeletion": true },
+                        ],
+                    },
+                    "spec": {
+                        "address": address, "prefix": prefix, "gateway": gateway,
+                        "claimRef": { "name": name },
+                        "poolRef": { "apiGroup": GROUP, "kind": kind, "name": pool_name }
+                    }
+                })),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// A pool as the reference leaves it: `object` with its `ProtectPool` finalizer, and its counts
+/// (`[total, used, free]`) in the status, no conditions.
+async fn create_reference_pool<K>(
+    api: Api<K>,
+    mut object: Value,
+    [total, used, free]: [i64; 3],
+) -> K
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    object["metadata"]["finalizers"] = json!(["ipam.cluster.x-k8s.io/ProtectPool"]);
+    let created = api
+        .create(&PostParams::default(), &typed(object))
+        .await
+        .unwrap();
+    api.patch_status(
+        &created.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": { "ipAddresses":
+            { "total": total, "used": used, "free": free, "outOfRange": 0 } } })),
+    )
+    .await
+    .unwrap();
+    created
+}
+
+// ------------------------------------------------------------------------------------------
+// inpool's side
+// ------------------------------------------------------------------------------------------
+
+/// `kubectl apply --server-side --force-conflicts -f config/clusterctl/ipam-components.yaml`:
+/// server-side apply of every object with kubectl's field manager, taking over fields that
+/// other managers own. Stops at the first object the API server refuses.
+async fn apply_components(client: &Client) -> Result<(), String> {
+    apply_objects(
+        client,
+        &components(),
+        &PatchParams::apply("kubectl").force(),
+    )
+    .await
+}
+
+async fn wait_established(client: &Client, name: &str) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    wait_for(
+        &format!("CRD {name} established"),
+        Duration::from_secs(30),
+        || async {
+            let crd = crds.get(name).await.ok()?;
+            crd.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// inpool as its ServiceAccount, on every namespace.
+fn start_inpool(kubeconfig: &Path) -> Inpool {
+    Inpool::start(env!("CARGO_BIN_EXE_inpool"), "inpool", kubeconfig, &[])
+}
+
+/// `inpool_reconciles_total{controller="claim"}`.
+async fn claim_reconciles(inpool: &Inpool) -> Option<u64> {
+    let n = inpool
+        .sample(r#"inpool_reconciles_total{controller="claim"}"#)
+        .await?;
+    Some(n as u64)
+}
+
+/// The README's migration and upgrade commands. Each runs as the literal `kubectl` command when
+/// kubectl is installed, and as the same API requests otherwise (kubectl is not a prerequisite
+/// of the tests).
+struct Steps {
+    client: Client,
+    kubeconfig: PathBuf,
+    kubectl: bool,
+}
+
+impl Steps {
+    fn new(client: &Client, kubeconfig: &Path) -> Steps {
+        let kubectl = Command::new("kubectl")
+            .args(["version", "--client"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        eprintln!(
+            "migration steps run {}",
+            if kubectl {
+                "as kubectl commands"
+            } else {
+                "as API requests (kubectl is not installed)"
+            }
+        );
+        Steps {
+            client: client.clone(),
+            kubeconfig: kubeconfig.to_path_buf(),
+            kubectl,
+        }
+    }
+
+    /// `kubectl ARGS` against the control plane: its output, or its output as an error.
+    fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        let output = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .expect("run kubectl");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        eprintln!("$ kubectl {}\n{text}", args.join(" "));
+        if output.status.success() {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    }
+
+    /// `kubectl delete validatingwebhookconfigurations,mutatingwebhookconfigurations
+    /// -l cluster.x-k8s.io/provider=ipam-in-cluster`
+    async fn remove_reference_webhooks(&self) {
+        if self.kubectl {
+            self.kubectl(&[
+                "delete",
+                "validatingwebhookconfigurations,mutatingwebhookconfigurations",
+                "-l",
+                REFERENCE_LABEL,
+            ])
+            .unwrap();
+            return;
+        }
+        let reference = ListParams::default().labels(REFERENCE_LABEL);
+        Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+            .delete_collection(&DeleteParams::default(), &reference)
+            .await
+            .unwrap();
+        Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .delete_collection(&DeleteParams::default(), &reference)
+            .await
+            .unwrap();
+    }
+
+    /// `kubectl apply --server-side --force-conflicts -f config/clusterctl/ipam-components.yaml`
+    async fn apply_components(&self) -> Result<(), String> {
+        if self.kubectl {
+            let path = support::repo_root().join("config/clusterctl/ipam-components.yaml");
+            return self
+                .kubectl(&[
+                    "apply",
+                    "--server-side",
+                    "--force-conflicts",
+                    "-f",
+                    path.to_str().unwrap(),
+                ])
+                .map(|_| ());
+        }
+        apply_components(&self.client).await
+    }
+
+    /// `kubectl patch crd NAME --subresource=status --type=merge
+    /// -p '{"status":{"storedVersions":["v1alpha2"]}}'`
+    async fn trim_stored_versions(&self, crd: &str) {
+        let patch = r#"{"status":{"storedVersions":["v1alpha2"]}}"#;
+        if self.kubectl {
+            self.kubectl(&[
+                "patch",
+                "crd",
+                crd,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                patch,
+            ])
+            .unwrap();
+            return;
+        }
+        Api::<CustomResourceDefinition>::all(self.client.clone())
+            .patch_status(
+                crd,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::from_str::<Value>(patch).unwrap()),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// `kubectl patch crd NAME --type=merge -p '{"metadata":{"annotations":
+    /// {"cert-manager.io/inject-ca-from":null}},"spec":{"conversion":{"strategy":"None",
+    /// "webhook":null}}}'`
+    async fn remove_reference_conversion(&self, crd: &str) {
+        let patch = REMOVE_CONVERSION;
+        if self.kubectl {
+            self.kubectl(&["patch", "crd", crd, "--type=merge", "-p", patch])
+                .unwrap();
+            return;
+        }
+        Api::<CustomResourceDefinition>::all(self.client.clone())
+            .patch(
+                crd,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::from_str::<Value>(patch).unwrap()),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// The README's patch that removes the reference's conversion webhook from a pool CRD.
+const REMOVE_CONVERSION: &str = r#"{"metadata":{"annotations":{"cert-manager.io/inject-ca-from":null}},"spec":{"conversion":{"strategy":"None","webhook":null}}}"#;
+
+// ------------------------------------------------------------------------------------------
+// Observations
+// ------------------------------------------------------------------------------------------
+
+/// name → (uid, resourceVersion, address) of every `IPAddress` in the namespace.
+async fn addresses(client: &Client) -> BTreeMap<String, (String, String, String)> {
+    Api::<IPAddress>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|a| {
+            (
+                a.name_any(),
+                (
+                    a.uid().unwrap_or_default(),
+                    a.resource_version().unwrap_or_default(),
+                    a.spec.address.clone(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// name → resourceVersion of every object of a list.
+fn versions<K: Resource>(items: &[K]) -> BTreeMap<String, String> {
+    items
+        .iter()
+        .map(|o| {
+            (
+                o.meta().name.clone().unwrap_or_default(),
+                o.meta().resource_version.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Everything inpool could have written: claims, addresses, reservations, pools.
+async fn state(client: &Client) -> Vec<BTreeMap<String, String>> {
+    let lp = ListParams::default();
+    let claims = Api::<IPAddressClaim>::namespaced(client.clone(), NS)
+        .list(&lp)
+        .await
+        .unwrap();
+    let addresses = Api::<IPAddress>::namespaced(client.clone(), NS)
+        .list(&lp)
+        .await
+        .unwrap();
+    let reservations = Api::<IPAddressReservation>::all(client.clone())
+        .list(&lp)
+        .await
+        .unwrap();
+    let pools = Api::<InClusterIPPool>::namespaced(client.clone(), NS)
+        .list(&lp)
+        .await
+        .unwrap();
+    let global_pools = Api::<GlobalInClusterIPPool>::all(client.clone())
+        .list(&lp)
+        .await
+        .unwrap();
+    let prefix_pools = Api::<GlobalInClusterPrefixPool>::all(client.clone())
+        .list(&lp)
+        .await
+        .unwrap();
+    vec![
+        versions(&claims.items),
+        versions(&addresses.items),
+        versions(&reservations.items),
+        versions(&pools.items),
+        versions(&global_pools.items),
+        versions(&prefix_pools.items),
+    ]
+}
+
+// ------------------------------------------------------------------------------------------
+// The walkthrough
+// ------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_without_reallocation() {
+    let Some(crds) = reference_crd_files(
+        "pools_claims_and_addresses_of_the_reference_provider_are_adopted_without_reallocation",
+    ) else {
+        return;
+    };
+    let data_dir = std::env::temp_dir().join(format!("inpool-migration-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let plane = support::ControlPlane::start_with_crds(&data_dir, true, &crds)
+        .expect("control plane with the reference provider's CRDs");
+    let client = plane.client().await;
+
+    // The reference provider's installation and what it leaves behind.
+    create_reference_objects(&client).await;
+    install_reference_webhooks(&client).await;
+    let before = addresses(&client).await;
+    assert_eq!(before.len(), ADOPTED.len());
+
+    // Its webhooks block every pool write once its Deployment is scaled down: the reason the
+    // README removes them.
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), NS);
+    let blocked = pools
+        .patch(
+            "ref-pool",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": { "touched": "yes" } } })),
+        )
+        .await
+        .expect_err("a pool write while the reference's webhooks are installed");
+    assert!(
+        blocked.to_string().contains("webhook"),
+        "refused by the webhook: {blocked}"
+    );
+
+    // Migration, as the README says: remove the webhook configurations, then apply inpool's
+    // components with server-side apply, taking over the pool CRDs.
+    let steps = Steps::new(&client, &plane.kubeconfig);
+    steps.remove_reference_webhooks().await;
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    assert!(
+        validating
+            .get_opt(VALIDATING_WEBHOOKS)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(mutating.get_opt(MUTATING_WEBHOOKS).await.unwrap().is_none());
+
+    // A cluster whose pools were once stored as v1alpha1 (an early reference release) cannot
+    // take inpool's CRDs, which serve v1alpha2 only: the API server refuses to drop a version
+    // that may still be stored. Once every pool is stored as v1alpha2 (here they always were),
+    // `status.storedVersions` is trimmed and the apply goes through.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch_status(
+        POOL_CRDS[0],
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": { "storedVersions": ["v1alpha1", "v1alpha2"] } })),
+    )
+    .await
+    .unwrap();
+    let refused = steps
+        .apply_components()
+        .await
+        .expect_err("inpool's CRD while v1alpha1 is a stored version");
+    assert!(
+        refused.contains("storedVersions") && refused.contains("v1alpha1"),
+        "{refused}"
+    );
+    steps.trim_stored_versions(POOL_CRDS[0]).await;
+    steps.apply_components().await.unwrap();
+
+    // The takeover: inpool's schema and labels, v1alpha2 only; the reference's conversion
+    // webhook is left behind (no applied field covers it) and is removed by hand, so that no
+    // request can ever be sent to the deleted webhook service.
+    for name in POOL_CRDS {
+        let crd = crds.get(name).await.unwrap();
+        let versions: Vec<(String, bool, bool)> = crd
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.clone(), v.served, v.storage))
+            .collect();
+        assert_eq!(versions, [("v1alpha2".to_string(), true, true)], "{name}");
+        assert_eq!(
+            crd.labels()
+                .get("cluster.x-k8s.io/provider")
+                .map(String::as_str),
+            Some("ipam-inpool"),
+            "{name}"
+        );
+        assert_eq!(
+            crd.spec.conversion.as_ref().map(|c| c.strategy.as_str()),
+            Some("Webhook"),
+            "{name}: the reference's conversion webhook outlives the takeover"
+        );
+        assert!(crd.annotations().contains_key(CA_INJECTION), "{name}");
+        steps.remove_reference_conversion(name).await;
+        let crd = crds.get(name).await.unwrap();
+        let conversion = crd.spec.conversion.clone().unwrap();
+        assert_eq!(conversion.strategy, "None", "{name}");
+        assert!(conversion.webhook.is_none(), "{name}");
+        assert!(!crd.annotations().contains_key(CA_INJECTION), "{name}");
+    }
+    // The prefix pool CRDs are taken over the same way (nothing to remove: no conversion).
+    for name in PREFIX_POOL_CRDS {
+        let crd = crds.get(name).await.unwrap();
+        assert_eq!(
+            crd.labels()
+                .get("cluster.x-k8s.io/provider")
+                .map(String::as_str),
+            Some("ipam-inpool"),
+            "{name}"
+        );
+    }
+    wait_established(&client, "ipaddressreservations.ipam.inpool.dev").await;
+    for name in POOL_CRDS.into_iter().chain(PREFIX_POOL_CRDS) {
+        wait_established(&client, name).await;
+    }
+
+    // inpool as its ServiceAccount.
+    let kubeconfig = service_account_kubeconfig(&plane.kubeconfig);
+    let mut inpool = start_inpool(&kubeconfig);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), NS);
+    for (name, _) in ADOPTED {
+        let claim = wait_reason(&claims, name, "AddressAllocated").await;
+        let (status, _, address_ref) = ready_of(&claim).unwrap();
+        assert_eq!(status, "True", "claim {name}");
+        assert_eq!(
+            address_ref.as_deref(),
+            Some(name),
+            "claim {name} lost its addressRef"
+        );
+    }
+    // The same IPAddress objects, untouched: no re-allocation.
+    assert_eq!(addresses(&client).await, before, "the addresses changed");
+    for (name, address) in ADOPTED {
+        assert_eq!(before[name].2, address);
+    }
+    // Each adopted address is now reserved for its claim (the API server enforces uniqueness
+    // from now on).
+    let reserved = wait_for(
+        "a reservation for every adopted address",
+        Duration::from_secs(30),
+        || async {
+            let reserved = reservations_of(&client, NS).await;
+            ADOPTED
+                .iter()
+                .all(|(claim, address)| reserved.get(*address).is_some_and(|c| c == claim))
+                .then_some(reserved)
+        },
+    )
+    .await;
+    assert_eq!(reserved.len(), ADOPTED.len(), "{reserved:?}");
+    // The pools: inpool's counts and conditions, the ProtectPool finalizer kept.
+    let pool = wait_for("inpool's pool status", Duration::from_secs(30), || async {
+        let pool = pools.get("ref-pool").await.ok()?;
+        let status = pool.status.as_ref()?;
+        let ready = status
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let counts = status.ip_addresses?;
+        (ready && (counts.total, counts.used, counts.free) == (10, 3, 7)).then_some(pool)
+    })
+    .await;
+    assert!(
+        pool.finalizers()
+            .contains(&"ipam.cluster.x-k8s.io/ProtectPool".to_string())
+    );
+
+    // A new claim gets a free address, not one of the adopted ones: the lowest free.
+    create(&claims, &of_cluster(claim("m-new", "ref-pool"), "prod")).await;
+    wait_for("the new claim Ready", Duration::from_secs(30), || async {
+        let claim = claims.get("m-new").await.ok()?;
+        let (status, _, _) = ready_of(&claim)?;
+        (status == "True").then_some(())
+    })
+    .await;
+    let now = addresses(&client).await;
+    assert_eq!(now["m-new"].2, "10.20.0.10", "{now:?}");
+    for (name, _) in ADOPTED {
+        assert_eq!(now[name], before[name], "{name} changed");
+    }
+    wait_for(
+        "the pool counting the new claim",
+        Duration::from_secs(30),
+        || async {
+            let counts = pools.get("ref-pool").await.ok()?.status?.ip_addresses?;
+            ((counts.total, counts.used, counts.free) == (10, 4, 6)).then_some(())
+        },
+    )
+    .await;
+
+    // The prefix pool: inpool's counts and conditions in sub-prefixes, and a new claim gets the
+    // lowest free sub-prefix, not the adopted one.
+    let prefix_pools: Api<GlobalInClusterPrefixPool> = Api::all(client.clone());
+    let prefix_pool = wait_for(
+        "inpool's prefix pool status",
+        Duration::from_secs(30),
+        || async {
+            let pool = prefix_pools.get("ref-prefix").await.ok()?;
+            let status = pool.status.as_ref()?;
+            let ready = status
+                .conditions
+                .as_ref()?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let counts = status.ip_addresses?;
+            (ready && (counts.total, counts.used, counts.free) == (65536, 1, 65535)).then_some(pool)
+        },
+    )
+    .await;
+    assert!(
+        prefix_pool
+            .finalizers()
+            .contains(&"ipam.cluster.x-k8s.io/ProtectPool".to_string())
+    );
+    create(
+        &claims,
+        &of_cluster(global_prefix_claim("m-new6", "ref-prefix"), "prod"),
+    )
+    .await;
+    wait_reason(&claims, "m-new6", "AddressAllocated").await;
+    let now = addresses(&client).await;
+    assert_eq!(now["m-new6"].2, "fd20::", "{now:?}");
+    assert_eq!(
+        now["m-p6"], before["m-p6"],
+        "the adopted sub-prefix changed"
+    );
+    inpool.assert_nothing_forbidden();
+
+    // Upgrade: stop inpool, apply the (new) components, start the (new) binary. Nothing inpool
+    // owns is written again: every claim, address, reservation and pool keeps its
+    // resourceVersion.
+    let settled = wait_for(
+        "every claim reconciled",
+        Duration::from_secs(10),
+        || async { claim_reconciles(&inpool).await.filter(|n| *n >= CLAIMS) },
+    )
+    .await;
+    assert!(settled >= CLAIMS);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before_upgrade = state(&client).await;
+    assert_eq!(inpool.terminate(), Some(0), "logs:\n{}", inpool.logs());
+    inpool.assert_nothing_forbidden();
+    steps.apply_components().await.unwrap();
+    let mut upgraded = start_inpool(&kubeconfig);
+    wait_for(
+        "the upgraded inpool to reconcile every claim",
+        Duration::from_secs(60),
+        || async { claim_reconciles(&upgraded).await.filter(|n| *n >= CLAIMS) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after_upgrade = state(&client).await;
+    let kinds = [
+        "claims",
+        "IPAddresses",
+        "reservations",
+        "pools",
+        "global pools",
+        "global prefix pools",
+    ];
+    for (i, kind) in kinds.iter().enumerate() {
+        assert_eq!(
+            after_upgrade[i], before_upgrade[i],
+            "{kind} were written again after the upgrade"
+        );
+    }
+    for (name, _) in ADOPTED {
+        let claim = claims.get(name).await.unwrap();
+        assert_eq!(
+            ready_of(&claim),
+            Some((
+                "True".to_string(),
+                "AddressAllocated".to_string(),
+                Some(name.to_string())
+            ))
+        );
+    }
+    upgraded.assert_nothing_forbidden();
+    assert_eq!(upgraded.terminate(), Some(0), "logs:\n{}", upgraded.logs());
+    drop(plane);
+}
