@@ -12,12 +12,9 @@
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 
-use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool, PoolKey};
-use inpool::controllers::cached_claim::WatchedClaim;
-use inpool::controllers::claim_controller::{CacheWriter, ClaimCache};
-use inpool::controllers::facts::{address_hold, address_key, pool_state};
-use inpool::controllers::registry::{Change, Registry};
-use inpool::controllers::reservation::{IPAddressReservation, hold_of};
+use inpool::api::reservation::IPAddressReservation;
+use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool};
+use inpool::controllers::footprint::{self, RegistryFootprint};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
@@ -166,16 +163,7 @@ fn main() {
         writer
     });
     drop(whole_store);
-    let (cached, cache) = per_claim(count, || {
-        let cache = ClaimCache::default();
-        let mut writer = CacheWriter::new(cache.clone());
-        writer.apply(Event::Init);
-        for c in &claims {
-            writer.apply(Event::InitApply(WatchedClaim::from(c.clone())));
-        }
-        writer.apply(Event::InitDone);
-        cache
-    });
+    let (cached, cache) = per_claim(count, || footprint::claim_cache(&claims));
     lines.push((
         "claim cache, whole objects without managed fields (for scale)",
         whole,
@@ -185,20 +173,9 @@ fn main() {
 
     let addresses: Vec<IPAddress> = (0..count).map(address).collect();
     let reservations: Vec<IPAddressReservation> = (0..count).map(reservation).collect();
-    let mut registry = Registry::default();
-    let key = PoolKey::in_cluster(NAMESPACE, POOL);
-    registry.apply(Change::Pool(key, pool_state(&pool)));
+    let mut registry = RegistryFootprint::with_pool(&pool);
     let (held, registry) = per_claim(count, || {
-        for r in &reservations {
-            let hold = hold_of(r).expect("a hold");
-            registry.apply(Change::Reservation(r.metadata.name.clone().unwrap(), hold));
-        }
-        for a in &addresses {
-            registry.apply(Change::Address(
-                address_key(a),
-                address_hold(a).expect("a hold"),
-            ));
-        }
+        registry.hold(&reservations, &addresses);
         registry
     });
     lines.push(("registry: a reservation and an IPAddress per claim", held));

@@ -18,15 +18,17 @@ use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use crate::allocator::{AnyAllocator, Family, ParsedSpec};
+use crate::api::ObjectKey;
 use crate::api::{
     Cluster, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAM_GROUP, IPAddress,
     IPAddressClaim, IPPool, IPPoolReference, InClusterIPPool, InClusterPrefixPool,
     PAUSED_ANNOTATION, PoolKey, PoolKind, READY_CONDITION, REASON_ADDRESS_ALLOCATED,
     REASON_POOL_EXHAUSTED, find_condition,
 };
-use crate::controllers::registry::{ObjectKey, QueuedClaim};
-use crate::controllers::reservation::{IPAddressReservation, is_released, reusable_after};
-use crate::controllers::{api_in, facts};
+use crate::controllers::runtime::api_in;
+use crate::controllers::state::QueuedClaim;
+use crate::controllers::state::facts;
+use crate::controllers::state::reservation::IPAddressReservation;
 
 /// One pool, as `kubectl inpool pools` shows it.
 #[derive(Clone, Debug, Serialize)]
@@ -401,7 +403,7 @@ fn pool_row<P: IPPool>(pool: &P, addresses: &[IPAddress], claims: &[IPAddressCla
             && pool_ref.name == name
             && (namespace.is_none() || object_namespace == namespace)
     };
-    let parsed = crate::controllers::facts::parse_spec(pool.spec_of());
+    let parsed = crate::controllers::state::facts::parse_spec(pool.spec_of());
     let family = match &parsed {
         Ok(ParsedSpec::Addresses(p)) if p.family() == Family::V4 => "IPv4".to_string(),
         Ok(ParsedSpec::Addresses(_)) => "IPv6".to_string(),
@@ -597,8 +599,8 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
                 released_until: None,
             });
         holder.reservation = Some(r.name_any());
-        if is_released(r) {
-            holder.released_until = reusable_after(r).map(|t| t.to_string());
+        if r.is_released() {
+            holder.released_until = r.reusable_after().map(|t| t.to_string());
         }
     }
     Ok(holders.into_values().collect())

@@ -196,6 +196,32 @@ pub enum Scope {
     Cluster,
 }
 
+/// A namespaced object's identity.
+///
+/// Both names are interned ([`Name`]): the registry refers to each claim from up to four places
+/// (its reservation's and its `IPAddress`'s records, and the keys of both), and every claim of a
+/// namespace shares one copy of its name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub namespace: Name,
+    pub name: Name,
+}
+
+impl ObjectKey {
+    pub fn new(namespace: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            namespace: Name::new(namespace),
+            name: Name::new(name),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -58,7 +58,7 @@ pub use conditions::{
     ConditionStatus, DesiredCondition, LegacyCondition, LegacySeverity, find_condition,
     legacy_severity, mirror_to_legacy, set_condition, set_condition_at, to_legacy, upsert_legacy,
 };
-pub use key::{Name, PoolKey, PoolKind, Scope};
+pub use key::{Name, ObjectKey, PoolKey, PoolKind, Scope};
 pub use pool::{
     GlobalInClusterIPPool, GlobalInClusterIPPoolSpec, IPAddressesStatus, IPPool, InClusterIPPool,
     InClusterIPPoolSpec, InClusterIPPoolStatus, PoolSpecRef, pool_status_patch,

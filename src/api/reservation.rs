@@ -1,9 +1,10 @@
 //! `IPAddressReservation` (`ipam.inpool.dev/v1alpha1`, cluster-scoped): inpool's own record
 //! that an address is held. Its *name* encodes the address and its uniqueness scope, so the API
-//! server refuses a second holder (see `controllers::reservation` for the naming and use).
+//! server refuses a second holder (see `controllers::state::reservation` for the naming and use).
 #![allow(clippy::duplicated_attributes)] // kube-derive repeats `type_` in printcolumns
 
-use kube::CustomResource;
+use k8s_openapi::jiff::Timestamp;
+use kube::{CustomResource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -55,3 +56,21 @@ pub struct IPAddressReservationSpec {
 pub const RELEASED_LABEL: &str = "ipam.inpool.dev/released";
 /// Annotation on a released reservation: when (RFC 3339) it is deleted and its address freed.
 pub const REUSABLE_AFTER_ANNOTATION: &str = "ipam.inpool.dev/reusable-after";
+
+impl IPAddressReservation {
+    /// Whether the reservation outlives its released claim until its reuse grace period is over
+    /// (see [`RELEASED_LABEL`]).
+    pub fn is_released(&self) -> bool {
+        self.labels().contains_key(RELEASED_LABEL)
+    }
+
+    /// When a released reservation's address may be handed out again; `None` if the annotation
+    /// is missing or unreadable (then it is due now: an address is never held forever by
+    /// mistake).
+    pub fn reusable_after(&self) -> Option<Timestamp> {
+        self.annotations()
+            .get(REUSABLE_AFTER_ANNOTATION)?
+            .parse()
+            .ok()
+    }
+}

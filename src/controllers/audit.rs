@@ -2,11 +2,11 @@
 //!
 //! Every `--audit-interval` (10 minutes by default), and shortly after any watch that feeds the
 //! registry listed again, the audit lists pools, reservations and `IPAddress`es and compares
-//! them with the registry ([`Registry::diff`](super::registry::Registry::diff)). The watches
+//! them with the registry ([`Registry::diff`](crate::controllers::state::Registry::diff)). The watches
 //! are a little behind a fresh list, so a difference counts only when a second list, taken
 //! [`SETTLE`] later, shows the very same difference: then it is drift, which is corrected, logged
 //! and counted in `inpool_state_drift_total{kind}`. The allocators are checked against the holds
-//! they are made from ([`Registry::recount`](super::registry::Registry::recount)). In a healthy
+//! they are made from ([`Registry::recount`](crate::controllers::state::Registry::recount)). In a healthy
 //! run the audit finds nothing; the test suites assert that.
 //!
 //! It also collects **stray reservations**: a reservation older than
@@ -42,15 +42,16 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use kube::{Resource, ResourceExt};
 
-use super::Context;
-use super::error::Error;
-use super::facts::{address_hold, address_key, pool_state};
-use super::registry::{Change, ListedHolds, ObjectKey};
-use super::reservation::{IPAddressReservation, hold_of, is_released, records_claim};
+use crate::api::ObjectKey;
 use crate::api::{
     ADDRESS_FINALIZER, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim,
     IPPool, InClusterIPPool, InClusterPrefixPool, PoolKey, PoolKind,
 };
+use crate::controllers::runtime::Context;
+use crate::controllers::runtime::error::Error;
+use crate::controllers::state::facts::{address_hold, address_key, pool_state};
+use crate::controllers::state::reservation::{IPAddressReservation, hold_of, records_claim};
+use crate::controllers::state::{Change, ListedHolds};
 
 /// How long the watches get to catch up with a list before a difference counts as drift.
 pub const SETTLE: Duration = Duration::from_secs(5);
@@ -142,7 +143,7 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
 struct Snapshot {
     /// What would make the registry agree with the lists ([`Registry::diff`] of each).
     ///
-    /// [`Registry::diff`]: super::registry::Registry::diff
+    /// [`Registry::diff`]: crate::controllers::state::Registry::diff
     differences: Vec<Change>,
     /// inpool's `IPAddress`es that are being deleted: the orphans among them are released.
     deleting: Vec<IPAddress>,
@@ -175,12 +176,20 @@ impl Snapshot {
         let (client, settings) = (&ctx.client, &ctx.settings);
         let mut differences = Vec::new();
         let mut pools = vec![
-            listed_pools(super::scoped::<InClusterIPPool>(client, settings)).await?,
+            listed_pools(crate::controllers::runtime::scoped::<InClusterIPPool>(
+                client, settings,
+            ))
+            .await?,
             listed_pools(Api::<GlobalInClusterIPPool>::all(client.clone())).await?,
         ];
         // A prefix kind this run does not serve (no CRD, no RBAC) is neither watched nor listed.
         if ctx.served.serves(PoolKind::InClusterPrefix) {
-            pools.push(listed_pools(super::scoped::<InClusterPrefixPool>(client, settings)).await?);
+            pools.push(
+                listed_pools(crate::controllers::runtime::scoped::<InClusterPrefixPool>(
+                    client, settings,
+                ))
+                .await?,
+            );
         }
         if ctx.served.serves(PoolKind::GlobalPrefix) {
             pools.push(listed_pools(Api::<GlobalInClusterPrefixPool>::all(client.clone())).await?);
@@ -198,7 +207,7 @@ impl Snapshot {
         let mut held: HashSet<u64> = HashSet::new();
         let mut deleting = Vec::new();
         let mut addresses = ListedHolds::default();
-        let api = super::scoped::<IPAddress>(client, settings);
+        let api = crate::controllers::runtime::scoped::<IPAddress>(client, settings);
         for_each_page(&api, |page| {
             let mut facts = Vec::with_capacity(page.len());
             for address in page {
@@ -229,7 +238,7 @@ impl Snapshot {
             for r in page {
                 let hold = hold_of(&r);
                 // Another process's claims (a namespace split) are not ours to judge, nor to keep.
-                let suspect = !is_released(&r)
+                let suspect = !r.is_released()
                     && settings
                         .namespace
                         .as_ref()
@@ -305,7 +314,8 @@ async fn release_deleted_orphan(
         return Ok(false);
     }
     let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
-    match super::claim::remove_address_finalizer(&addresses, address).await {
+    match crate::controllers::claims::reconcile::remove_address_finalizer(&addresses, address).await
+    {
         Ok(()) => {
             tracing::info!(
                 address = %address.spec.address,

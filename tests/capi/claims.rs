@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use inpool::api::reservation::IPAddressReservation;
 use inpool::api::{Cluster, IPAddress, IPAddressClaim, IPPoolReference, InClusterIPPool};
-use inpool::controllers::reservation::IPAddressReservation;
 use inpool_testenv::{common, support};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex as StdMutex;
 use std::time::{Duration, Instant};
 
+use inpool::api::reservation::IPAddressReservation;
 use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool};
-use inpool::controllers::reservation::IPAddressReservation;
 use inpool_testenv::{common, support};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};

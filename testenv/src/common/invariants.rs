@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use inpool::api::reservation::IPAddressReservation;
 use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool};
-use inpool::controllers::reservation::IPAddressReservation;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -115,7 +115,7 @@ pub fn violations(s: &Snapshot) -> Vec<String> {
     let reserved: BTreeSet<(String, String)> = s
         .reservations
         .iter()
-        .filter(|r| !inpool::controllers::reservation::is_released(r))
+        .filter(|r| !r.is_released())
         .map(|r| (r.spec.claim_name.clone(), r.spec.address.clone()))
         .collect();
     let held: BTreeSet<(String, String)> = live_addresses

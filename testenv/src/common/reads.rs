@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use inpool::api::reservation::IPAddressReservation;
 use inpool::api::{IPAddress, IPAddressClaim};
-use inpool::controllers::reservation::IPAddressReservation;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 

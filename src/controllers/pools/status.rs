@@ -16,11 +16,6 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use super::error::Error;
-use super::registry::{ObjectKey, PoolKey, Unready};
-use super::reservation::{IPAddressReservation, RELEASED_HOLDER};
-use super::watch::Subscription;
-use super::{Context, MANAGER, delete_if_present};
 use crate::allocator::canonical;
 use crate::api::conditions::{now, set_condition_at};
 use crate::api::{
@@ -28,6 +23,12 @@ use crate::api::{
     IPAddressesStatus, IPPool, InClusterIPPool, InClusterIPPoolStatus, InClusterPrefixPool,
     PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
 };
+use crate::api::{ObjectKey, PoolKey};
+use crate::controllers::runtime::error::Error;
+use crate::controllers::runtime::{Context, MANAGER, delete_if_present};
+use crate::controllers::sources::watch::Subscription;
+use crate::controllers::state::Unready;
+use crate::controllers::state::reservation::{IPAddressReservation, RELEASED_HOLDER};
 
 /// The shortest time between two status writes of one pool.
 pub const MIN_STATUS_INTERVAL: Duration = Duration::from_secs(1);
@@ -87,14 +88,14 @@ pub async fn run<P: PoolObject>(
             .controller()
             .reconcile_on(wakes)
             .run(reconcile, error_policy, ctx.clone());
-    super::error::drain(ctx, "pool", outcomes).await;
+    crate::controllers::runtime::error::drain(ctx, "pool", outcomes).await;
 }
 
 #[tracing::instrument(skip_all, fields(pool = %pool.key()))]
 pub async fn reconcile<P: PoolObject>(pool: Arc<P>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconcile("pool");
     let result = reconcile_pool(&*pool, &ctx).await;
-    super::error::settle("pool", &*pool, &ctx, result)
+    crate::controllers::runtime::error::settle("pool", &*pool, &ctx, result)
 }
 
 async fn reconcile_pool<P: PoolObject>(pool: &P, ctx: &Context) -> Result<Action, Error> {
@@ -137,7 +138,7 @@ async fn reconcile_pool<P: PoolObject>(pool: &P, ctx: &Context) -> Result<Action
 }
 
 pub fn error_policy<P: PoolObject>(pool: Arc<P>, error: &Error, ctx: Arc<Context>) -> Action {
-    super::error::error_policy("pool", &*pool, error, &ctx)
+    crate::controllers::runtime::error::error_policy("pool", &*pool, error, &ctx)
 }
 
 /// How long to wait before this pool's status may be written again, if at all.
@@ -272,7 +273,7 @@ fn condition(
 }
 
 fn ready_condition<P: IPPool>(pool: &P, key: &PoolKey, out_of_range: usize) -> DesiredCondition {
-    match super::facts::pool_state(pool) {
+    match crate::controllers::state::facts::pool_state(pool) {
         Ok(_) => condition(
             READY_CONDITION,
             ConditionStatus::True,

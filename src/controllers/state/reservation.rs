@@ -11,14 +11,14 @@
 use std::net::IpAddr;
 
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 
 pub use crate::api::reservation::{
     IPAddressReservation, IPAddressReservationSpec, RELEASED_LABEL, REUSABLE_AFTER_ANNOTATION,
 };
 
-use super::registry::{HoldRecord, ObjectKey, PoolKey, PoolKind, Scope};
 use crate::api::Name;
+use crate::api::{ObjectKey, PoolKey, PoolKind, Scope};
+use crate::controllers::state::HoldRecord;
 
 /// The reservation's name: the address (IPv4 as `10-0-0-5`, IPv6 as eight 4-digit hex groups)
 /// and the scope (`.ns.<namespace>` or `.cluster`). Both parts are unambiguous: a namespace is a
@@ -87,21 +87,6 @@ pub fn records_claim(
 /// is not a valid object name), so no claim recovers or releases it; only its expiry frees it.
 pub const RELEASED_HOLDER: &str = "(released)";
 
-/// Whether the reservation outlives its released claim until its reuse grace period is over.
-pub fn is_released(reservation: &IPAddressReservation) -> bool {
-    reservation.labels().contains_key(RELEASED_LABEL)
-}
-
-/// When a released reservation's address may be handed out again; `None` if the annotation is
-/// missing or unreadable (then it is due now: an address is never held forever by mistake).
-pub fn reusable_after(reservation: &IPAddressReservation) -> Option<Timestamp> {
-    reservation
-        .annotations()
-        .get(REUSABLE_AFTER_ANNOTATION)?
-        .parse()
-        .ok()
-}
-
 /// The merge patch that turns a claim's reservation into a released one, reusable after `until`.
 pub fn release_patch(until: Timestamp) -> serde_json::Value {
     serde_json::json!({ "metadata": {
@@ -126,7 +111,7 @@ pub fn hold_of(reservation: &IPAddressReservation) -> Option<HoldRecord> {
     Some(HoldRecord {
         pool,
         ip: spec.address.parse().ok()?,
-        claim: if is_released(reservation) {
+        claim: if reservation.is_released() {
             ObjectKey::new(&spec.claim_namespace, RELEASED_HOLDER)
         } else {
             ObjectKey::new(&spec.claim_namespace, &spec.claim_name)
@@ -138,6 +123,7 @@ pub fn hold_of(reservation: &IPAddressReservation) -> Option<HoldRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::ResourceExt;
 
     #[test]
     fn names_encode_address_and_scope() {
@@ -158,7 +144,7 @@ mod tests {
         let claim = ObjectKey::new("ns", "claim");
         let ip: IpAddr = "10.1.2.3".parse().unwrap();
         let mut reservation = new_reservation(&pool.scope(), &pool, &claim, None, ip);
-        assert!(!is_released(&reservation));
+        assert!(!reservation.is_released());
         let until: Timestamp = "2026-11-30T12:00:05Z".parse().unwrap();
         let patch = release_patch(until);
         let labels = &patch["metadata"]["labels"];
@@ -174,8 +160,8 @@ mod tests {
                 .unwrap()
                 .into(),
         );
-        assert!(is_released(&reservation));
-        assert_eq!(reusable_after(&reservation), Some(until));
+        assert!(reservation.is_released());
+        assert_eq!(reservation.reusable_after(), Some(until));
         let hold = hold_of(&reservation).unwrap();
         assert_eq!((hold.ip, hold.pool), (ip, pool));
         assert_eq!(hold.claim, ObjectKey::new("ns", RELEASED_HOLDER));
@@ -183,7 +169,7 @@ mod tests {
         reservation
             .annotations_mut()
             .insert(REUSABLE_AFTER_ANNOTATION.into(), "soon".into());
-        assert_eq!(reusable_after(&reservation), None, "unreadable: due now");
+        assert_eq!(reservation.reusable_after(), None, "unreadable: due now");
     }
 
     #[test]

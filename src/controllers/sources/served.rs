@@ -24,6 +24,7 @@ pub struct ServedKinds {
 
 impl ServedKinds {
     /// Every kind served (a cluster with every CRD and the full Role).
+    #[cfg(test)]
     pub fn all() -> ServedKinds {
         ServedKinds {
             served: [true; PoolKind::ALL.len()],

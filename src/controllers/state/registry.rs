@@ -30,33 +30,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::allocator::{AnyAllocator, ParsedSpec};
-pub use crate::api::{Name, PoolKey, PoolKind, Scope};
-
-/// A namespaced object's identity.
-///
-/// Both names are interned ([`Name`]): the registry refers to each claim from up to four places
-/// (its reservation's and its `IPAddress`'s records, and the keys of both), and every claim of a
-/// namespace shares one copy of its name (issue 17: memory per claim).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    pub namespace: Name,
-    pub name: Name,
-}
-
-impl ObjectKey {
-    pub fn new(namespace: &str, name: &str) -> ObjectKey {
-        ObjectKey {
-            namespace: Name::new(namespace),
-            name: Name::new(name),
-        }
-    }
-}
-
-impl std::fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+use crate::api::{ObjectKey, PoolKey, PoolKind, Scope};
 
 /// A claim's place in a pool's queue: creation time (RFC 3339 text sorts chronologically as the
 /// API server writes it, to the second), then namespace and name.
@@ -511,16 +485,12 @@ impl Registry {
         self.dirty.drain().collect()
     }
 
-    /// The pool object is gone.
-    pub fn remove_pool(&mut self, key: &PoolKey) -> Vec<ObjectKey> {
-        self.set_pool(key, Err(Unready::Missing))
-    }
-
     /// Prefix and gateway of a ready pool.
     pub fn network(&self, key: &PoolKey) -> Option<(u8, Option<IpAddr>)> {
         self.pools.get(key).and_then(|e| e.network)
     }
 
+    #[cfg(test)]
     pub fn free(&self, key: &PoolKey) -> u128 {
         self.pools.get(key).map_or(0, PoolEntry::free)
     }
@@ -572,7 +542,7 @@ impl Registry {
             Some(old) => {
                 self.unindex_reservation(name, &old.claim);
                 let mut woken = self.release_record(&old);
-                if &*old.claim.name != super::reservation::RELEASED_HOLDER {
+                if &*old.claim.name != crate::controllers::state::reservation::RELEASED_HOLDER {
                     woken.push(old.claim);
                 }
                 woken

@@ -1,7 +1,7 @@
 //! The `IPAddressClaim` reconciler: the IPAM contract, with a `Ready` condition that tells the
 //! truth about every claim (see the README's "Contract" section).
 //!
-//! It decides nothing about addresses itself: [`super::plan`] does, from the registry. It runs
+//! It decides nothing about addresses itself: [`crate::controllers::state::plan`] does, from the registry. It runs
 //! the claim's lifecycle and performs each step against the API server:
 //!
 //! - a live claim: ownership filter → pause and Cluster checks → finalizer (`realise`'s
@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::events::EventType;
+use crate::controllers::runtime::events::EventType;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -23,14 +23,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::cached_claim::CachedClaim;
-use super::claim_controller::Action;
-use super::error::Error;
-use super::facts::{address_hold, address_key};
-use super::plan::{self, Allocation, Step};
-use super::registry::{Change, ObjectKey, PoolKey, Scope, Unready};
-use super::reservation::{IPAddressReservation, hold_of, new_reservation, records_claim};
-use super::{Context, MANAGER, delete_if_present};
+use super::messages::{exhausted_message, not_ready_message, unit_noun, unit_text};
 use crate::allocator::{Subnet, canonical};
 use crate::api::{
     ADDRESS_FINALIZER, CLAIM_FINALIZER, CLUSTER_NAME_LABEL, ConditionStatus,
@@ -39,6 +32,17 @@ use crate::api::{
     REASON_ADDRESS_ALLOCATED, REASON_ALLOCATION_FAILED, REASON_POOL_EXHAUSTED,
     REASON_POOL_NOT_READY, claim_status_patch, conditions::now,
 };
+use crate::api::{ObjectKey, PoolKey, Scope};
+use crate::controllers::claims::cached_claim::CachedClaim;
+use crate::controllers::runtime::controller::Action;
+use crate::controllers::runtime::error::Error;
+use crate::controllers::runtime::{Context, MANAGER, delete_if_present};
+use crate::controllers::state::facts::{address_hold, address_key};
+use crate::controllers::state::plan::{self, Allocation, Step};
+use crate::controllers::state::reservation::{
+    IPAddressReservation, hold_of, new_reservation, records_claim,
+};
+use crate::controllers::state::{Change, Unready};
 
 /// How often to try the next address when the API server says the chosen one is taken, before
 /// giving the watches time to catch up with another process.
@@ -63,11 +67,11 @@ pub async fn reconcile(claim: Arc<CachedClaim>, ctx: Arc<Context>) -> Result<Act
     } else {
         realise(&claim, &key, &pool, &ctx).await
     };
-    super::error::settle_named("claim", key.to_string(), &ctx, result)
+    crate::controllers::runtime::error::settle_named("claim", key.to_string(), &ctx, result)
 }
 
 pub fn error_policy(claim: Arc<CachedClaim>, error: &Error, ctx: Arc<Context>) -> Action {
-    Action::requeue(super::error::retry_delay(
+    Action::requeue(crate::controllers::runtime::error::retry_delay(
         "claim",
         claim.key().to_string(),
         error,
@@ -145,7 +149,7 @@ async fn realise(
     if let Some(existing) = addresses.get_opt(&key.name).await? {
         return adopt(claim, key, pool, ctx, &existing).await;
     }
-    let queued = super::facts::queued(claim.creation_timestamp(), key);
+    let queued = crate::controllers::state::facts::queued(claim.creation_timestamp(), key);
     let mut rejected = Vec::new();
     for _ in 0..MAX_TAKEN_RETRIES {
         let allocation = {
@@ -213,7 +217,7 @@ async fn is_claims_reservation(
         claim.namespace(),
         claim.name(),
         claim.uid().as_deref(),
-    ) && !super::reservation::is_released(&live))
+    ) && !live.is_released())
 }
 
 /// Makes the API server record `ip` as held for the claim (the reservation object). Returns the
@@ -534,7 +538,7 @@ async fn delete_address(addresses: &Api<IPAddress>, address: &IPAddress) -> Resu
 
 /// Removes inpool's finalizer from `address`, if it has it, with its resourceVersion as a
 /// precondition (a changed object answers 409).
-pub(super) async fn remove_address_finalizer(
+pub(crate) async fn remove_address_finalizer(
     addresses: &Api<IPAddress>,
     address: &IPAddress,
 ) -> Result<(), Error> {
@@ -652,7 +656,7 @@ fn reuse_grace_period(ctx: &Context, pool: &PoolKey) -> Option<Duration> {
 }
 
 /// Keeps a released claim's reservation, labelled released, until the grace period is over
-/// (see [`super::reuse_grace`]); the address stays held meanwhile.
+/// (see [`reuse_grace`](crate::controllers::pools::reuse_grace)); the address stays held meanwhile.
 async fn keep_released(
     reservations: &Api<IPAddressReservation>,
     name: &str,
@@ -661,7 +665,7 @@ async fn keep_released(
     let until = k8s_openapi::jiff::Timestamp::now()
         .checked_add(grace)
         .unwrap_or(k8s_openapi::jiff::Timestamp::MAX);
-    let patch = super::reservation::release_patch(until);
+    let patch = crate::controllers::state::reservation::release_patch(until);
     match reservations
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -674,56 +678,6 @@ async fn keep_released(
 
 fn pool_paused(ctx: &Context, pool: &PoolKey) -> bool {
     ctx.stores.pool(pool).is_some_and(|p| p.is_paused())
-}
-
-/// What a claim of `pool` holds, in messages: "address 10.0.0.2", or in a prefix pool of
-/// allocation length `length` "sub-prefix fd00::/64".
-fn unit_text(pool: &PoolKey, ip: IpAddr, length: Option<u8>) -> String {
-    match (pool.kind.is_prefix(), length) {
-        (false, _) => format!("address {}", canonical(ip)),
-        (true, Some(length)) => format!("sub-prefix {}/{length}", canonical(ip)),
-        (true, None) => format!("sub-prefix {}", canonical(ip)),
-    }
-}
-
-/// What a claim of `pool` holds, without saying which.
-fn unit_noun(pool: &PoolKey) -> &'static str {
-    if pool.kind.is_prefix() {
-        "sub-prefix"
-    } else {
-        "address"
-    }
-}
-
-/// Why a claim waits in an exhausted pool, and what frees or adds room.
-fn exhausted_message(pool: &PoolKey, total: u128) -> String {
-    if pool.kind.is_prefix() {
-        format!(
-            "{pool} has no free sub-prefix: all {total} of its sub-prefixes are in use. Add a prefix \
-             to spec.prefixes (or remove an entry of spec.excludedPrefixes), or delete a claim of \
-             the pool; the claim gets the next sub-prefix that is released or added, in order of \
-             creation."
-        )
-    } else {
-        format!(
-            "{pool} has no free address: all {total} of its addresses are in use. The claim gets \
-             the next address that is released or added, in order of creation."
-        )
-    }
-}
-
-fn not_ready_message(pool: &PoolKey, unready: &Unready) -> String {
-    match unready {
-        Unready::Missing => {
-            format!("{pool} does not exist; the claim is realised once it is created")
-        }
-        Unready::Invalid(errors) => format!("{pool} has an invalid spec: {errors}"),
-        Unready::Deleting if pool.kind.is_prefix() => {
-            format!("{pool} is being deleted and hands out no new sub-prefixes")
-        }
-        Unready::Deleting => format!("{pool} is being deleted and hands out no new addresses"),
-        Unready::Paused => format!("{pool} is paused"),
-    }
 }
 
 fn forget(ctx: &Context, pool: &PoolKey, key: &ObjectKey) {
@@ -773,7 +727,7 @@ async fn patch_finalizers(
     }
 }
 
-/// Remembers that `written`, our write, replaced the cached `claim` (see [`super::own_writes`]).
+/// Remembers that `written`, our write, replaced the cached `claim` (see [`crate::controllers::claims::own_writes`]).
 fn note_own_write(ctx: &Context, claim: &CachedClaim, written: &IPAddressClaim) {
     ctx.own_writes().record(
         claim.key(),
@@ -869,28 +823,6 @@ mod tests {
             ip,
             64,
         )
-    }
-
-    #[test]
-    fn a_prefix_pools_messages_speak_of_sub_prefixes_an_ip_pools_of_addresses() {
-        let v6 = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "p").unwrap();
-        let v4 = PoolKey::in_cluster("ns", "p");
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert_eq!(unit_text(&v4, ip("10.0.0.2"), Some(24)), "address 10.0.0.2");
-        assert_eq!(
-            unit_text(&v6, ip("fd00::"), Some(64)),
-            "sub-prefix fd00::/64"
-        );
-        assert_eq!(unit_noun(&v4), "address");
-        assert_eq!(unit_noun(&v6), "sub-prefix");
-        assert_eq!(
-            not_ready_message(&v6, &Unready::Deleting),
-            "InClusterPrefixPool ns/p is being deleted and hands out no new sub-prefixes"
-        );
-        assert_eq!(
-            not_ready_message(&v4, &Unready::Deleting),
-            "InClusterIPPool ns/p is being deleted and hands out no new addresses"
-        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The watches: one per kind, each shared by everything that reads that kind. They keep the
 //! stores the reconcilers read (pools, Clusters, claims), feed the
-//! [`Registry`](super::registry::Registry) from pools, reservations and `IPAddress`es, wake the
+//! [`Registry`](crate::controllers::state::Registry) from pools, reservations and `IPAddress`es, wake the
 //! claims that a change can serve, and trigger the pool and reuse-grace controllers. Event-driven:
 //! nothing here polls.
 //!
@@ -12,9 +12,9 @@
 //!   kept in a store of their own);
 //! - `IPAddress`: the registry;
 //! - `IPAddressClaim`: the store and the claim controller, its only reader (opened in
-//!   `controllers::run`, where the controller drives it).
+//!   `runtime::run`, where the controller drives it).
 //!
-//! Each watch of [`start`] is one [`watch`] pipeline: watcher, backoff, store, then [`updates`]
+//! Each watch of [`start`] is one [`watch`] pipeline: watcher, backoff, store, then [`Lists`]
 //! (a re-list handed on whole), then [`feed`] applies it to the registry and only after that sends
 //! the controller triggers. A controller gets a [`Subscription`]: the watch's store (or a store of
 //! the objects it reconciles) and an unbounded channel of triggers, for
@@ -45,18 +45,19 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource, ResourceExt};
 use tokio::sync::Notify;
 
-use super::Context;
-use super::cached_claim::CachedClaim;
-use super::claim_controller::ClaimCache;
-use super::facts::{address_hold, address_key, pool_state};
-use super::registry::{Change, HoldRecord, ObjectKey, PoolKey, PoolKind, Unready};
-use super::reservation::{IPAddressReservation, hold_of, is_released};
 use crate::allocator::ParsedSpec;
 use crate::api::{
     Cluster, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPPool, InClusterIPPool,
     InClusterPrefixPool, PAUSED_ANNOTATION,
 };
+use crate::api::{ObjectKey, PoolKey, PoolKind};
 use crate::cli::Settings;
+use crate::controllers::claims::cache::ClaimCache;
+use crate::controllers::claims::cached_claim::CachedClaim;
+use crate::controllers::runtime::Context;
+use crate::controllers::state::facts::{address_hold, address_key, pool_state};
+use crate::controllers::state::reservation::{IPAddressReservation, hold_of};
+use crate::controllers::state::{Change, HoldRecord, Unready};
 
 /// Stores the reconciler reads, and a readiness latch for the feeds that have no store.
 #[derive(Clone)]
@@ -134,19 +135,19 @@ impl Stores {
         match key.kind {
             PoolKind::InCluster => self
                 .pools
-                .get(&super::object_ref(key))
+                .get(&crate::controllers::runtime::object_ref(key))
                 .map(CachedPool::InCluster),
             PoolKind::Global => self
                 .global_pools
-                .get(&super::object_ref(key))
+                .get(&crate::controllers::runtime::object_ref(key))
                 .map(CachedPool::Global),
             PoolKind::InClusterPrefix => self
                 .prefix_pools
-                .get(&super::object_ref(key))
+                .get(&crate::controllers::runtime::object_ref(key))
                 .map(CachedPool::InClusterPrefix),
             PoolKind::GlobalPrefix => self
                 .global_prefix_pools
-                .get(&super::object_ref(key))
+                .get(&crate::controllers::runtime::object_ref(key))
                 .map(CachedPool::GlobalPrefix),
         }
     }
@@ -588,13 +589,13 @@ pub fn start(
     client: &Client,
     settings: &Settings,
     claims: ClaimCache,
-    served: &super::served::ServedKinds,
+    served: &crate::controllers::sources::served::ServedKinds,
 ) -> (Stores, Feeds, Subscriptions) {
     let mut feeds = SelectAll::new();
 
     let (pools, pools_subscription) = pool_watch(
         &mut feeds,
-        super::scoped::<InClusterIPPool>(client, settings),
+        crate::controllers::runtime::scoped::<InClusterIPPool>(client, settings),
     );
     let (global_pools, global_pools_subscription) = pool_watch(
         &mut feeds,
@@ -603,7 +604,7 @@ pub fn start(
     let (prefix_pools, prefix_pools_subscription) = if served.serves(PoolKind::InClusterPrefix) {
         pool_watch(
             &mut feeds,
-            super::scoped::<InClusterPrefixPool>(client, settings),
+            crate::controllers::runtime::scoped::<InClusterPrefixPool>(client, settings),
         )
     } else {
         unserved_pools()
@@ -620,14 +621,14 @@ pub fn start(
 
     let (clusters, writer) = reflector::store();
     feeds.push(watch(
-        super::scoped::<Cluster>(client, settings),
+        crate::controllers::runtime::scoped::<Cluster>(client, settings),
         Some(writer),
         None,
         cluster_facts,
         cluster_pauses,
     ));
 
-    let (subscriber, released) = Subscriber::only(is_released);
+    let (subscriber, released) = Subscriber::only(IPAddressReservation::is_released);
     feeds.push(watch(
         Api::<IPAddressReservation>::all(client.clone()),
         None,
@@ -637,7 +638,7 @@ pub fn start(
     ));
 
     feeds.push(watch(
-        super::scoped::<IPAddress>(client, settings),
+        crate::controllers::runtime::scoped::<IPAddress>(client, settings),
         None,
         None,
         address_facts,
@@ -686,7 +687,7 @@ where
 }
 
 /// The store and subscription of a pool kind that is not watched (not served, see
-/// [`super::served`]): empty, and synced from the start, so that waiting for the caches does not
+/// [`crate::controllers::sources::served`]): empty, and synced from the start, so that waiting for the caches does not
 /// wait for it.
 fn unserved_pools<P>() -> (Store<P>, Subscription<P>)
 where
@@ -717,7 +718,7 @@ pub async fn feed(ctx: Arc<Context>, Feeds(mut feeds): Feeds) -> anyhow::Result<
                     send();
                 }
             }
-            Err(e) => super::error::watch_failed(&ctx, "feed", &e),
+            Err(e) => crate::controllers::runtime::error::watch_failed(&ctx, "feed", &e),
         }
     }
     Ok(())

@@ -10,7 +10,7 @@ use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::Context;
+use crate::controllers::runtime::Context;
 
 /// The first retry of a failed reconcile comes after this long.
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -62,12 +62,9 @@ impl Retries {
         }
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.0.lock().expect("retries lock").len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

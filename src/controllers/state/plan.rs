@@ -1,5 +1,5 @@
 //! The claim planner: what a claim needs next, decided from the registry alone, under one lock,
-//! with no API call. The claim reconciler ([`super::claim`]) asks, performs the step against the
+//! with no API call. The claim reconciler ([`crate::controllers::claims::reconcile`]) asks, performs the step against the
 //! API server, reports the outcome back to the registry, and asks again when a step did not
 //! settle the claim (an address taken meanwhile, a reservation that turned out stale).
 //!
@@ -16,7 +16,8 @@
 //! For a deleting claim, [`release`] lists the reservations to let go.
 use std::net::IpAddr;
 
-use super::registry::{Decision, ObjectKey, PoolKey, QueuedClaim, Registry, Scope, Unready};
+use crate::api::{ObjectKey, PoolKey, Scope};
+use crate::controllers::state::{Decision, QueuedClaim, Registry, Unready};
 
 /// What a live claim needs first.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,7 +114,7 @@ pub fn release(registry: &mut Registry, claim: &ObjectKey, pool: &PoolKey) -> Ve
 mod tests {
     use super::*;
     use crate::allocator::{ParsedSpec, PoolSpecInput};
-    use crate::controllers::registry::{Change, HoldRecord};
+    use crate::controllers::state::{Change, HoldRecord};
 
     fn pool() -> PoolKey {
         PoolKey::in_cluster("ns", "p")

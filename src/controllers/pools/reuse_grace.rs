@@ -11,21 +11,21 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 
-use super::Context;
-use super::error::Error;
-use super::reservation::{IPAddressReservation, reusable_after};
+use crate::controllers::runtime::Context;
+use crate::controllers::runtime::error::Error;
+use crate::controllers::state::reservation::IPAddressReservation;
 
 pub async fn reconcile(
     reservation: Arc<IPAddressReservation>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let result = free_when_due(&reservation, &ctx).await;
-    super::error::settle("reuse-grace", &*reservation, &ctx, result)
+    crate::controllers::runtime::error::settle("reuse-grace", &*reservation, &ctx, result)
 }
 
 async fn free_when_due(reservation: &IPAddressReservation, ctx: &Context) -> Result<Action, Error> {
     let name = reservation.name_any();
-    let until = reusable_after(reservation);
+    let until = reservation.reusable_after();
     if let Some(wait) = time_left(until, Timestamp::now()) {
         return Ok(Action::requeue(wait));
     }
@@ -58,7 +58,7 @@ pub fn error_policy(
     error: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    super::error::error_policy("reuse-grace", &*reservation, error, &ctx)
+    crate::controllers::runtime::error::error_policy("reuse-grace", &*reservation, error, &ctx)
 }
 
 /// How long until `until`, or `None` when it is due (or unknown: never hold an address forever).

@@ -1,7 +1,7 @@
 //! The claim cache's entry: what the claim reconciler reads of an `IPAddressClaim`, and nothing
 //! else (issue 17: memory per claim). The claim watch reads each `IPAddressClaim` as a
 //! [`WatchedClaim`], cut down as it is deserialised, and the claim cache
-//! ([`super::claim_controller`]) keeps one [`CachedClaim`] per claim instead of the object.
+//! ([`super::cache`]) keeps one [`CachedClaim`] per claim instead of the object.
 //!
 //! Kept: the claim's namespace and name as an [`ObjectKey`] of interned names (shared with the
 //! registry's records of the claim); its UID (16 bytes when it is a UUID, as the API server makes
@@ -29,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time
 use kube::Resource;
 use serde::Deserialize;
 
-use super::registry::ObjectKey;
+use crate::api::ObjectKey;
 use crate::api::{
     CLAIM_FINALIZER, ConditionStatus, DELETE_FOR_MOVE_ANNOTATION, DesiredCondition, IPAM_GROUP,
     IPAddressClaim, IPAddressClaimStatus, IPPoolReference, LegacyCondition, Name,

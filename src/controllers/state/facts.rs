@@ -3,12 +3,13 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use super::registry::{HoldRecord, ObjectKey, QueuedClaim, Unready};
 use crate::allocator::{ParsedSpec, PoolSpecInput, PrefixPoolSpecInput, SpecErrors};
+use crate::api::ObjectKey;
 use crate::api::{
     IPAddress, IPPool, InClusterIPPoolSpec, InClusterPrefixPoolSpec, PAUSED_ANNOTATION, PoolKey,
     PoolSpecRef,
 };
+use crate::controllers::state::{HoldRecord, QueuedClaim, Unready};
 
 /// What the pool can do now: its parsed spec, or why it cannot hand out addresses.
 pub fn pool_state<P: IPPool>(pool: &P) -> Result<ParsedSpec, Unready> {

@@ -9,7 +9,7 @@
 //! Only equality of resourceVersions is used, never their order (the API treats them as opaque).
 use std::collections::{HashMap, HashSet};
 
-use super::registry::ObjectKey;
+use crate::api::ObjectKey;
 
 #[derive(Debug, Default)]
 pub struct OwnWrites(HashMap<ObjectKey, Versions>);
@@ -63,10 +63,12 @@ impl OwnWrites {
         self.0.retain(|key, _| exists(key));
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -1,0 +1,208 @@
+//! The claim cache: every claim the claim watch sees, as a [`CachedClaim`] keyed by its
+//! [`ObjectKey`] of interned names, and the writer that follows the watch the way kube-runtime's
+//! reflector store does: a list (the first one, or a re-list after a gap in the watch) replaces
+//! the whole cache once it is complete, and every claim of it is reconciled; an added or changed
+//! claim is reconciled; a deleted one is forgotten.
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use kube::runtime::watcher;
+
+use crate::api::ObjectKey;
+use crate::controllers::claims::cached_claim::{CachedClaim, WatchedClaim};
+use crate::controllers::runtime::queue::Urgency;
+
+/// Every claim the claim watch sees, by namespace/name; cloning shares it.
+#[derive(Clone, Default)]
+pub struct ClaimCache {
+    claims: Arc<RwLock<HashMap<ObjectKey, Arc<CachedClaim>>>>,
+}
+
+impl ClaimCache {
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<CachedClaim>> {
+        self.read().get(key).cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.read().is_empty()
+    }
+
+    /// The keys of the cached claims `select` picks.
+    pub fn keys_where(&self, select: impl Fn(&CachedClaim) -> bool) -> Vec<ObjectKey> {
+        self.read()
+            .iter()
+            .filter(|(_, claim)| select(claim))
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<ObjectKey, Arc<CachedClaim>>> {
+        self.claims.read().expect("claim cache lock")
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<ObjectKey, Arc<CachedClaim>>> {
+        self.claims.write().expect("claim cache lock")
+    }
+}
+
+/// Applies the claim watch's events to a [`ClaimCache`] and says which claims to reconcile.
+pub struct CacheWriter {
+    cache: ClaimCache,
+    /// A list being received: it replaces the cache once complete.
+    listing: Option<HashMap<ObjectKey, Arc<CachedClaim>>>,
+    /// Whether a list was ever complete.
+    listed: bool,
+}
+
+impl CacheWriter {
+    pub fn new(cache: ClaimCache) -> CacheWriter {
+        CacheWriter {
+            cache,
+            listing: None,
+            listed: false,
+        }
+    }
+
+    /// Applies one event; returns the claims to reconcile for it, each with its urgency (see
+    /// [`urgency`]).
+    pub fn apply(&mut self, event: watcher::Event<WatchedClaim>) -> Vec<(ObjectKey, Urgency)> {
+        match event {
+            watcher::Event::Init => {
+                self.listing = Some(HashMap::new());
+                Vec::new()
+            }
+            watcher::Event::InitApply(watched) => {
+                let claim = watched.claim;
+                self.listing
+                    .get_or_insert_with(HashMap::new)
+                    .insert(claim.key().clone(), Arc::new(claim));
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let listed = self.listing.take().unwrap_or_default();
+                let requests = listed
+                    .iter()
+                    .map(|(key, claim)| (key.clone(), urgency(claim)))
+                    .collect();
+                *self.cache.write() = listed;
+                self.listed = true;
+                requests
+            }
+            watcher::Event::Apply(watched) => {
+                let claim = watched.claim;
+                let request = (claim.key().clone(), urgency(&claim));
+                self.cache
+                    .write()
+                    .insert(request.0.clone(), Arc::new(claim));
+                vec![request]
+            }
+            watcher::Event::Delete(watched) => {
+                self.cache.write().remove(watched.claim.key());
+                Vec::new()
+            }
+        }
+    }
+
+    /// Whether the cache holds a complete list.
+    pub fn is_listed(&self) -> bool {
+        self.listed
+    }
+}
+
+/// How soon the watch's news of a claim is to be reconciled: a realised claim only needs
+/// confirming, and waits behind everything else (see the module).
+fn urgency(claim: &CachedClaim) -> Urgency {
+    if claim.is_realised() {
+        Urgency::Routine
+    } else {
+        Urgency::Urgent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new("ns", name)
+    }
+
+    fn watched(name: &str, version: &str) -> WatchedClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": version},
+            "spec": {"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "p"}}
+        }))
+        .expect("a valid claim")
+    }
+
+    fn cached(cache: &ClaimCache) -> Vec<(String, Option<String>)> {
+        let mut claims: Vec<_> = cache
+            .keys_where(|_| true)
+            .into_iter()
+            .map(|k| {
+                let version = cache.get(&k).and_then(|c| c.resource_version());
+                (k.name.to_string(), version)
+            })
+            .collect();
+        claims.sort();
+        claims
+    }
+
+    #[test]
+    fn a_list_replaces_the_cache_once_complete_and_reconciles_every_claim_of_it() {
+        let cache = ClaimCache::default();
+        let mut writer = CacheWriter::new(cache.clone());
+        assert!(writer.apply(watcher::Event::Init).is_empty());
+        assert!(
+            writer
+                .apply(watcher::Event::InitApply(watched("a", "1")))
+                .is_empty()
+        );
+        assert!(
+            cache.is_empty() && !writer.is_listed(),
+            "not before the list is complete"
+        );
+        assert_eq!(
+            writer.apply(watcher::Event::InitDone),
+            [(key("a"), Urgency::Urgent)]
+        );
+        assert!(writer.is_listed());
+        assert_eq!(
+            writer.apply(watcher::Event::Apply(watched("b", "2"))),
+            [(key("b"), Urgency::Urgent)]
+        );
+        assert_eq!(
+            cached(&cache),
+            [
+                ("a".into(), Some("1".into())),
+                ("b".into(), Some("2".into()))
+            ]
+        );
+
+        // A re-list after a gap: `a` was deleted and `b` changed meanwhile.
+        writer.apply(watcher::Event::Init);
+        writer.apply(watcher::Event::InitApply(watched("b", "5")));
+        assert_eq!(
+            cache.len(),
+            2,
+            "the old cache serves until the list is complete"
+        );
+        assert_eq!(
+            writer.apply(watcher::Event::InitDone),
+            [(key("b"), Urgency::Urgent)]
+        );
+        assert_eq!(cached(&cache), [("b".into(), Some("5".into()))]);
+
+        assert!(
+            writer
+                .apply(watcher::Event::Delete(watched("b", "6")))
+                .is_empty()
+        );
+        assert!(cache.is_empty());
+    }
+}

@@ -1,0 +1,69 @@
+//! What the memory benchmark (`benches/memory.rs`) measures: the structures inpool keeps for its
+//! claims, built from API objects the way the watches build them. The handles are opaque: the
+//! benchmark counts the heap they own, and nothing outside the controllers reads them.
+use kube::runtime::watcher::Event;
+
+use super::claims::cache::{CacheWriter, ClaimCache};
+use super::claims::cached_claim::WatchedClaim;
+use super::state::facts::{address_hold, address_key, pool_state};
+use super::state::reservation::hold_of;
+use super::state::{Change, Registry};
+use crate::api::reservation::IPAddressReservation;
+use crate::api::{IPAddress, IPAddressClaim, InClusterIPPool, PoolKey};
+
+/// The claim cache after the claim watch listed `claims`.
+pub struct ClaimCacheFootprint(ClaimCache);
+
+/// The claim cache as the claim watch leaves it once it has listed `claims`.
+pub fn claim_cache(claims: &[IPAddressClaim]) -> ClaimCacheFootprint {
+    let cache = ClaimCache::default();
+    let mut writer = CacheWriter::new(cache.clone());
+    writer.apply(Event::Init);
+    for claim in claims {
+        writer.apply(Event::InitApply(WatchedClaim::from(claim.clone())));
+    }
+    writer.apply(Event::InitDone);
+    ClaimCacheFootprint(cache)
+}
+
+impl ClaimCacheFootprint {
+    /// How many claims the cache holds.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The registry with one pool, and what it holds in it.
+pub struct RegistryFootprint(Registry);
+
+impl RegistryFootprint {
+    /// A registry that knows `pool` (namespaced) and nothing held in it.
+    pub fn with_pool(pool: &InClusterIPPool) -> RegistryFootprint {
+        let mut registry = Registry::default();
+        let key = PoolKey::in_cluster(
+            pool.metadata.namespace.as_deref().unwrap_or_default(),
+            pool.metadata.name.as_deref().unwrap_or_default(),
+        );
+        registry.apply(Change::Pool(key, pool_state(pool)));
+        RegistryFootprint(registry)
+    }
+
+    /// Records the holds of `reservations` and `addresses` as the watches do; objects that hold
+    /// nothing inpool can read are skipped.
+    pub fn hold(&mut self, reservations: &[IPAddressReservation], addresses: &[IPAddress]) {
+        for reservation in reservations {
+            if let (Some(name), Some(hold)) = (&reservation.metadata.name, hold_of(reservation)) {
+                self.0.apply(Change::Reservation(name.clone(), hold));
+            }
+        }
+        for address in addresses {
+            if let Some(hold) = address_hold(address) {
+                self.0.apply(Change::Address(address_key(address), hold));
+            }
+        }
+    }
+}

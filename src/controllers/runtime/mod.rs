@@ -1,0 +1,356 @@
+//! The controllers' runtime: the shared [`Context`], [`run`] (the wiring of watches, reconcilers
+//! and the audit), and the pieces every reconciler uses.
+//!
+//! - [`controller`]: the claim runtime's loop, with [`queue`], its work queue; the pool and
+//!   reuse-grace controllers run on kube-runtime's `Controller` instead (see [`controller`] for
+//!   why the claims do not);
+//! - [`error`]: the controllers' error type, backoff, and where failures are logged and counted;
+//! - [`events`]: Kubernetes Events, written as kube-runtime's recorder writes them.
+pub(crate) mod controller;
+pub(crate) mod error;
+pub(crate) mod events;
+pub(crate) mod queue;
+
+use std::sync::{Arc, Mutex};
+
+use futures::channel::mpsc;
+use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
+
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+
+use super::claims::cache::{CacheWriter, ClaimCache};
+use super::claims::cached_claim::WatchedClaim;
+use super::claims::own_writes::OwnWrites;
+use super::sources::{served, watch};
+use super::state::{Change, Registry, Unready};
+use super::{audit, claims, pools};
+use crate::api::{
+    GlobalInClusterIPPool, GlobalInClusterPrefixPool, InClusterIPPool, InClusterPrefixPool,
+    ObjectKey, PoolKey, PoolKind,
+};
+use crate::cli::Settings;
+use crate::telemetry::{HealthState, Metrics};
+
+/// Field manager of every write inpool makes.
+pub const MANAGER: &str = "inpool";
+
+/// Shared state of the controllers.
+pub struct Context {
+    pub client: Client,
+    pub settings: Settings,
+    registry: Mutex<Registry>,
+    pub stores: watch::Stores,
+    pub events: events::Events,
+    pub metrics: Metrics,
+    wake: mpsc::UnboundedSender<ObjectKey>,
+    pool_wakes: PoolWakes,
+    /// When each pool's status was last written (see `pools::status::MIN_STATUS_INTERVAL`).
+    pub pool_writes: Mutex<std::collections::HashMap<PoolKey, std::time::Instant>>,
+    /// Claim versions our own writes replaced (never held across an await).
+    pub own_writes: Mutex<OwnWrites>,
+    /// Failures in a row per object, for the backoff.
+    pub retries: error::Retries,
+    /// The pool kinds this run watches (see [`served`]).
+    pub served: served::ServedKinds,
+}
+
+/// Where a pool's status reconcile is asked for: one channel per pool kind, each read by that
+/// kind's pool controller.
+struct PoolWakes {
+    in_cluster: mpsc::UnboundedSender<ObjectRef<InClusterIPPool>>,
+    global: mpsc::UnboundedSender<ObjectRef<GlobalInClusterIPPool>>,
+    in_cluster_prefix: mpsc::UnboundedSender<ObjectRef<InClusterPrefixPool>>,
+    global_prefix: mpsc::UnboundedSender<ObjectRef<GlobalInClusterPrefixPool>>,
+}
+
+/// The receiving ends of [`PoolWakes`].
+struct PoolWakeReceivers {
+    in_cluster: mpsc::UnboundedReceiver<ObjectRef<InClusterIPPool>>,
+    global: mpsc::UnboundedReceiver<ObjectRef<GlobalInClusterIPPool>>,
+    in_cluster_prefix: mpsc::UnboundedReceiver<ObjectRef<InClusterPrefixPool>>,
+    global_prefix: mpsc::UnboundedReceiver<ObjectRef<GlobalInClusterPrefixPool>>,
+}
+
+impl PoolWakes {
+    fn new() -> (PoolWakes, PoolWakeReceivers) {
+        let (in_cluster, in_cluster_rx) = mpsc::unbounded();
+        let (global, global_rx) = mpsc::unbounded();
+        let (in_cluster_prefix, in_cluster_prefix_rx) = mpsc::unbounded();
+        let (global_prefix, global_prefix_rx) = mpsc::unbounded();
+        let wakes = PoolWakes {
+            in_cluster,
+            global,
+            in_cluster_prefix,
+            global_prefix,
+        };
+        let receivers = PoolWakeReceivers {
+            in_cluster: in_cluster_rx,
+            global: global_rx,
+            in_cluster_prefix: in_cluster_prefix_rx,
+            global_prefix: global_prefix_rx,
+        };
+        (wakes, receivers)
+    }
+
+    fn send(&self, pool: &PoolKey) {
+        // A closed channel means the run is ending: nothing is left to update.
+        match pool.kind {
+            PoolKind::InCluster => drop(self.in_cluster.unbounded_send(object_ref(pool))),
+            PoolKind::Global => drop(self.global.unbounded_send(object_ref(pool))),
+            PoolKind::InClusterPrefix => {
+                drop(self.in_cluster_prefix.unbounded_send(object_ref(pool)))
+            }
+            PoolKind::GlobalPrefix => drop(self.global_prefix.unbounded_send(object_ref(pool))),
+        }
+    }
+}
+
+/// The reference to the pool object `pool` names.
+pub(crate) fn object_ref<K: Resource<DynamicType = ()>>(pool: &PoolKey) -> ObjectRef<K> {
+    match &pool.namespace {
+        Some(ns) => ObjectRef::new(&pool.name).within(ns),
+        None => ObjectRef::new(&pool.name),
+    }
+}
+
+/// Exclusive access to the registry; on release, the pools whose status may have changed are
+/// queued for the pool controllers.
+pub struct RegistryGuard<'a> {
+    registry: std::sync::MutexGuard<'a, Registry>,
+    ctx: &'a Context,
+}
+
+impl std::ops::Deref for RegistryGuard<'_> {
+    type Target = Registry;
+    fn deref(&self) -> &Registry {
+        &self.registry
+    }
+}
+
+impl std::ops::DerefMut for RegistryGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+}
+
+impl Drop for RegistryGuard<'_> {
+    fn drop(&mut self) {
+        for pool in self.registry.take_dirty() {
+            self.ctx.wake_pool(&pool);
+        }
+    }
+}
+
+impl Context {
+    /// Locks the registry (never held across an await).
+    pub fn registry(&self) -> RegistryGuard<'_> {
+        RegistryGuard {
+            registry: self.registry.lock().expect("registry lock"),
+            ctx: self,
+        }
+    }
+
+    /// Locks the record of our own claim writes (never held across an await).
+    pub fn own_writes(&self) -> std::sync::MutexGuard<'_, OwnWrites> {
+        self.own_writes.lock().expect("own-writes lock")
+    }
+
+    /// Applies one change to the registry and wakes the claims it concerns; a pool that was
+    /// paused and no longer is wakes its claims, which were not queued while it was paused and so
+    /// are found in the claim store.
+    pub fn apply(&self, change: Change) {
+        let woken = {
+            let mut registry = self.registry();
+            let unpaused = match &change {
+                Change::Pool(key, parsed) if !matches!(parsed, Err(Unready::Paused)) => {
+                    registry.is_paused(key).then(|| key.clone())
+                }
+                Change::PoolGone(key) => registry.is_paused(key).then(|| key.clone()),
+                _ => None,
+            };
+            let mut woken = registry.apply(change);
+            if let Some(pool) = unpaused {
+                woken.extend(self.stores.claims_of_pool(&pool));
+            }
+            woken
+        };
+        // A deleting claim waits for nothing and has nothing to heal: its own release deletes its
+        // IPAddress and reservations, and waking it for that would run the release again (one more
+        // finalizer patch and Event per claim, measured by the scale harness).
+        let deleting =
+            |claim: &ObjectKey| self.stores.claim(claim).is_some_and(|c| c.is_deleting());
+        self.wake(woken.into_iter().filter(|claim| !deleting(claim)));
+    }
+
+    /// Asks for a pool's status to be brought up to date.
+    pub fn wake_pool(&self, pool: &PoolKey) {
+        self.pool_wakes.send(pool);
+    }
+
+    /// Asks for claims to be reconciled (capacity appeared, a Cluster changed, ...).
+    pub fn wake(&self, claims: impl IntoIterator<Item = ObjectKey>) {
+        for claim in claims {
+            // A closed channel means the run is ending.
+            let _ = self.wake.unbounded_send(claim);
+        }
+    }
+
+    /// An `Api` for a namespaced kind, in the given namespace.
+    pub fn namespaced<K>(&self, namespace: &str) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+}
+
+/// Watcher configuration for namespaced objects that follow the provider's label filter.
+fn filtered(settings: &Settings) -> watcher::Config {
+    let config = watcher::Config::default().any_semantic();
+    match &settings.watch_filter {
+        Some(value) => config.labels(&format!("{}={value}", crate::api::WATCH_FILTER_LABEL)),
+        None => config,
+    }
+}
+
+/// Deletes `name`; an object that is already gone is what was wanted.
+pub async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &kube::api::DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+pub(crate) fn scoped<K>(client: &Client, settings: &Settings) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    api_in(client, settings.namespace.as_deref())
+}
+
+/// The API of a namespaced kind in `namespace`, or in every namespace.
+pub fn api_in<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs the controllers and the watches that feed them until the future is dropped (for example
+/// when the leader lease is lost) or a task fails. One watch per kind: the claims' here, driven by
+/// the claim controller; the others in `watch::start`, shared with the pool and reuse-grace
+/// controllers.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Metrics,
+    health: HealthState,
+) -> anyhow::Result<()> {
+    let (wake_tx, wake_rx) = mpsc::unbounded();
+    let (pool_wakes, pool_wake_rx) = PoolWakes::new();
+    let claim_cache = ClaimCache::default();
+    let claim_writer = CacheWriter::new(claim_cache.clone());
+    let claims = watcher::watcher(
+        // Read as the cache keeps them: each object is cut down as it is deserialised.
+        scoped::<WatchedClaim>(&client, &settings),
+        filtered(&settings),
+    )
+    .default_backoff();
+    // A prefix kind without its CRD or RBAC is skipped, not watched in vain (see `served`).
+    let served = served::discover(&client, &settings, &metrics).await?;
+    let (stores, feeds, subscriptions) = watch::start(&client, &settings, claim_cache, &served);
+    let ctx = Arc::new(Context {
+        events: events::Events::new(client.clone(), MANAGER),
+        client: client.clone(),
+        settings: settings.clone(),
+        registry: Mutex::new(Registry::default()),
+        stores,
+        metrics,
+        wake: wake_tx,
+        pool_wakes,
+        pool_writes: Mutex::default(),
+        own_writes: Mutex::default(),
+        retries: error::Retries::default(),
+        served,
+    });
+    // The feed is part of this future, not a detached task: when the future is dropped (lease
+    // lost), the watches and the registry go with it.
+    let feeding = watch::feed(ctx.clone(), feeds);
+    let started = std::time::Instant::now();
+    let controlling = async {
+        // Allocating before every held address is known could pick one that is taken. The
+        // claim watch opens only now too (see [`controller`]).
+        ctx.stores.wait_until_ready().await?;
+        health.set_caches_synced(true);
+        tracing::info!(
+            seconds = started.elapsed().as_secs_f64(),
+            "pools, Clusters, reservations and IPAddresses listed"
+        );
+        let claims = controller::run(
+            ctx.clone(),
+            claims,
+            claim_writer,
+            wake_rx,
+            |claim, ctx| async move {
+                match claims::reconcile::reconcile(claim.clone(), ctx.clone()).await {
+                    Ok(action) => action,
+                    Err(e) => claims::reconcile::error_policy(claim, &e, ctx),
+                }
+            },
+        );
+        // The pool and reuse-grace controllers share the feed's watches (see `watch`).
+        let pools = futures::future::join4(
+            pools::status::run(&ctx, subscriptions.pools, pool_wake_rx.in_cluster),
+            pools::status::run(&ctx, subscriptions.global_pools, pool_wake_rx.global),
+            run_if_served(
+                &ctx,
+                PoolKind::InClusterPrefix,
+                subscriptions.prefix_pools,
+                pool_wake_rx.in_cluster_prefix,
+            ),
+            run_if_served(
+                &ctx,
+                PoolKind::GlobalPrefix,
+                subscriptions.global_prefix_pools,
+                pool_wake_rx.global_prefix,
+            ),
+        );
+        let released = error::drain(
+            &ctx,
+            "reuse-grace",
+            subscriptions.released.controller().run(
+                pools::reuse_grace::reconcile,
+                pools::reuse_grace::error_policy,
+                ctx.clone(),
+            ),
+        );
+        let audits = audit::run(ctx.clone());
+        futures::join!(claims, pools, released, audits);
+        anyhow::Ok(())
+    };
+    tokio::select! {
+        result = controlling => result,
+        result = feeding => result.and(Err(anyhow::anyhow!("the watch streams ended"))),
+    }
+}
+
+/// [`pools::status::run`] for a kind this run serves; nothing for one it does not (see [`served`]).
+async fn run_if_served<P: pools::status::PoolObject>(
+    ctx: &Arc<Context>,
+    kind: PoolKind,
+    subscription: watch::Subscription<P>,
+    wakes: mpsc::UnboundedReceiver<ObjectRef<P>>,
+) {
+    if ctx.served.serves(kind) {
+        pools::status::run(ctx, subscription, wakes).await;
+    }
+}

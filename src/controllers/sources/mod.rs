@@ -1,0 +1,10 @@
+//! Sources: what inpool learns from the API server.
+//!
+//! - [`watch`]: one watch per kind, shared by the stores, the registry feed and the controllers;
+//!   it feeds the registry from pools, reservations and `IPAddress`es (re-lists included), wakes
+//!   claims when capacity appears or their `IPAddress` vanished, and triggers the pool and
+//!   reuse-grace controllers;
+//! - [`served`]: which pool kinds this run serves (a prefix kind without its CRD or RBAC is
+//!   skipped, with a warning).
+pub(crate) mod served;
+pub(crate) mod watch;
