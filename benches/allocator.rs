@@ -1,12 +1,12 @@
 //! Allocator benchmarks (criterion) and a memory report (counting global allocator).
 //!
-//! Scenarios from issue 4:
+//! Scenarios (the sizes real pools reach):
 //! - fill an IPv4 /16 one address at a time;
 //! - fill a pool of 1,000 scattered ranges one address at a time;
 //! - allocate in an IPv6 /64 that already has 1M used addresses (filled from the bottom, and
 //!   scattered at random, the worst case for the free-interval index).
 //!
-//! Prefix pools (issue 16):
+//! Prefix pools:
 //! - hand out 1,000 /64s of a /48 one by one;
 //! - parse and count a /32 split into /64s (2^32 sub-prefixes, never enumerated);
 //! - allocate and release in a /32 of /64s with 1M sub-prefixes used (from the bottom, and at

@@ -1,4 +1,4 @@
-//! Memory per claim (issue 17): the live heap bytes each structure inpool keeps for one realised
+//! Memory per claim: the live heap bytes each structure inpool keeps for one realised
 //! claim, measured with a counting global allocator over 10,000 claims as the API server serves
 //! them (an infrastructure provider's claim with its owner reference, labels and finalizers, the
 //! status inpool wrote, and the managed fields of three writers).
@@ -7,7 +7,7 @@
 //! double as they grow, so the bytes per claim depend on where the count falls between two
 //! doublings). It prints one line per structure and the sum, in bytes and in live allocations
 //! (each costs the allocator's header and size-class rounding on top); the scale
-//! harness measures the whole process (README, Performance). No timing, and nothing here
+//! harness measures the whole process (docs/performance.md). No timing, and nothing here
 //! decides a test: the figures are for comparing a change before and after.
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};

@@ -1,4 +1,4 @@
-//! Scale harness (issue 8): how fast a provider realises thousands of claims on a local
+//! Scale harness: how fast a provider realises thousands of claims on a local
 //! control plane, side by side with the floor that control plane allows.
 //!
 //! ```text
@@ -20,7 +20,7 @@
 //! 4. with `--prefix-claims P`, a fresh provider process on P claims in one prefix pool (/64s out
 //!    of a /48).
 //!
-//! With `--scenarios`, issue 17's scenarios at size run on the single-pool scenario once its
+//! With `--scenarios`, the scenarios at size run on the single-pool scenario once its
 //! claims are Ready, before its check and release (see `scale/atsize.rs`): `restart`, `idle`,
 //! `trickle`.
 //!
@@ -46,7 +46,7 @@ use harness::{Run, Scenario};
 use process::{ProviderSpec, StopSignal};
 
 #[derive(Debug, Parser)]
-#[command(name = "scale", about = "inpool's scale harness (issue 8)")]
+#[command(name = "scale", about = "inpool's scale harness")]
 struct Args {
     /// Claims in the single-pool scenario (0 skips it). The floor uses the same number.
     #[arg(long, default_value_t = 10_000)]

@@ -54,7 +54,7 @@ impl Machine {
     }
 }
 
-/// One of issue 8's targets, evaluated on a run.
+/// One of the harness's targets (time against the floor, memory), evaluated on a run.
 #[derive(Debug, Serialize)]
 pub struct Target {
     pub what: String,

@@ -8,7 +8,7 @@ use super::{
 
 /// Which pool: kind, namespace (`None` for global pools) and name. The names are [`Name`]s:
 /// every hold of a pool carries its key, so at 100,000 claims a copy of the strings per hold
-/// would be megabytes of the same few names (issue 17).
+/// would be megabytes of the same few names.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PoolKey {
     pub kind: PoolKind,
@@ -18,7 +18,7 @@ pub struct PoolKey {
 
 /// A pool's, a namespace's, a claim's or a Cluster's name, shared: [`Name::new`] gives the one
 /// copy of each distinct name, and cloning it copies a pointer. The registry and the claim cache
-/// refer to each claim from several places (issue 17: memory per claim); a name nothing refers to
+/// refer to each claim from several places (memory per claim); a name nothing refers to
 /// any more (a claim deleted since) is let go by [`Name::forget_unused`], which the audit calls.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Name(std::sync::Arc<str>);

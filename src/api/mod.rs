@@ -13,7 +13,7 @@
 //!   (v1beta1) condition shape.
 //! - [`key`]: [`PoolKey`], the one identity of a pool every layer uses.
 //!
-//! The constants below are the exact identifiers of the IPAM contract (see the README).
+//! The constants below are the exact identifiers of the IPAM contract (see docs/contract.md).
 
 /// `Deref`, `DerefMut` and `From` between a global pool kind's spec and the spec it wraps (each
 /// kind needs a derive of its own, the JSON and the schema are the same).

@@ -5,7 +5,7 @@
 //!
 //! Validation lives in the CRD as CEL rules (`x-kubernetes-validations`), so no webhook (and no
 //! cert-manager) is needed. They reproduce the reference webhook's decisions for everything one
-//! object can tell; see [`rules`] for the exact rules and the README for the messages.
+//! object can tell; see [`rules`] for the exact rules and docs/pools.md for the messages.
 
 // kube-derive's `printcolumn(type_ = ...)` repeats keys by design; clippy reads them as
 // duplicated attributes.

@@ -137,8 +137,8 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
 /// Fresh lists of what the watches feeding the registry see (same scopes), compared with the
 /// registry page by page as they arrive, so that only one page of [`PAGE`] objects is in memory
 /// with what the comparison keeps: the differences, the keys listed, and whole objects only for
-/// the few the audit may act on (issue 17: two whole lists of `IPAddress`es and reservations
-/// were over 100 MiB at 10,000 claims; lists of their facts, compared once complete, still
+/// the few the audit may act on (two whole lists of `IPAddress`es and reservations were over
+/// 100 MiB at 10,000 claims; lists of their facts, compared once complete, still
 /// lifted an audit 18 MiB above the resting process at 30,000).
 struct Snapshot {
     /// What would make the registry agree with the lists ([`Registry::diff`] of each).

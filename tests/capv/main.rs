@@ -287,7 +287,7 @@ where
     .await;
 }
 
-/// Prints what `kubectl get vspherevms,ipaddressclaims,ipaddresses` shows in `ns` (the README's
+/// Prints what `kubectl get vspherevms,ipaddressclaims,ipaddresses` shows in `ns` (docs/contract.md's
 /// "Tested with" screen comes from here), when kubectl is installed.
 fn show_kubectl_get(ns: &str) {
     let kubeconfig = support::capv_env().kubeconfig();

@@ -8,8 +8,8 @@
 //! counts equal the live `IPAddress`es, the audit found no drift, the provider never panicked.
 //!
 //! The tests share one control plane of their own (this binary restarts and freezes it) and
-//! take turns. Each prints what it injected and how long recovery took; the README's
-//! "Reliability" section has the figures of a run.
+//! take turns. Each prints what it injected and how long recovery took; the fault suite
+//! section of docs/testing.md has the figures of a run.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex as StdMutex;

@@ -1,9 +1,9 @@
-//! The scale harness's correctness check at a small size (issue 8): 200 claims in one pool, and
+//! The scale harness's correctness check at a small size: 200 claims in one pool, and
 //! 100 in one prefix pool, against the `inpool` binary as a separate process, on the test
 //! control plane. It asserts the
 //! end state only — every claim Ready with its own address inside the pool, one reservation per
 //! claim, no orphan `IPAddress`, nothing left after every claim is deleted — never timing. Before
-//! the release it restarts the provider (issue 17's `restart` scenario) and asserts that the new
+//! the release it restarts the provider (the harness's `restart` scenario) and asserts that the new
 //! process writes nothing while it catches up and reconciles each existing claim at most once.
 //! The full run with timings is `cargo run --release --example scale`.
 
@@ -102,7 +102,7 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
         "objects left after deleting every claim"
     );
     let release = run.release.as_ref().expect("every claim was released");
-    // Releasing costs 4 writes and one Event per claim (README, "API writes per claim"); waking a
+    // Releasing costs 4 writes and one Event per claim (docs/contract.md, "API writes per claim"); waking a
     // deleting claim again (e.g. when its own IPAddress goes) would run the release twice.
     assert!(
         release.writes_per_claim <= 5.0 * 1.02,
@@ -111,7 +111,7 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
         release.writes_per_claim_by_resource
     );
 
-    // The README's writes per claim ("API writes per claim"): finalizer patch, reservation,
+    // The writes per claim of docs/contract.md ("API writes per claim"): finalizer patch, reservation,
     // IPAddress, status, and one Event: at most that (an upper bound only, as the last Events
     // may land after the last Ready was seen). The slack (2%) is for a retry after a transient
     // API error; writing any of them again per claim (e.g. status on every reconcile) fails.

@@ -1,4 +1,4 @@
-//! Scale out (issue 17): when one process is not enough, claims are split between `inpool`
+//! Scale out: when one process is not enough, claims are split between `inpool`
 //! processes with disjoint `--namespace` or `--watch-filter` settings, all on one pool set. Two
 //! processes run as the ServiceAccount on one `GlobalInClusterIPPool` (the pool kind two scopes
 //! can share) and one namespaced pool each: every claim is realised by the process whose share
@@ -184,7 +184,7 @@ async fn split(client: &Client, global: &str, shares: [Share; 2]) {
             "inpool {} allocated {allocated} addresses of the shared pool; its share is {}",
             share.name, share.global_claims
         );
-        // Its claim cache holds its share: what its memory grows with (README, Performance).
+        // Its claim cache holds its share: what its memory grows with (docs/performance.md).
         let watched = process.sample("inpool_claims_watched").await;
         assert_eq!(
             watched,

@@ -1,5 +1,5 @@
 //! The `IPAddressClaim` reconciler: the IPAM contract, with a `Ready` condition that tells the
-//! truth about every claim (see the README's "Contract" section).
+//! truth about every claim (see docs/contract.md).
 //!
 //! It decides nothing about addresses itself: [`crate::controllers::state::plan`] does, from the registry. It runs
 //! the claim's lifecycle and performs each step against the API server:

@@ -238,7 +238,7 @@ pub struct HoldRecord {
 }
 
 /// The names of the reservations that record one claim: nearly always one, which costs no
-/// allocation of its own (issue 17: memory per claim).
+/// allocation of its own (memory per claim).
 #[derive(Clone, Debug)]
 enum ReservationNames {
     One(Arc<str>),
@@ -805,7 +805,7 @@ impl Registry {
 }
 
 /// A fresh list of reservations or `IPAddress`es being compared with the registry a page at a
-/// time, so that only one page of the list is in memory (the audit's lists, issue 17): the
+/// time, so that only one page of the list is in memory (the audit's lists): the
 /// records a page has anew or otherwise are kept as changes, and only the keys of the rest.
 /// Once every page is compared, the registry's records the list lacked are removals. The
 /// registry may change between pages (the watches go on); so it may between a list and its

@@ -34,7 +34,8 @@ use super::process::{self, ProviderProcess, ProviderSpec, StopSignal};
 /// Value of [`CLAIM_LABEL`] on the claims these scenarios add.
 pub const EXTRA: &str = "extra";
 
-/// Which of issue 17's scenarios to run after the claims are Ready (none by default).
+/// Which scenarios at size (restart, idle, trickle) to run after the claims are Ready (none by
+/// default).
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
     /// Restart the provider, stopping it with this signal.
