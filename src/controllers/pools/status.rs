@@ -17,18 +17,18 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use crate::allocator::canonical;
+use crate::api::PoolKey;
 use crate::api::conditions::{now, set_condition_at};
 use crate::api::{
     ConditionStatus, DesiredCondition, GlobalInClusterIPPool, GlobalInClusterPrefixPool,
     IPAddressesStatus, IPPool, InClusterIPPool, InClusterIPPoolStatus, InClusterPrefixPool,
     PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
 };
-use crate::api::{ObjectKey, PoolKey};
 use crate::controllers::runtime::error::Error;
 use crate::controllers::runtime::{Context, MANAGER, delete_if_present};
 use crate::controllers::sources::watch::Subscription;
-use crate::controllers::state::Unready;
-use crate::controllers::state::reservation::{IPAddressReservation, RELEASED_HOLDER};
+use crate::controllers::state::reservation::IPAddressReservation;
+use crate::controllers::state::{Holder, Unready};
 
 /// The shortest time between two status writes of one pool.
 pub const MIN_STATUS_INTERVAL: Duration = Duration::from_secs(1);
@@ -155,7 +155,7 @@ async fn free_released_addresses(ctx: &Context, key: &PoolKey) -> Result<(), Err
         .registry()
         .reservations_in(key)
         .into_iter()
-        .filter(|(_, hold)| &*hold.claim.name == RELEASED_HOLDER)
+        .filter(|(_, hold)| hold.holder == Holder::Released)
         .map(|(name, _)| name)
         .collect();
     let api: Api<IPAddressReservation> = Api::all(ctx.client.clone());
@@ -336,7 +336,7 @@ fn overlap_condition(overlaps: &[(PoolKey, crate::allocator::AddrRange)]) -> Des
 fn in_range_condition(
     key: &PoolKey,
     sub_prefix_length: Option<u8>,
-    out_of_range: &[(std::net::IpAddr, ObjectKey)],
+    out_of_range: &[(std::net::IpAddr, Holder)],
 ) -> DesiredCondition {
     if out_of_range.is_empty() {
         return condition(
@@ -351,12 +351,12 @@ fn in_range_condition(
     let listed: Vec<String> = out_of_range
         .iter()
         .take(LISTED)
-        .map(|(ip, claim)| {
+        .map(|(ip, holder)| {
             let length = match sub_prefix_length {
                 Some(l) if ip.is_ipv6() => format!("/{l}"),
                 _ => String::new(),
             };
-            format!("{}{length} (claim {claim})", canonical(*ip))
+            format!("{}{length} ({holder})", canonical(*ip))
         })
         .collect();
     let (_, units) = units(key);
@@ -437,14 +437,21 @@ fn publish_metrics(ctx: &Context, key: &PoolKey, counts: Option<&IPAddressesStat
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::ObjectKey;
     use crate::api::PoolKind;
 
     #[test]
     fn an_out_of_range_row_carries_the_allocation_length_only_for_an_ipv6_sub_prefix() {
         let key = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "p").unwrap();
         let held = [
-            ("fd40:0:0:1::".parse().unwrap(), ObjectKey::new("ns", "b")),
-            ("10.0.0.1".parse().unwrap(), ObjectKey::new("ns", "v4")),
+            (
+                "fd40:0:0:1::".parse().unwrap(),
+                Holder::Claim(ObjectKey::new("ns", "b")),
+            ),
+            (
+                "10.0.0.1".parse().unwrap(),
+                Holder::Claim(ObjectKey::new("ns", "v4")),
+            ),
         ];
         let condition = in_range_condition(&key, Some(64), &held);
         assert!(

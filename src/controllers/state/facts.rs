@@ -9,7 +9,7 @@ use crate::api::{
     IPAddress, IPPool, InClusterIPPoolSpec, InClusterPrefixPoolSpec, PAUSED_ANNOTATION, PoolKey,
     PoolSpecRef,
 };
-use crate::controllers::state::{HoldRecord, QueuedClaim, Unready};
+use crate::controllers::state::{HoldRecord, Holder, QueuedClaim, Unready};
 
 /// What the pool can do now: its parsed spec, or why it cannot hand out addresses.
 pub fn pool_state<P: IPPool>(pool: &P) -> Result<ParsedSpec, Unready> {
@@ -65,7 +65,7 @@ pub fn address_hold(address: &IPAddress) -> Option<HoldRecord> {
         scope: pool.scope(),
         pool,
         ip: address.spec.address.parse().ok()?,
-        claim: ObjectKey::new(&namespace, &address.spec.claim_ref.name),
+        holder: Holder::Claim(ObjectKey::new(&namespace, &address.spec.claim_ref.name)),
     })
 }
 

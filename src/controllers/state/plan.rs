@@ -114,7 +114,7 @@ pub fn release(registry: &mut Registry, claim: &ObjectKey, pool: &PoolKey) -> Ve
 mod tests {
     use super::*;
     use crate::allocator::{ParsedSpec, PoolSpecInput};
-    use crate::controllers::state::{Change, HoldRecord};
+    use crate::controllers::state::{Change, HoldRecord, Holder};
 
     fn pool() -> PoolKey {
         PoolKey::in_cluster("ns", "p")
@@ -139,7 +139,7 @@ mod tests {
         HoldRecord {
             pool: pool.clone(),
             ip: ip(address),
-            claim: claim(name),
+            holder: Holder::Claim(claim(name)),
             scope: pool.scope(),
         }
     }

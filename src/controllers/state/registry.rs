@@ -86,7 +86,38 @@ pub enum Change {
     AddressesListed(Vec<(ObjectKey, HoldRecord)>),
 }
 
+/// The object a [`Change`] is about, in the order diffs list them.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Subject<'a> {
+    Pool(&'a PoolKey),
+    Pools(PoolKind),
+    Reservation(&'a str),
+    Reservations,
+    Address(&'a ObjectKey),
+    Addresses,
+}
+
 impl Change {
+    fn subject(&self) -> Subject<'_> {
+        match self {
+            Change::Pool(key, _) | Change::PoolGone(key) => Subject::Pool(key),
+            Change::PoolsListed(kind, _) => Subject::Pools(*kind),
+            Change::Reservation(name, _) | Change::ReservationGone(name) => {
+                Subject::Reservation(name)
+            }
+            Change::ReservationsListed(_) => Subject::Reservations,
+            Change::Address(key, _) | Change::AddressGone(key) => Subject::Address(key),
+            Change::AddressesListed(_) => Subject::Addresses,
+        }
+    }
+
+    fn is_removal(&self) -> bool {
+        matches!(
+            self,
+            Change::PoolGone(_) | Change::ReservationGone(_) | Change::AddressGone(_)
+        )
+    }
+
     /// What the change is about, for logs and the drift metric.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -232,9 +263,38 @@ impl PoolEntry {
 pub struct HoldRecord {
     pub pool: PoolKey,
     pub ip: IpAddr,
-    pub claim: ObjectKey,
+    pub holder: Holder,
     /// Where the hold is unique: the reservation's scope, or the pool's for an `IPAddress`.
     pub scope: Scope,
+}
+
+/// For whom an address is held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// A claim, by namespace and name.
+    Claim(ObjectKey),
+    /// Nobody any more: a released claim's reservation that keeps the address until its pool's
+    /// reuse grace period is over. No claim recovers or releases it; only its expiry frees it.
+    Released,
+}
+
+impl Holder {
+    /// The claim that holds the address, if one does.
+    pub fn claim(&self) -> Option<&ObjectKey> {
+        match self {
+            Holder::Claim(claim) => Some(claim),
+            Holder::Released => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Holder::Claim(claim) => write!(f, "claim {claim}"),
+            Holder::Released => f.write_str("released, in the reuse grace period"),
+        }
+    }
 }
 
 /// The names of the reservations that record one claim: nearly always one, which costs no
@@ -517,17 +577,19 @@ impl Registry {
         if old.as_ref() == Some(&record) {
             return Vec::new();
         }
-        match self.reservations_by_claim.entry(record.claim.clone()) {
-            Entry::Vacant(entry) => {
-                entry.insert(ReservationNames::One(name.clone()));
+        if let Some(claim) = record.holder.claim() {
+            match self.reservations_by_claim.entry(claim.clone()) {
+                Entry::Vacant(entry) => {
+                    entry.insert(ReservationNames::One(name.clone()));
+                }
+                Entry::Occupied(mut entry) => entry.get_mut().insert(&name),
             }
-            Entry::Occupied(mut entry) => entry.get_mut().insert(&name),
         }
         self.hold_record(&record);
         match old {
             Some(old) => {
-                if old.claim != record.claim {
-                    self.unindex_reservation(&name, &old.claim);
+                if old.holder != record.holder {
+                    self.unindex_reservation(&name, &old.holder);
                 }
                 self.release_record(&old)
             }
@@ -540,10 +602,10 @@ impl Registry {
     fn reservation_removed(&mut self, name: &str) -> Vec<ObjectKey> {
         match self.reservations.remove(name) {
             Some(old) => {
-                self.unindex_reservation(name, &old.claim);
+                self.unindex_reservation(name, &old.holder);
                 let mut woken = self.release_record(&old);
-                if &*old.claim.name != crate::controllers::state::reservation::RELEASED_HOLDER {
-                    woken.push(old.claim);
+                if let Holder::Claim(claim) = old.holder {
+                    woken.push(claim);
                 }
                 woken
             }
@@ -551,7 +613,10 @@ impl Registry {
         }
     }
 
-    fn unindex_reservation(&mut self, name: &str, claim: &ObjectKey) {
+    fn unindex_reservation(&mut self, name: &str, holder: &Holder) {
+        let Some(claim) = holder.claim() else {
+            return;
+        };
         if let Some(names) = self.reservations_by_claim.get_mut(claim)
             && names.remove(name)
         {
@@ -566,7 +631,9 @@ impl Registry {
         }
         self.hold_record(&record);
         let entry = self.pool_entry(&record.pool);
-        entry.waiting.retain(|q| q.claim != record.claim);
+        entry
+            .waiting
+            .retain(|q| record.holder.claim() != Some(&q.claim));
         match old {
             Some(old) => self.release_record(&old),
             None => Vec::new(),
@@ -579,7 +646,7 @@ impl Registry {
         match self.addresses.remove(key) {
             Some(old) => {
                 let mut woken = self.release_record(&old);
-                woken.push(old.claim);
+                woken.extend(old.holder.claim().cloned());
                 woken
             }
             None => Vec::new(),
@@ -740,18 +807,18 @@ impl Registry {
 
     /// Addresses held for this pool that lie outside its range (after a shrink), with their
     /// claims, lowest first.
-    pub fn out_of_range(&self, pool: &PoolKey) -> Vec<(IpAddr, ObjectKey)> {
+    pub fn out_of_range(&self, pool: &PoolKey) -> Vec<(IpAddr, Holder)> {
         let Some(range) = self.pools.get(pool).and_then(PoolEntry::range) else {
             return Vec::new();
         };
-        let mut held: Vec<(IpAddr, ObjectKey)> = self
+        let mut held: Vec<(IpAddr, Holder)> = self
             .reservations
             .values()
             .chain(self.addresses.values())
             .filter(|r| &r.pool == pool && !range.contains(r.ip))
-            .map(|r| (r.ip, r.claim.clone()))
+            .map(|r| (r.ip, r.holder.clone()))
             .collect();
-        held.sort();
+        held.sort_by(|a, b| (a.0, a.1.claim()).cmp(&(b.0, b.1.claim())));
         held.dedup();
         held
     }
@@ -856,17 +923,11 @@ impl<K: Clone + Eq + std::hash::Hash> ListedHolds<K> {
     }
 }
 
-/// A deterministic order (removals first, then by their text), so that two diffs of the same
-/// lists compare equal.
+/// A deterministic order, so that two diffs of the same lists compare equal: removals first,
+/// then by the object each change is about.
 fn sorted(changes: impl IntoIterator<Item = Change>) -> Vec<Change> {
     let mut changes: Vec<Change> = changes.into_iter().collect();
-    changes.sort_by_cached_key(|c| {
-        let removal = matches!(
-            c,
-            Change::PoolGone(_) | Change::ReservationGone(_) | Change::AddressGone(_)
-        );
-        (!removal, format!("{c:?}"))
-    });
+    changes.sort_by(|a, b| (!a.is_removal(), a.subject()).cmp(&(!b.is_removal(), b.subject())));
     changes
 }
 
@@ -906,9 +967,59 @@ mod tests {
         HoldRecord {
             pool: pool(),
             ip: ip(address),
-            claim: ObjectKey::new("ns", name),
+            holder: Holder::Claim(ObjectKey::new("ns", name)),
             scope: pool().scope(),
         }
+    }
+
+    #[test]
+    fn a_released_reservation_holds_its_address_for_no_claim() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+        r.apply(Change::Reservation("mine".into(), hold("a", "10.0.0.10")));
+        assert_eq!(r.reservations_of(&ObjectKey::new("ns", "a")).len(), 1);
+
+        // The claim is released: its reservation now keeps the address for nobody.
+        let released = HoldRecord {
+            holder: Holder::Released,
+            ..hold("a", "10.0.0.10")
+        };
+        r.apply(Change::Reservation("mine".into(), released));
+        assert!(r.reservations_of(&ObjectKey::new("ns", "a")).is_empty());
+        assert!(matches!(
+            r.try_allocate(&pool(), queued("t1", "b")),
+            Decision::Exhausted { .. }
+        ));
+
+        // Its expiry frees the address and wakes the waiting claim, and no claim of its own.
+        assert_eq!(
+            r.apply(Change::ReservationGone("mine".into())),
+            vec![ObjectKey::new("ns", "b")]
+        );
+    }
+
+    #[test]
+    fn a_diff_lists_removals_first_then_by_object() {
+        let mut r = Registry::default();
+        for (name, address) in [("a", "10.0.0.1"), ("b", "10.0.0.2")] {
+            r.apply(Change::Address(
+                ObjectKey::new("ns", name),
+                hold(name, address),
+            ));
+        }
+        let listed = vec![
+            (ObjectKey::new("ns", "d"), hold("d", "10.0.0.4")),
+            (ObjectKey::new("ns", "c"), hold("c", "10.0.0.3")),
+        ];
+        assert_eq!(
+            r.diff(Change::AddressesListed(listed.clone())),
+            [
+                Change::AddressGone(ObjectKey::new("ns", "a")),
+                Change::AddressGone(ObjectKey::new("ns", "b")),
+                Change::Address(ObjectKey::new("ns", "c"), hold("c", "10.0.0.3")),
+                Change::Address(ObjectKey::new("ns", "d"), hold("d", "10.0.0.4")),
+            ]
+        );
     }
 
     #[test]
@@ -991,7 +1102,7 @@ mod tests {
         let reserved = |name: &str, address: &str| HoldRecord {
             pool: key.clone(),
             ip: ip(address),
-            claim: ObjectKey::new("ns", name),
+            holder: Holder::Claim(ObjectKey::new("ns", name)),
             scope: key.scope(),
         };
         r.apply(Change::Reservation(
@@ -1019,7 +1130,7 @@ mod tests {
         let held = |name: &str, address: &str| HoldRecord {
             pool: addresses.clone(),
             ip: ip(address),
-            claim: ObjectKey::new("ns", name),
+            holder: Holder::Claim(ObjectKey::new("ns", name)),
             scope: Scope::Cluster,
         };
         r.apply(Change::Address(

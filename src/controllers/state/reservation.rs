@@ -18,7 +18,7 @@ pub use crate::api::reservation::{
 
 use crate::api::Name;
 use crate::api::{ObjectKey, PoolKey, PoolKind, Scope};
-use crate::controllers::state::HoldRecord;
+use crate::controllers::state::{HoldRecord, Holder};
 
 /// The reservation's name: the address (IPv4 as `10-0-0-5`, IPv6 as eight 4-digit hex groups)
 /// and the scope (`.ns.<namespace>` or `.cluster`). Both parts are unambiguous: a namespace is a
@@ -83,10 +83,6 @@ pub fn records_claim(
             .is_none_or(|recorded| uid == Some(recorded))
 }
 
-/// The holder recorded for a released reservation (see [`RELEASED_LABEL`]): not a claim (the name
-/// is not a valid object name), so no claim recovers or releases it; only its expiry frees it.
-pub const RELEASED_HOLDER: &str = "(released)";
-
 /// The merge patch that turns a claim's reservation into a released one, reusable after `until`.
 pub fn release_patch(until: Timestamp) -> serde_json::Value {
     serde_json::json!({ "metadata": {
@@ -111,10 +107,10 @@ pub fn hold_of(reservation: &IPAddressReservation) -> Option<HoldRecord> {
     Some(HoldRecord {
         pool,
         ip: spec.address.parse().ok()?,
-        claim: if reservation.is_released() {
-            ObjectKey::new(&spec.claim_namespace, RELEASED_HOLDER)
+        holder: if reservation.is_released() {
+            Holder::Released
         } else {
-            ObjectKey::new(&spec.claim_namespace, &spec.claim_name)
+            Holder::Claim(ObjectKey::new(&spec.claim_namespace, &spec.claim_name))
         },
         scope,
     })
@@ -164,7 +160,7 @@ mod tests {
         assert_eq!(reservation.reusable_after(), Some(until));
         let hold = hold_of(&reservation).unwrap();
         assert_eq!((hold.ip, hold.pool), (ip, pool));
-        assert_eq!(hold.claim, ObjectKey::new("ns", RELEASED_HOLDER));
+        assert_eq!(hold.holder, Holder::Released);
 
         reservation
             .annotations_mut()
@@ -191,7 +187,7 @@ mod tests {
             HoldRecord {
                 pool,
                 ip,
-                claim,
+                holder: Holder::Claim(claim),
                 scope
             }
         );
