@@ -43,12 +43,10 @@ use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use kube::{Resource, ResourceExt};
 
 use crate::api::ObjectKey;
-use crate::api::{
-    ADDRESS_FINALIZER, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim,
-    IPPool, InClusterIPPool, InClusterPrefixPool, PoolKey, PoolKind,
-};
+use crate::api::{ADDRESS_FINALIZER, IPAddress, IPAddressClaim, PoolKey};
 use crate::controllers::runtime::Context;
 use crate::controllers::runtime::error::Error;
+use crate::controllers::sources::pool_kinds::{EachKind, PoolLanes, PoolObject};
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of, records_claim};
 use crate::controllers::state::{Change, ListedHolds};
@@ -175,26 +173,10 @@ impl Snapshot {
     async fn take(ctx: &Context) -> Result<Snapshot, Error> {
         let (client, settings) = (&ctx.client, &ctx.settings);
         let mut differences = Vec::new();
-        let mut pools = vec![
-            listed_pools(crate::controllers::runtime::scoped::<InClusterIPPool>(
-                client, settings,
-            ))
-            .await?,
-            listed_pools(Api::<GlobalInClusterIPPool>::all(client.clone())).await?,
-        ];
-        // A prefix kind this run does not serve (no CRD, no RBAC) is neither watched nor listed.
-        if ctx.served.serves(PoolKind::InClusterPrefix) {
-            pools.push(
-                listed_pools(crate::controllers::runtime::scoped::<InClusterPrefixPool>(
-                    client, settings,
-                ))
-                .await?,
-            );
-        }
-        if ctx.served.serves(PoolKind::GlobalPrefix) {
-            pools.push(listed_pools(Api::<GlobalInClusterPrefixPool>::all(client.clone())).await?);
-        }
-        for listed in pools {
+        // A kind this run does not serve (no CRD, no RBAC) is neither watched nor listed.
+        let mut pools = ListedPools(Vec::new());
+        PoolLanes::each_served(client, settings, &ctx.served, &mut pools).await?;
+        for listed in pools.0 {
             differences.extend(ctx.registry().diff(listed));
         }
 
@@ -269,16 +251,21 @@ impl Snapshot {
 }
 
 /// Every pool of one kind, as a re-list of its watch tells the registry.
-async fn listed_pools<P>(api: Api<P>) -> Result<Change, Error>
-where
-    P: IPPool + std::fmt::Debug + serde::de::DeserializeOwned,
-{
-    let mut pools = Vec::new();
-    for_each_page(&api, |page: Vec<P>| {
-        pools.extend(page.iter().map(|p| (p.key(), pool_state(p))));
-    })
-    .await?;
-    Ok(Change::PoolsListed(P::KIND, pools))
+/// A fresh list of every served pool kind, one `PoolsListed` change per kind.
+struct ListedPools(Vec<Change>);
+
+impl EachKind for ListedPools {
+    type Error = Error;
+
+    async fn visit<P: PoolObject>(&mut self, api: Api<P>) -> Result<(), Error> {
+        let mut pools = Vec::new();
+        for_each_page(&api, |page: Vec<P>| {
+            pools.extend(page.iter().map(|p| (p.key(), pool_state(p))));
+        })
+        .await?;
+        self.0.push(Change::PoolsListed(P::KIND, pools));
+        Ok(())
+    }
 }
 
 /// Releases the orphaned addresses that someone deletes (see the module docs); returns how many.

@@ -20,12 +20,12 @@ use crate::allocator::canonical;
 use crate::api::PoolKey;
 use crate::api::conditions::{now, set_condition_at};
 use crate::api::{
-    ConditionStatus, DesiredCondition, GlobalInClusterIPPool, GlobalInClusterPrefixPool,
-    IPAddressesStatus, IPPool, InClusterIPPool, InClusterIPPoolStatus, InClusterPrefixPool,
+    ConditionStatus, DesiredCondition, IPAddressesStatus, IPPool, InClusterIPPoolStatus,
     PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
 };
 use crate::controllers::runtime::error::Error;
 use crate::controllers::runtime::{Context, MANAGER, delete_if_present};
+use crate::controllers::sources::pool_kinds::PoolObject;
 use crate::controllers::sources::watch::Subscription;
 use crate::controllers::state::reservation::IPAddressReservation;
 use crate::controllers::state::{Holder, Unready};
@@ -44,37 +44,6 @@ pub const ADDRESSES_IN_RANGE_CONDITION: &str = "AddressesInRange";
 
 /// How many out-of-range addresses or overlapping pools a message lists.
 const LISTED: usize = 10;
-
-/// What the controller needs to know of each pool kind besides [`IPPool`]: where to write it.
-pub trait PoolObject:
-    IPPool + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug
-{
-    fn api(client: kube::Client, key: &PoolKey) -> Api<Self>;
-}
-
-impl PoolObject for InClusterIPPool {
-    fn api(client: kube::Client, key: &PoolKey) -> Api<Self> {
-        Api::namespaced(client, key.namespace.as_deref().unwrap_or_default())
-    }
-}
-
-impl PoolObject for GlobalInClusterIPPool {
-    fn api(client: kube::Client, _key: &PoolKey) -> Api<Self> {
-        Api::all(client)
-    }
-}
-
-impl PoolObject for InClusterPrefixPool {
-    fn api(client: kube::Client, key: &PoolKey) -> Api<Self> {
-        Api::namespaced(client, key.namespace.as_deref().unwrap_or_default())
-    }
-}
-
-impl PoolObject for GlobalInClusterPrefixPool {
-    fn api(client: kube::Client, _key: &PoolKey) -> Api<Self> {
-        Api::all(client)
-    }
-}
 
 /// The pool controller of one kind, fed by the kind's watch (`subscription`) and by the registry
 /// (`wakes`: pools whose status may have changed). Runs until the run ends.

@@ -26,10 +26,7 @@ use super::claims::own_writes::OwnWrites;
 use super::sources::{served, watch};
 use super::state::{Change, Registry, Unready};
 use super::{audit, claims, pools};
-use crate::api::{
-    GlobalInClusterIPPool, GlobalInClusterPrefixPool, InClusterIPPool, InClusterPrefixPool,
-    ObjectKey, PoolKey, PoolKind,
-};
+use crate::api::{ObjectKey, PoolKey};
 use crate::cli::Settings;
 use crate::telemetry::{HealthState, Metrics};
 
@@ -45,7 +42,6 @@ pub struct Context {
     pub events: events::Events,
     pub metrics: Metrics,
     wake: mpsc::UnboundedSender<ObjectKey>,
-    pool_wakes: PoolWakes,
     /// When each pool's status was last written (see `pools::status::MIN_STATUS_INTERVAL`).
     pub pool_writes: Mutex<std::collections::HashMap<PoolKey, std::time::Instant>>,
     /// Claim versions our own writes replaced (never held across an await).
@@ -54,57 +50,6 @@ pub struct Context {
     pub retries: error::Retries,
     /// The pool kinds this run watches (see [`served`]).
     pub served: served::ServedKinds,
-}
-
-/// Where a pool's status reconcile is asked for: one channel per pool kind, each read by that
-/// kind's pool controller.
-struct PoolWakes {
-    in_cluster: mpsc::UnboundedSender<ObjectRef<InClusterIPPool>>,
-    global: mpsc::UnboundedSender<ObjectRef<GlobalInClusterIPPool>>,
-    in_cluster_prefix: mpsc::UnboundedSender<ObjectRef<InClusterPrefixPool>>,
-    global_prefix: mpsc::UnboundedSender<ObjectRef<GlobalInClusterPrefixPool>>,
-}
-
-/// The receiving ends of [`PoolWakes`].
-struct PoolWakeReceivers {
-    in_cluster: mpsc::UnboundedReceiver<ObjectRef<InClusterIPPool>>,
-    global: mpsc::UnboundedReceiver<ObjectRef<GlobalInClusterIPPool>>,
-    in_cluster_prefix: mpsc::UnboundedReceiver<ObjectRef<InClusterPrefixPool>>,
-    global_prefix: mpsc::UnboundedReceiver<ObjectRef<GlobalInClusterPrefixPool>>,
-}
-
-impl PoolWakes {
-    fn new() -> (PoolWakes, PoolWakeReceivers) {
-        let (in_cluster, in_cluster_rx) = mpsc::unbounded();
-        let (global, global_rx) = mpsc::unbounded();
-        let (in_cluster_prefix, in_cluster_prefix_rx) = mpsc::unbounded();
-        let (global_prefix, global_prefix_rx) = mpsc::unbounded();
-        let wakes = PoolWakes {
-            in_cluster,
-            global,
-            in_cluster_prefix,
-            global_prefix,
-        };
-        let receivers = PoolWakeReceivers {
-            in_cluster: in_cluster_rx,
-            global: global_rx,
-            in_cluster_prefix: in_cluster_prefix_rx,
-            global_prefix: global_prefix_rx,
-        };
-        (wakes, receivers)
-    }
-
-    fn send(&self, pool: &PoolKey) {
-        // A closed channel means the run is ending: nothing is left to update.
-        match pool.kind {
-            PoolKind::InCluster => drop(self.in_cluster.unbounded_send(object_ref(pool))),
-            PoolKind::Global => drop(self.global.unbounded_send(object_ref(pool))),
-            PoolKind::InClusterPrefix => {
-                drop(self.in_cluster_prefix.unbounded_send(object_ref(pool)))
-            }
-            PoolKind::GlobalPrefix => drop(self.global_prefix.unbounded_send(object_ref(pool))),
-        }
-    }
 }
 
 /// The reference to the pool object `pool` names.
@@ -186,7 +131,7 @@ impl Context {
 
     /// Asks for a pool's status to be brought up to date.
     pub fn wake_pool(&self, pool: &PoolKey) {
-        self.pool_wakes.send(pool);
+        self.stores.pools.wake(pool);
     }
 
     /// Asks for claims to be reconciled (capacity appeared, a Cluster changed, ...).
@@ -256,7 +201,6 @@ pub async fn run(
     health: HealthState,
 ) -> anyhow::Result<()> {
     let (wake_tx, wake_rx) = mpsc::unbounded();
-    let (pool_wakes, pool_wake_rx) = PoolWakes::new();
     let claim_cache = ClaimCache::default();
     let claim_writer = CacheWriter::new(claim_cache.clone());
     let claims = watcher::watcher(
@@ -276,7 +220,6 @@ pub async fn run(
         stores,
         metrics,
         wake: wake_tx,
-        pool_wakes,
         pool_writes: Mutex::default(),
         own_writes: Mutex::default(),
         retries: error::Retries::default(),
@@ -308,22 +251,7 @@ pub async fn run(
             },
         );
         // The pool and reuse-grace controllers share the feed's watches (see `watch`).
-        let pools = futures::future::join4(
-            pools::status::run(&ctx, subscriptions.pools, pool_wake_rx.in_cluster),
-            pools::status::run(&ctx, subscriptions.global_pools, pool_wake_rx.global),
-            run_if_served(
-                &ctx,
-                PoolKind::InClusterPrefix,
-                subscriptions.prefix_pools,
-                pool_wake_rx.in_cluster_prefix,
-            ),
-            run_if_served(
-                &ctx,
-                PoolKind::GlobalPrefix,
-                subscriptions.global_prefix_pools,
-                pool_wake_rx.global_prefix,
-            ),
-        );
+        let pools = subscriptions.pools.run(&ctx);
         let released = error::drain(
             &ctx,
             "reuse-grace",
@@ -340,17 +268,5 @@ pub async fn run(
     tokio::select! {
         result = controlling => result,
         result = feeding => result.and(Err(anyhow::anyhow!("the watch streams ended"))),
-    }
-}
-
-/// [`pools::status::run`] for a kind this run serves; nothing for one it does not (see [`served`]).
-async fn run_if_served<P: pools::status::PoolObject>(
-    ctx: &Arc<Context>,
-    kind: PoolKind,
-    subscription: watch::Subscription<P>,
-    wakes: mpsc::UnboundedReceiver<ObjectRef<P>>,
-) {
-    if ctx.served.serves(kind) {
-        pools::status::run(ctx, subscription, wakes).await;
     }
 }

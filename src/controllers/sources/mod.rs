@@ -4,7 +4,10 @@
 //!   it feeds the registry from pools, reservations and `IPAddress`es (re-lists included), wakes
 //!   claims when capacity appears or their `IPAddress` vanished, and triggers the pool and
 //!   reuse-grace controllers;
+//! - [`pool_kinds`]: the four pool kinds, listed once: each kind's store, pool controller
+//!   wake-ups and API;
 //! - [`served`]: which pool kinds this run serves (a prefix kind without its CRD or RBAC is
 //!   skipped, with a warning).
+pub(crate) mod pool_kinds;
 pub(crate) mod served;
 pub(crate) mod watch;

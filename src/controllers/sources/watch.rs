@@ -45,12 +45,9 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource, ResourceExt};
 use tokio::sync::Notify;
 
+use super::pool_kinds::{CachedPool, PoolInputs, PoolLanes};
 use crate::allocator::ParsedSpec;
-use crate::api::{
-    Cluster, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPPool, InClusterIPPool,
-    InClusterPrefixPool, PAUSED_ANNOTATION,
-};
-use crate::api::{ObjectKey, PoolKey, PoolKind};
+use crate::api::{Cluster, IPAddress, IPPool, ObjectKey, PAUSED_ANNOTATION, PoolKey};
 use crate::cli::Settings;
 use crate::controllers::claims::cache::ClaimCache;
 use crate::controllers::claims::cached_claim::CachedClaim;
@@ -63,60 +60,13 @@ use crate::controllers::state::{Change, HoldRecord, Unready};
 #[derive(Clone)]
 pub struct Stores {
     pub claims: ClaimCache,
-    pub pools: Store<InClusterIPPool>,
-    pub global_pools: Store<GlobalInClusterIPPool>,
-    pub prefix_pools: Store<InClusterPrefixPool>,
-    pub global_prefix_pools: Store<GlobalInClusterPrefixPool>,
+    pub pools: PoolLanes,
     pub clusters: Store<Cluster>,
     holds_listed: Arc<Latch>,
     cluster_pauses: Arc<ClusterPauses>,
     /// Notified when a watch that feeds the registry listed again after its first list: the
     /// audit then checks soon that the registry agrees with the API.
     pub relisted: Arc<Notify>,
-}
-
-/// A cached pool of any kind.
-pub enum CachedPool {
-    InCluster(Arc<InClusterIPPool>),
-    Global(Arc<GlobalInClusterIPPool>),
-    InClusterPrefix(Arc<InClusterPrefixPool>),
-    GlobalPrefix(Arc<GlobalInClusterPrefixPool>),
-}
-
-impl CachedPool {
-    pub fn meta(&self) -> &kube::api::ObjectMeta {
-        match self {
-            CachedPool::InCluster(p) => &p.metadata,
-            CachedPool::Global(p) => &p.metadata,
-            CachedPool::InClusterPrefix(p) => &p.metadata,
-            CachedPool::GlobalPrefix(p) => &p.metadata,
-        }
-    }
-
-    /// `spec.addressReuseGracePeriodSeconds`; prefix pools have none (as the reference's).
-    pub fn reuse_grace_period_seconds(&self) -> Option<i32> {
-        match self {
-            CachedPool::InCluster(p) => p.spec.address_reuse_grace_period_seconds,
-            CachedPool::Global(p) => p.spec.address_reuse_grace_period_seconds,
-            CachedPool::InClusterPrefix(_) | CachedPool::GlobalPrefix(_) => None,
-        }
-    }
-
-    /// `spec.allocationPrefixLength` (or its default) of a prefix pool; `None` for IP pools.
-    pub fn allocation_length(&self) -> Option<i32> {
-        match self {
-            CachedPool::InCluster(_) | CachedPool::Global(_) => None,
-            CachedPool::InClusterPrefix(p) => Some(p.spec.allocation_length()),
-            CachedPool::GlobalPrefix(p) => Some(p.spec.allocation_length()),
-        }
-    }
-
-    pub fn is_paused(&self) -> bool {
-        self.meta()
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
-    }
 }
 
 impl Stores {
@@ -132,33 +82,13 @@ impl Stores {
 
     /// The cached pool `key` names, of any kind; `None` when it is not in the cache.
     pub fn pool(&self, key: &PoolKey) -> Option<CachedPool> {
-        match key.kind {
-            PoolKind::InCluster => self
-                .pools
-                .get(&crate::controllers::runtime::object_ref(key))
-                .map(CachedPool::InCluster),
-            PoolKind::Global => self
-                .global_pools
-                .get(&crate::controllers::runtime::object_ref(key))
-                .map(CachedPool::Global),
-            PoolKind::InClusterPrefix => self
-                .prefix_pools
-                .get(&crate::controllers::runtime::object_ref(key))
-                .map(CachedPool::InClusterPrefix),
-            PoolKind::GlobalPrefix => self
-                .global_prefix_pools
-                .get(&crate::controllers::runtime::object_ref(key))
-                .map(CachedPool::GlobalPrefix),
-        }
+        self.pools.pool(key)
     }
 
     /// Waits until every store and feed has seen its initial list (the claim store excepted:
     /// the claim controller itself fills it once it runs).
     pub async fn wait_until_ready(&self) -> anyhow::Result<()> {
         self.pools.wait_until_ready().await?;
-        self.global_pools.wait_until_ready().await?;
-        self.prefix_pools.wait_until_ready().await?;
-        self.global_prefix_pools.wait_until_ready().await?;
         self.clusters.wait_until_ready().await?;
         self.holds_listed.wait().await;
         Ok(())
@@ -319,13 +249,16 @@ fn cluster_paused(cluster: &Cluster) -> bool {
 /// What one update of a watch hands to [`feed`]: what it tells the registry (or the Cluster pause
 /// record), then the controller triggers it makes, sent only once that is applied, so that a pool
 /// controller woken by a pool's update counts from a registry that already has it.
-struct Handed {
+pub(crate) struct Handed {
     fed: Fed,
     triggers: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// The watches, one per kind, merged; [`feed`] drives them.
-pub struct Feeds(SelectAll<BoxStream<'static, Result<Handed, watcher::Error>>>);
+pub struct Feeds(FeedSet);
+
+/// The watches being opened (see [`start`]).
+pub(crate) type FeedSet = SelectAll<BoxStream<'static, Result<Handed, watcher::Error>>>;
 
 /// A controller's share of a kind's one watch: the store it reconciles from, and the objects the
 /// watch applied or (re-)listed, as triggers. It never opens a watch of its own.
@@ -575,10 +508,8 @@ fn address_change(update: Update<(ObjectKey, Option<HoldRecord>)>) -> Fed {
 
 /// The controllers that share the watches instead of opening their own.
 pub struct Subscriptions {
-    pub pools: Subscription<InClusterIPPool>,
-    pub global_pools: Subscription<GlobalInClusterIPPool>,
-    pub prefix_pools: Subscription<InClusterPrefixPool>,
-    pub global_prefix_pools: Subscription<GlobalInClusterPrefixPool>,
+    /// The pool controllers, one per kind.
+    pub pools: PoolInputs,
     /// Reservations labelled released (the reuse-grace controller).
     pub released: Subscription<IPAddressReservation>,
 }
@@ -593,31 +524,7 @@ pub fn start(
 ) -> (Stores, Feeds, Subscriptions) {
     let mut feeds = SelectAll::new();
 
-    let (pools, pools_subscription) = pool_watch(
-        &mut feeds,
-        crate::controllers::runtime::scoped::<InClusterIPPool>(client, settings),
-    );
-    let (global_pools, global_pools_subscription) = pool_watch(
-        &mut feeds,
-        Api::<GlobalInClusterIPPool>::all(client.clone()),
-    );
-    let (prefix_pools, prefix_pools_subscription) = if served.serves(PoolKind::InClusterPrefix) {
-        pool_watch(
-            &mut feeds,
-            crate::controllers::runtime::scoped::<InClusterPrefixPool>(client, settings),
-        )
-    } else {
-        unserved_pools()
-    };
-    let (global_prefix_pools, global_prefix_pools_subscription) =
-        if served.serves(PoolKind::GlobalPrefix) {
-            pool_watch(
-                &mut feeds,
-                Api::<GlobalInClusterPrefixPool>::all(client.clone()),
-            )
-        } else {
-            unserved_pools()
-        };
+    let (pools, pool_inputs) = PoolLanes::start(&mut feeds, client, settings, served);
 
     let (clusters, writer) = reflector::store();
     feeds.push(watch(
@@ -648,29 +555,20 @@ pub fn start(
     let stores = Stores {
         claims,
         pools,
-        global_pools,
-        prefix_pools,
-        global_prefix_pools,
         clusters,
         holds_listed: Arc::new(Latch::default()),
         cluster_pauses: Arc::new(ClusterPauses::default()),
         relisted: Arc::new(Notify::new()),
     };
     let subscriptions = Subscriptions {
-        pools: pools_subscription,
-        global_pools: global_pools_subscription,
-        prefix_pools: prefix_pools_subscription,
-        global_prefix_pools: global_prefix_pools_subscription,
+        pools: pool_inputs,
         released,
     };
     (stores, Feeds(feeds), subscriptions)
 }
 
 /// The one watch of a pool kind: its store, the registry, and the kind's pool controller.
-fn pool_watch<P>(
-    feeds: &mut SelectAll<BoxStream<'static, Result<Handed, watcher::Error>>>,
-    api: Api<P>,
-) -> (Store<P>, Subscription<P>)
+pub(crate) fn pool_watch<P>(feeds: &mut FeedSet, api: Api<P>) -> (Store<P>, Subscription<P>)
 where
     P: IPPool + Debug + serde::de::DeserializeOwned,
 {
@@ -689,7 +587,7 @@ where
 /// The store and subscription of a pool kind that is not watched (not served, see
 /// [`crate::controllers::sources::served`]): empty, and synced from the start, so that waiting for the caches does not
 /// wait for it.
-fn unserved_pools<P>() -> (Store<P>, Subscription<P>)
+pub(crate) fn unserved_pools<P>() -> (Store<P>, Subscription<P>)
 where
     P: IPPool + Debug + serde::de::DeserializeOwned,
 {
