@@ -49,7 +49,7 @@ use crate::controllers::runtime::error::Error;
 use crate::controllers::sources::pool_kinds::{EachKind, PoolLanes, PoolObject};
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of, records_claim};
-use crate::controllers::state::{Change, ListedHolds};
+use crate::controllers::state::{Change, ListedHolds, Registry};
 
 /// How long the watches get to catch up with a list before a difference counts as drift.
 pub const SETTLE: Duration = Duration::from_secs(5);
@@ -121,7 +121,7 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
         }
         second
     };
-    for pool in ctx.registry().recount() {
+    for pool in ctx.update_registry(Registry::recount) {
         tracing::warn!(%pool, "state drift: the pool's allocator disagreed with its holds; rebuilt");
         ctx.metrics.state_drift("allocator");
         found.drift += 1;
@@ -430,12 +430,11 @@ fn holds_another_address(reservation: &IPAddressReservation, address: Option<&st
 
 fn forget_what_is_gone(ctx: &Context) {
     let live = |key: &ObjectKey| ctx.stores.claim(key).is_some();
-    let known_pools = {
-        let mut registry = ctx.registry();
+    let known_pools = ctx.update_registry(|registry| {
         registry.prune_waiting_everywhere(live);
         registry.collect_garbage();
         registry.pool_keys()
-    };
+    });
     ctx.own_writes().retain(live);
     ctx.pool_writes
         .lock()

@@ -152,23 +152,43 @@ async fn realise(
     let queued = crate::controllers::state::facts::queued(claim.creation_timestamp(), key);
     let mut rejected = Vec::new();
     for _ in 0..MAX_TAKEN_RETRIES {
-        let allocation = {
-            let mut registry = ctx.registry();
-            plan::plan_allocation(&mut registry, &queued, pool, &rejected, |c| {
+        let allocation = ctx.update_registry(|registry| {
+            plan::plan_allocation(registry, &queued, pool, &rejected, |c| {
                 ctx.stores.claim(c).is_some()
             })
-        };
+        });
+        // The planner holds the address it picks in flight; `in_flight` ends that hold.
         match allocation {
             Allocation::Recover { reservation, ip } => {
-                if is_claims_reservation(claim, ctx, &reservation).await? {
-                    return create_address(claim, key, pool, ctx, ip, &reservation).await;
+                let realised = ctx
+                    .in_flight(pool, ip, async {
+                        if !is_claims_reservation(claim, ctx, &reservation).await? {
+                            return Ok(None);
+                        }
+                        create_address(claim, key, pool, ctx, ip, &reservation)
+                            .await
+                            .map(Some)
+                    })
+                    .await?;
+                match realised {
+                    Some(action) => return Ok(action),
+                    None => rejected.push(reservation),
                 }
-                ctx.wake(ctx.registry().finish(pool, ip));
-                rejected.push(reservation);
             }
             Allocation::Reserve { ip, scope } => {
-                if let Some(reservation) = reserve(claim, key, pool, ctx, ip, &scope).await? {
-                    return create_address(claim, key, pool, ctx, ip, &reservation).await;
+                let realised = ctx
+                    .in_flight(pool, ip, async {
+                        let Some(reservation) = reserve(claim, key, pool, ctx, ip, &scope).await?
+                        else {
+                            return Ok(None);
+                        };
+                        create_address(claim, key, pool, ctx, ip, &reservation)
+                            .await
+                            .map(Some)
+                    })
+                    .await?;
+                if let Some(action) = realised {
+                    return Ok(action);
                 }
             }
             Allocation::Adopt => {
@@ -245,18 +265,12 @@ async fn reserve(
         Err(kube::Error::Api(status)) if status.code == 409 => {
             // Taken by a holder the watch has not shown yet: learn it now, so that the address
             // stays used exactly as long as that holder exists.
-            let holder = reservations.get_opt(&name).await;
-            if let Ok(Some(holder)) = &holder {
-                learn_reservation(ctx, holder);
+            if let Some(holder) = reservations.get_opt(&name).await? {
+                learn_reservation(ctx, &holder);
             }
-            ctx.wake(ctx.registry().finish(pool, ip));
-            holder?;
             Ok(None)
         }
-        Err(e) => {
-            ctx.wake(ctx.registry().finish(pool, ip));
-            Err(e.into())
-        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -272,8 +286,6 @@ async fn create_address(
         Ok(address) => address,
         Err(reason) => {
             release_reservation(ctx, reservation).await?;
-            let woken = ctx.registry().finish(pool, ip);
-            ctx.wake(woken);
             return fail(claim, ctx, REASON_POOL_NOT_READY, reason).await;
         }
     };
@@ -281,7 +293,6 @@ async fn create_address(
     match addresses.create(&PostParams::default(), &address).await {
         Ok(created) => {
             learn_address(ctx, &created);
-            ctx.registry().finish(pool, ip);
             ctx.metrics.allocation(pool);
             ready(claim, ctx, pool, ip).await
         }
@@ -301,16 +312,12 @@ async fn create_address(
                 (Ok(_), false) => release_reservation(ctx, reservation).await,
                 _ => Ok(()),
             };
-            let woken = ctx.registry().finish(pool, ip);
-            ctx.wake(woken);
             existing?;
             released?;
             Ok(Action::requeue(Duration::from_millis(100)))
         }
         Err(e) => {
             // The reservation stays (learnt when it was created): the next reconcile recovers it.
-            let woken = ctx.registry().finish(pool, ip);
-            ctx.wake(woken);
             let message = format!("creating IPAddress {key} for {ip} failed: {e}");
             set_ready(
                 claim,
@@ -488,7 +495,7 @@ async fn release(
     pool: &PoolKey,
     ctx: &Context,
 ) -> Result<Action, Error> {
-    let held = plan::release(&mut ctx.registry(), key, pool);
+    let held = ctx.update_registry(|registry| plan::release(registry, key, pool));
     if !claim.has_finalizer(CLAIM_FINALIZER) {
         return Ok(Action::await_change());
     }
@@ -681,7 +688,7 @@ fn pool_paused(ctx: &Context, pool: &PoolKey) -> bool {
 }
 
 fn forget(ctx: &Context, pool: &PoolKey, key: &ObjectKey) {
-    ctx.registry().forget_claim(pool, key);
+    ctx.update_registry(|registry| registry.forget_claim(pool, key));
 }
 
 async fn ensure_finalizer(claim: &CachedClaim, ctx: &Context) -> Result<(), Error> {

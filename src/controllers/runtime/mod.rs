@@ -11,6 +11,8 @@ pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod queue;
 
+use std::future::Future;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
@@ -60,41 +62,50 @@ pub(crate) fn object_ref<K: Resource<DynamicType = ()>>(pool: &PoolKey) -> Objec
     }
 }
 
-/// Exclusive access to the registry; on release, the pools whose status may have changed are
-/// queued for the pool controllers.
-pub struct RegistryGuard<'a> {
-    registry: std::sync::MutexGuard<'a, Registry>,
-    ctx: &'a Context,
-}
+/// The registry, locked for reading: [`Context::update_registry`] is the only way to change it.
+pub(crate) struct RegistryRead<'a>(std::sync::MutexGuard<'a, Registry>);
 
-impl std::ops::Deref for RegistryGuard<'_> {
+impl std::ops::Deref for RegistryRead<'_> {
     type Target = Registry;
     fn deref(&self) -> &Registry {
-        &self.registry
-    }
-}
-
-impl std::ops::DerefMut for RegistryGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Registry {
-        &mut self.registry
-    }
-}
-
-impl Drop for RegistryGuard<'_> {
-    fn drop(&mut self) {
-        for pool in self.registry.take_dirty() {
-            self.ctx.wake_pool(&pool);
-        }
+        &self.0
     }
 }
 
 impl Context {
-    /// Locks the registry (never held across an await).
-    pub fn registry(&self) -> RegistryGuard<'_> {
-        RegistryGuard {
-            registry: self.registry.lock().expect("registry lock"),
-            ctx: self,
+    /// Locks the registry for reading (never held across an await).
+    pub fn registry(&self) -> RegistryRead<'_> {
+        RegistryRead(self.registry.lock().expect("registry lock"))
+    }
+
+    /// Changes the registry, then asks for the status of every pool the change may have altered
+    /// (the registry marks them dirty). The lock is released before anything is sent.
+    pub fn update_registry<T>(&self, change: impl FnOnce(&mut Registry) -> T) -> T {
+        let (result, dirty) = {
+            let mut registry = self.registry.lock().expect("registry lock");
+            let result = change(&mut registry);
+            (result, registry.take_dirty())
+        };
+        for pool in dirty {
+            self.wake_pool(&pool);
         }
+        result
+    }
+
+    /// Runs `step` with `ip` held in flight in `pool` (the planner put it there), then ends the
+    /// hold, however `step` ended: from then on the address stays used only while a reservation
+    /// or an `IPAddress` holds it, and the claims its release can serve are woken. Every
+    /// allocation the planner starts ends here, so none can stay in flight on an early return.
+    pub async fn in_flight<T>(
+        &self,
+        pool: &PoolKey,
+        ip: IpAddr,
+        step: impl Future<Output = T>,
+    ) -> T {
+        let result = step.await;
+        let woken = self.update_registry(|registry| registry.finish(pool, ip));
+        self.wake(woken);
+        result
     }
 
     /// Locks the record of our own claim writes (never held across an await).
@@ -106,8 +117,7 @@ impl Context {
     /// paused and no longer is wakes its claims, which were not queued while it was paused and so
     /// are found in the claim store.
     pub fn apply(&self, change: Change) {
-        let woken = {
-            let mut registry = self.registry();
+        let woken = self.update_registry(|registry| {
             let unpaused = match &change {
                 Change::Pool(key, parsed) if !matches!(parsed, Err(Unready::Paused)) => {
                     registry.is_paused(key).then(|| key.clone())
@@ -120,7 +130,7 @@ impl Context {
                 woken.extend(self.stores.claims_of_pool(&pool));
             }
             woken
-        };
+        });
         // A deleting claim waits for nothing and has nothing to heal: its own release deletes its
         // IPAddress and reservations, and waking it for that would run the release again (one more
         // finalizer patch and Event per claim, measured by the scale harness).
