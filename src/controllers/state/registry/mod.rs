@@ -1,0 +1,289 @@
+//! The in-memory picture of every pool inpool serves: its parsed spec, an [`AnyAllocator`] with
+//! the addresses (or, in a prefix pool, the sub-prefixes) held in it, and the claims waiting for
+//! one, in order of creation. IP pools and prefix pools take the same path: a hold is recorded by
+//! address (a sub-prefix by its first address), and the allocator maps it to the unit it uses
+//! (the address itself, or the sub-prefix that contains it).
+//!
+//! Pure bookkeeping with no API calls, fed by the watch tasks (pools, reservations, addresses)
+//! and by the claim reconciler. The API server stays the arbiter of uniqueness (a reservation
+//! object per address); this registry only decides what to *try*, keeps waiting claims in
+//! order, and says which claims to wake when capacity appears.
+//!
+//! Holds are counted per pool and per address: an address is used in a pool while a reservation
+//! or an `IPAddress` holds it, or while this process is in the middle of creating them (in
+//! flight). A hold counts in its own pool and in every other pool whose range contains the
+//! address and that claims of one namespace can reach together with it (namespaced pools of one
+//! namespace, and global pools): overlapping pools never hand out the same address twice.
+//!
+//! Every change marks the pools whose status may change as dirty; [`Registry::take_dirty`] hands
+//! them to the pool status controller.
+//!
+//! The watches feed it through one function, [`Registry::apply`], with one [`Change`] per event.
+//! A re-list (a watch that resumed too late and listed again, e.g. after an API-server restart)
+//! arrives as one `*Listed` change holding the whole fresh list: whatever is not in it is gone,
+//! as in kube-runtime's reflector store, which swaps its contents at `InitDone`. The audit
+//! compares the registry with a list through the same [`Registry::diff`].
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::allocator::{AnyAllocator, ParsedSpec};
+use crate::api::{ObjectKey, PoolKey};
+
+// One file per concern: what the registry is told (`change`) and keeps (`holds`, `pool_entry`),
+// allocation, the questions it answers, and how a fresh list differs from it.
+mod allocation;
+mod change;
+mod diff;
+mod holds;
+mod pool_entry;
+mod queries;
+#[cfg(test)]
+mod tests;
+
+pub use allocation::{Decision, QueuedClaim};
+pub use change::{Change, Unready};
+pub use diff::ListedHolds;
+pub use holds::{HoldRecord, Holder};
+use holds::{ReservationNames, scopes_meet};
+use pool_entry::PoolEntry;
+
+/// The picture itself (see the module).
+#[derive(Default)]
+pub struct Registry {
+    pools: HashMap<PoolKey, PoolEntry>,
+    /// Reservation objects by name.
+    reservations: HashMap<Arc<str>, HoldRecord>,
+    /// Names of the reservations that record each claim (the names of `reservations`, shared).
+    reservations_by_claim: HashMap<ObjectKey, ReservationNames>,
+    /// `IPAddress` objects by namespace/name (the name is the claim's).
+    addresses: HashMap<ObjectKey, HoldRecord>,
+    /// Pools whose status may have changed since the last [`Registry::take_dirty`].
+    dirty: HashSet<PoolKey>,
+}
+
+impl Registry {
+    /// Applies one fact from the API and returns the claims to wake: those the freed or added
+    /// capacity can serve, and the claim of an `IPAddress` that vanished (it must get it back).
+    pub fn apply(&mut self, change: Change) -> Vec<ObjectKey> {
+        match change {
+            Change::Pool(key, parsed) => self.set_pool(&key, parsed),
+            Change::PoolGone(key) => {
+                let woken = self.set_pool(&key, Err(Unready::Missing));
+                if self.pools.get(&key).is_some_and(PoolEntry::is_forgettable) {
+                    self.pools.remove(&key);
+                }
+                woken
+            }
+            Change::Reservation(name, record) => self.reservation_added(&name, record),
+            Change::ReservationGone(name) => self.reservation_removed(&name),
+            Change::Address(key, record) => self.address_added(key, record),
+            Change::AddressGone(key) => self.address_removed(&key),
+            listed @ (Change::PoolsListed(..)
+            | Change::ReservationsListed(_)
+            | Change::AddressesListed(_)) => {
+                let mut woken = Vec::new();
+                for change in self.diff(listed) {
+                    woken.extend(self.apply(change));
+                }
+                woken
+            }
+        }
+    }
+
+    /// Records a pool's spec (parsed, or why not) and returns the claims to wake. Every pool is
+    /// marked dirty: overlaps with this one may have changed. The same spec again (an event for
+    /// the pool's status) is a no-op: rebuilding and recounting the pool would cost O(holds).
+    pub fn set_pool(
+        &mut self,
+        key: &PoolKey,
+        parsed: Result<ParsedSpec, Unready>,
+    ) -> Vec<ObjectKey> {
+        let entry = self.pools.entry(key.clone()).or_default();
+        if entry.source.as_ref() == Some(&parsed) {
+            return Vec::new();
+        }
+        entry.source = Some(parsed.clone());
+        match parsed {
+            Ok(parsed) => {
+                entry.network = Some(parsed.network());
+                entry.state = Some(Ok(AnyAllocator::new(parsed)));
+            }
+            Err(unready) => {
+                entry.state = Some(Err(unready));
+                entry.network = None;
+            }
+        }
+        self.recompute_holds(key);
+        self.dirty.extend(self.pools.keys().cloned());
+        self.pools[key].wakeups()
+    }
+
+    /// Counts again, from every record, the holds in one pool (its range changed).
+    fn recompute_holds(&mut self, key: &PoolKey) {
+        let Some(entry) = self.pools.get(key) else {
+            return;
+        };
+        let mut holds: HashMap<IpAddr, u32> = HashMap::new();
+        for record in self.reservations.values().chain(self.addresses.values()) {
+            if entry.is_held_by(key, record) {
+                *holds.entry(entry.unit(record.ip)).or_default() += 1;
+            }
+        }
+        let entry = self.pools.get_mut(key).expect("checked above");
+        entry.holds = holds;
+        entry.remark();
+    }
+
+    /// Pools whose status may have changed since the last call.
+    pub fn take_dirty(&mut self) -> Vec<PoolKey> {
+        self.dirty.drain().collect()
+    }
+
+    /// Forgets pools that no longer exist and that nothing refers to any more (no hold, no
+    /// waiting claim), so that memory does not grow with every pool name ever seen.
+    pub fn collect_garbage(&mut self) {
+        self.pools.retain(|_, entry| !entry.is_forgettable());
+    }
+
+    /// Checks every ready pool's allocator against its holds and allocations in flight, the only
+    /// things that may mark an address used, and rebuilds those that disagree. Returns the pools
+    /// that disagreed (a bug if ever non-empty; the audit counts them as drift).
+    pub fn recount(&mut self) -> Vec<PoolKey> {
+        let mut rebuilt = Vec::new();
+        for (key, entry) in &mut self.pools {
+            let Some(Ok(allocator)) = &entry.state else {
+                continue;
+            };
+            let mut fresh = allocator.emptied();
+            for ip in entry.holds.keys().chain(entry.in_flight.iter()) {
+                fresh.mark_used(*ip);
+            }
+            if fresh.counts() != allocator.counts() {
+                entry.state = Some(Ok(fresh));
+                rebuilt.push(key.clone());
+            }
+        }
+        self.dirty.extend(rebuilt.iter().cloned());
+        rebuilt.sort();
+        rebuilt
+    }
+
+    fn reservation_added(&mut self, name: &str, record: HoldRecord) -> Vec<ObjectKey> {
+        // Hold the new record before letting go of the old one: an unchanged address is never
+        // free in between.
+        let name: Arc<str> = match self.reservations.get_key_value(name) {
+            Some((known, _)) => known.clone(),
+            None => name.into(),
+        };
+        let old = self.reservations.insert(name.clone(), record.clone());
+        if old.as_ref() == Some(&record) {
+            return Vec::new();
+        }
+        if let Some(claim) = record.holder.claim() {
+            match self.reservations_by_claim.entry(claim.clone()) {
+                Entry::Vacant(entry) => {
+                    entry.insert(ReservationNames::One(name.clone()));
+                }
+                Entry::Occupied(mut entry) => entry.get_mut().insert(&name),
+            }
+        }
+        self.hold_record(&record);
+        match old {
+            Some(old) => {
+                if old.holder != record.holder {
+                    self.unindex_reservation(&name, &old.holder);
+                }
+                self.release_record(&old)
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Returns the claims to wake when the address became free, and the reservation's claim: if
+    /// it still holds the address through its `IPAddress`, it must reserve it again.
+    fn reservation_removed(&mut self, name: &str) -> Vec<ObjectKey> {
+        match self.reservations.remove(name) {
+            Some(old) => {
+                self.unindex_reservation(name, &old.holder);
+                let mut woken = self.release_record(&old);
+                if let Holder::Claim(claim) = old.holder {
+                    woken.push(claim);
+                }
+                woken
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn unindex_reservation(&mut self, name: &str, holder: &Holder) {
+        let Some(claim) = holder.claim() else {
+            return;
+        };
+        if let Some(names) = self.reservations_by_claim.get_mut(claim)
+            && names.remove(name)
+        {
+            self.reservations_by_claim.remove(claim);
+        }
+    }
+
+    fn address_added(&mut self, key: ObjectKey, record: HoldRecord) -> Vec<ObjectKey> {
+        let old = self.addresses.insert(key, record.clone());
+        if old.as_ref() == Some(&record) {
+            return Vec::new();
+        }
+        self.hold_record(&record);
+        let entry = self.pool_entry(&record.pool);
+        entry
+            .waiting
+            .retain(|q| record.holder.claim() != Some(&q.claim));
+        match old {
+            Some(old) => self.release_record(&old),
+            None => Vec::new(),
+        }
+    }
+
+    /// The claim of a vanished `IPAddress` is woken too: it must get its address back (or be
+    /// told it has none), never stay `Ready` without it.
+    fn address_removed(&mut self, key: &ObjectKey) -> Vec<ObjectKey> {
+        match self.addresses.remove(key) {
+            Some(old) => {
+                let mut woken = self.release_record(&old);
+                woken.extend(old.holder.claim().cloned());
+                woken
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn hold_record(&mut self, record: &HoldRecord) {
+        self.pool_entry(&record.pool);
+        for (key, entry) in &mut self.pools {
+            if entry.is_held_by(key, record) {
+                entry.hold(record.ip);
+                self.dirty.insert(key.clone());
+            }
+        }
+    }
+
+    /// Takes a record's holds back; returns the claims to wake in pools where it freed the
+    /// address.
+    fn release_record(&mut self, record: &HoldRecord) -> Vec<ObjectKey> {
+        let mut woken = Vec::new();
+        for (key, entry) in &mut self.pools {
+            if entry.is_held_by(key, record) {
+                self.dirty.insert(key.clone());
+                if entry.unhold(record.ip) {
+                    woken.extend(entry.wakeups());
+                }
+            }
+        }
+        woken
+    }
+
+    fn pool_entry(&mut self, key: &PoolKey) -> &mut PoolEntry {
+        self.pools.entry(key.clone()).or_default()
+    }
+}

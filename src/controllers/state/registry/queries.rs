@@ -1,0 +1,116 @@
+//! What the registry answers: pool status (counts, queue, overlaps, out-of-range holds), a
+//! claim's holds, and where a new reservation is named.
+use std::net::IpAddr;
+
+use super::pool_entry::PoolEntry;
+use super::{HoldRecord, Holder, Registry, ReservationNames, Unready, scopes_meet};
+use crate::api::{ObjectKey, PoolKey};
+
+impl Registry {
+    /// Whether the pool is known and paused (its claims are then not queued).
+    pub fn is_paused(&self, key: &PoolKey) -> bool {
+        self.pools
+            .get(key)
+            .is_some_and(|entry| matches!(entry.state, Some(Err(Unready::Paused))))
+    }
+
+    /// Prefix and gateway of a ready pool.
+    pub fn network(&self, key: &PoolKey) -> Option<(u8, Option<IpAddr>)> {
+        self.pools.get(key).and_then(|e| e.network)
+    }
+
+    #[cfg(test)]
+    pub fn free(&self, key: &PoolKey) -> u128 {
+        self.pools.get(key).map_or(0, PoolEntry::free)
+    }
+
+    pub fn counts(&self, key: &PoolKey) -> Option<crate::allocator::Counts> {
+        match &self.pools.get(key)?.state {
+            Some(Ok(allocator)) => Some(allocator.counts()),
+            _ => None,
+        }
+    }
+
+    pub fn waiting(&self, key: &PoolKey) -> usize {
+        self.pools.get(key).map_or(0, |e| e.waiting.len())
+    }
+
+    /// The `IPAddress` this process has seen for a claim (same name, same namespace).
+    pub fn address_of(&self, claim: &ObjectKey) -> Option<&HoldRecord> {
+        self.addresses.get(claim)
+    }
+
+    /// Reservations that name this claim (normally at most one; more after a race between two
+    /// processes, until the loser cleans up).
+    pub fn reservations_of(&self, claim: &ObjectKey) -> Vec<(String, HoldRecord)> {
+        self.reservations_by_claim
+            .get(claim)
+            .into_iter()
+            .flat_map(ReservationNames::iter)
+            .filter_map(|name| Some((name.to_string(), self.reservations.get(name)?.clone())))
+            .collect::<std::collections::BTreeMap<_, _>>()
+            .into_iter()
+            .collect()
+    }
+
+    /// Addresses held for this pool that lie outside its range (after a shrink), with their
+    /// claims, lowest first.
+    pub fn out_of_range(&self, pool: &PoolKey) -> Vec<(IpAddr, Holder)> {
+        let Some(range) = self.pools.get(pool).and_then(PoolEntry::range) else {
+            return Vec::new();
+        };
+        let mut held: Vec<(IpAddr, Holder)> = self
+            .reservations
+            .values()
+            .chain(self.addresses.values())
+            .filter(|r| &r.pool == pool && !range.contains(r.ip))
+            .map(|r| (r.ip, r.holder.clone()))
+            .collect();
+        held.sort_by(|a, b| (a.0, a.1.claim()).cmp(&(b.0, b.1.claim())));
+        held.dedup();
+        held
+    }
+
+    /// Other pools that share addresses with this one and that claims of one namespace can
+    /// reach together with it, with the first shared range.
+    pub fn overlaps(&self, pool: &PoolKey) -> Vec<(PoolKey, crate::allocator::AddrRange)> {
+        let Some(range) = self.pools.get(pool).and_then(PoolEntry::range) else {
+            return Vec::new();
+        };
+        let mut found: Vec<_> = self
+            .pools
+            .iter()
+            .filter(|(key, _)| *key != pool && scopes_meet(&key.scope(), &pool.scope()))
+            .filter_map(|(key, entry)| Some((key.clone(), range.first_overlap(entry.range()?)?)))
+            .collect();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        found
+    }
+
+    /// Whether anything still holds an address *for* this pool (its own reservations and
+    /// addresses, or an allocation in flight): a pool is not let go while it does.
+    pub fn has_own_holds(&self, pool: &PoolKey) -> bool {
+        self.pools
+            .get(pool)
+            .is_some_and(|e| !e.in_flight.is_empty())
+            || self
+                .reservations
+                .values()
+                .chain(self.addresses.values())
+                .any(|r| &r.pool == pool)
+    }
+
+    /// Every reservation that holds an address of `pool`, by name.
+    pub fn reservations_in(&self, pool: &PoolKey) -> Vec<(String, HoldRecord)> {
+        self.reservations
+            .iter()
+            .filter(|(_, r)| &r.pool == pool)
+            .map(|(name, r)| (name.to_string(), r.clone()))
+            .collect()
+    }
+
+    /// Pools whose spec is known, for status reporting.
+    pub fn pool_keys(&self) -> Vec<PoolKey> {
+        self.pools.keys().cloned().collect()
+    }
+}

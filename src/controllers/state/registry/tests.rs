@@ -1,0 +1,607 @@
+//! The registry, told facts and asked questions as the watches and the reconcilers do.
+use super::*;
+use crate::allocator::PoolSpecInput;
+use crate::api::{PoolKind, Scope};
+use std::net::IpAddr;
+
+fn parsed(addresses: &[&str], prefix: i64) -> ParsedSpec {
+    ParsedSpec::Addresses(
+        PoolSpecInput {
+            addresses: addresses.iter().map(|s| s.to_string()).collect(),
+            prefix,
+            ..Default::default()
+        }
+        .parse()
+        .expect("valid spec"),
+    )
+}
+
+fn queued(created: &str, name: &str) -> QueuedClaim {
+    QueuedClaim {
+        created: created.into(),
+        claim: ObjectKey::new("ns", name),
+    }
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn pool() -> PoolKey {
+    PoolKey::in_cluster("ns", "p")
+}
+
+fn hold(name: &str, address: &str) -> HoldRecord {
+    HoldRecord {
+        pool: pool(),
+        ip: ip(address),
+        holder: Holder::Claim(ObjectKey::new("ns", name)),
+        scope: pool().scope(),
+    }
+}
+
+#[test]
+fn a_released_reservation_holds_its_address_for_no_claim() {
+    let mut r = Registry::default();
+    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+    r.apply(Change::Reservation("mine".into(), hold("a", "10.0.0.10")));
+    assert_eq!(r.reservations_of(&ObjectKey::new("ns", "a")).len(), 1);
+
+    // The claim is released: its reservation now keeps the address for nobody.
+    let released = HoldRecord {
+        holder: Holder::Released,
+        ..hold("a", "10.0.0.10")
+    };
+    r.apply(Change::Reservation("mine".into(), released));
+    assert!(r.reservations_of(&ObjectKey::new("ns", "a")).is_empty());
+    assert!(matches!(
+        r.try_allocate(&pool(), queued("t1", "b")),
+        Decision::Exhausted { .. }
+    ));
+
+    // Its expiry frees the address and wakes the waiting claim, and no claim of its own.
+    assert_eq!(
+        r.apply(Change::ReservationGone("mine".into())),
+        vec![ObjectKey::new("ns", "b")]
+    );
+}
+
+#[test]
+fn a_diff_lists_removals_first_then_by_object() {
+    let mut r = Registry::default();
+    for (name, address) in [("a", "10.0.0.1"), ("b", "10.0.0.2")] {
+        r.apply(Change::Address(
+            ObjectKey::new("ns", name),
+            hold(name, address),
+        ));
+    }
+    let listed = vec![
+        (ObjectKey::new("ns", "d"), hold("d", "10.0.0.4")),
+        (ObjectKey::new("ns", "c"), hold("c", "10.0.0.3")),
+    ];
+    assert_eq!(
+        r.diff(Change::AddressesListed(listed.clone())),
+        [
+            Change::AddressGone(ObjectKey::new("ns", "a")),
+            Change::AddressGone(ObjectKey::new("ns", "b")),
+            Change::Address(ObjectKey::new("ns", "c"), hold("c", "10.0.0.3")),
+            Change::Address(ObjectKey::new("ns", "d"), hold("d", "10.0.0.4")),
+        ]
+    );
+}
+
+#[test]
+fn allocates_lowest_free_and_holds_in_flight() {
+    let mut r = Registry::default();
+    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.11"], 24)));
+    let a = r.try_allocate(&pool(), queued("t1", "a"));
+    assert_eq!(a, Decision::Allocate(ip("10.0.0.10")));
+    let b = r.try_allocate(&pool(), queued("t2", "b"));
+    assert_eq!(b, Decision::Allocate(ip("10.0.0.11")));
+    assert!(matches!(
+        r.try_allocate(&pool(), queued("t3", "c")),
+        Decision::Exhausted { total: 2, ahead: 0 }
+    ));
+    // A failed create gives the address back and wakes the waiting claim.
+    assert_eq!(
+        r.finish(&pool(), ip("10.0.0.11")),
+        vec![ObjectKey::new("ns", "c")]
+    );
+}
+
+fn prefix_pool(key: &PoolKey, prefixes: &[&str], length: i64) -> ParsedSpec {
+    ParsedSpec::Prefixes(
+        crate::allocator::PrefixPoolSpecInput {
+            prefixes: prefixes.iter().map(|s| s.to_string()).collect(),
+            allocation_prefix_length: Some(length),
+            gateway: Some("fd00::1".into()),
+            excluded_prefixes: Vec::new(),
+        }
+        .parse()
+        .unwrap_or_else(|e| panic!("{key}: {e}")),
+    )
+}
+
+#[test]
+fn an_allocation_in_flight_ends_whatever_the_pool_did_meanwhile() {
+    let key = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "p6").unwrap();
+    let claim = ObjectKey::new("ns", "a");
+    let spec = || Ok(prefix_pool(&key, &["fd00::/63"], 64));
+    // Held while paused (no allocator to map the address to its sub-prefix), finished once
+    // ready; then held while ready, finished once paused and ready again.
+    let mut r = Registry::default();
+    r.set_pool(&key, Err(Unready::Paused));
+    r.hold_in_flight(&key, &claim, ip("fd00::5"));
+    r.set_pool(&key, spec());
+    assert_eq!(r.free(&key), 1, "the sub-prefix is used while in flight");
+    r.finish(&key, ip("fd00::5"));
+    assert!(!r.has_own_holds(&key), "nothing left in flight");
+    assert_eq!(r.free(&key), 2);
+    r.hold_in_flight(&key, &claim, ip("fd00::5"));
+    r.set_pool(&key, Err(Unready::Paused));
+    r.finish(&key, ip("fd00::5"));
+    r.set_pool(&key, spec());
+    assert!(!r.has_own_holds(&key), "nothing left in flight");
+    assert_eq!(r.free(&key), 2);
+    // Two allocations in flight in one sub-prefix: it stays used until both end.
+    r.hold_in_flight(&key, &claim, ip("fd00::"));
+    r.hold_in_flight(&key, &ObjectKey::new("ns", "b"), ip("fd00::5"));
+    r.finish(&key, ip("fd00::"));
+    assert_eq!(r.free(&key), 1);
+    r.finish(&key, ip("fd00::5"));
+    assert_eq!(r.free(&key), 2);
+}
+
+#[test]
+fn a_prefix_pool_takes_the_same_path_with_sub_prefixes() {
+    let key = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "p6").unwrap();
+    let mut r = Registry::default();
+    r.set_pool(&key, Ok(prefix_pool(&key, &["fd00::/63"], 64)));
+    assert_eq!(r.network(&key), Some((64, Some(ip("fd00::1")))));
+    let a = r.try_allocate(&key, queued("t1", "a"));
+    assert_eq!(a, Decision::Allocate(ip("fd00::")));
+    let b = r.try_allocate(&key, queued("t2", "b"));
+    assert_eq!(b, Decision::Allocate(ip("fd00:0:0:1::")));
+    assert!(matches!(
+        r.try_allocate(&key, queued("t3", "c")),
+        Decision::Exhausted { total: 2, ahead: 0 }
+    ));
+    // b's reservation holds its sub-prefix; the in-flight allocation ends.
+    let reserved = |name: &str, address: &str| HoldRecord {
+        pool: key.clone(),
+        ip: ip(address),
+        holder: Holder::Claim(ObjectKey::new("ns", name)),
+        scope: key.scope(),
+    };
+    r.apply(Change::Reservation(
+        "b".into(),
+        reserved("b", "fd00:0:0:1::"),
+    ));
+    assert!(r.finish(&key, ip("fd00:0:0:1::")).is_empty());
+    // a's create failed: its sub-prefix is free again and c is woken.
+    assert_eq!(
+        r.finish(&key, ip("fd00::")),
+        vec![ObjectKey::new("ns", "c")]
+    );
+    assert_eq!(r.counts(&key).map(|c| (c.used, c.free)), Some((1, 1)));
+    assert!(r.recount().is_empty());
+}
+
+#[test]
+fn addresses_inside_one_sub_prefix_hold_it_until_the_last_goes() {
+    let prefixes = PoolKey::global("v6");
+    let addresses = PoolKey::global("ips");
+    let mut r = Registry::default();
+    r.set_pool(&prefixes, Ok(prefix_pool(&prefixes, &["fd00::/63"], 64)));
+    r.set_pool(&addresses, Ok(parsed(&["fd00::5-fd00::6"], 64)));
+    assert_eq!(r.overlaps(&prefixes).len(), 1, "range-aware overlap");
+    let held = |name: &str, address: &str| HoldRecord {
+        pool: addresses.clone(),
+        ip: ip(address),
+        holder: Holder::Claim(ObjectKey::new("ns", name)),
+        scope: Scope::Cluster,
+    };
+    r.apply(Change::Address(
+        ObjectKey::new("ns", "x"),
+        held("x", "fd00::5"),
+    ));
+    r.apply(Change::Address(
+        ObjectKey::new("ns", "y"),
+        held("y", "fd00::6"),
+    ));
+    assert_eq!(
+        r.counts(&prefixes).map(|c| c.used),
+        Some(1),
+        "one sub-prefix"
+    );
+    assert_eq!(
+        r.try_allocate(&prefixes, queued("t1", "a")),
+        Decision::Allocate(ip("fd00:0:0:1::")),
+        "the sub-prefix with addresses in use is skipped"
+    );
+    r.apply(Change::AddressGone(ObjectKey::new("ns", "x")));
+    assert_eq!(
+        r.counts(&prefixes).map(|c| c.used),
+        Some(2),
+        "y still holds it"
+    );
+    r.apply(Change::AddressGone(ObjectKey::new("ns", "y")));
+    assert_eq!(
+        r.counts(&prefixes).map(|c| c.used),
+        Some(1),
+        "only a's, in flight"
+    );
+    assert!(r.recount().is_empty());
+}
+
+#[test]
+fn a_sub_prefix_inside_a_global_prefix_pool_is_reserved_in_the_cluster_scope() {
+    let namespaced = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "p6").unwrap();
+    let global = PoolKey::of_kind(PoolKind::GlobalPrefix, None, "g6").unwrap();
+    let mut r = Registry::default();
+    r.set_pool(
+        &namespaced,
+        Ok(prefix_pool(&namespaced, &["fd00::/63"], 64)),
+    );
+    assert_eq!(
+        r.reservation_scope(&namespaced, ip("fd00::")),
+        namespaced.scope()
+    );
+    r.set_pool(&global, Ok(prefix_pool(&global, &["fd00::/48"], 64)));
+    assert_eq!(
+        r.reservation_scope(&namespaced, ip("fd00::")),
+        Scope::Cluster
+    );
+}
+
+/// A pool of one address (10.0.0.10), allocated to claim `first` and reserved.
+fn only_address_held_by_first() -> Registry {
+    let mut r = Registry::default();
+    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+    assert!(matches!(
+        r.try_allocate(&pool(), queued("t1", "first")),
+        Decision::Allocate(_)
+    ));
+    r.apply(Change::Reservation(
+        "res-first".into(),
+        hold("first", "10.0.0.10"),
+    ));
+    r.finish(&pool(), ip("10.0.0.10"));
+    r
+}
+
+#[test]
+fn the_same_spec_again_changes_nothing_and_wakes_nobody() {
+    let mut r = only_address_held_by_first();
+    assert!(matches!(
+        r.try_allocate(&pool(), queued("t2", "waiting")),
+        Decision::Exhausted { .. }
+    ));
+    r.take_dirty();
+
+    assert!(
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)))
+            .is_empty()
+    );
+    assert!(r.take_dirty().is_empty(), "nothing to recount");
+    assert!(
+        matches!(
+            r.try_allocate(&pool(), queued("t2", "waiting")),
+            Decision::Exhausted { .. }
+        ),
+        "the held address stays held"
+    );
+    assert_eq!(
+        r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.11"], 24))),
+        vec![ObjectKey::new("ns", "waiting")],
+        "a grown pool wakes the waiting claim"
+    );
+}
+
+#[test]
+fn a_later_claim_never_overtakes_an_earlier_waiting_one() {
+    let mut r = only_address_held_by_first();
+    assert!(matches!(
+        r.try_allocate(&pool(), queued("t2", "older")),
+        Decision::Exhausted { ahead: 0, .. }
+    ));
+    assert!(matches!(
+        r.try_allocate(&pool(), queued("t3", "newer")),
+        Decision::Exhausted { ahead: 1, .. }
+    ));
+    // Release: only the oldest waiting claim is woken, and only it may take the address.
+    assert_eq!(
+        r.apply(Change::ReservationGone("res-first".into())),
+        vec![ObjectKey::new("ns", "older"), ObjectKey::new("ns", "first")]
+    );
+    assert!(matches!(
+        r.try_allocate(&pool(), queued("t3", "newer")),
+        Decision::Exhausted { ahead: 1, .. }
+    ));
+    assert_eq!(
+        r.try_allocate(&pool(), queued("t2", "older")),
+        Decision::Allocate(ip("10.0.0.10"))
+    );
+}
+
+#[test]
+fn an_address_stays_used_while_any_object_holds_it() {
+    let mut r = Registry::default();
+    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+    r.apply(Change::Reservation("res".into(), hold("a", "10.0.0.10")));
+    r.apply(Change::Address(
+        ObjectKey::new("ns", "a"),
+        hold("a", "10.0.0.10"),
+    ));
+    assert_eq!(r.free(&pool()), 0);
+    assert_eq!(
+        r.apply(Change::ReservationGone("res".into())),
+        vec![ObjectKey::new("ns", "a")],
+        "only its claim, to reserve the address again"
+    );
+    assert_eq!(r.free(&pool()), 0);
+    r.apply(Change::AddressGone(ObjectKey::new("ns", "a")));
+    assert_eq!(r.free(&pool()), 1);
+}
+
+#[test]
+fn a_claim_realised_elsewhere_is_not_queued() {
+    let mut r = Registry::default();
+    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+    r.apply(Change::Address(
+        ObjectKey::new("ns", "a"),
+        hold("a", "10.0.0.10"),
+    ));
+    assert_eq!(
+        r.try_allocate(&pool(), queued("t1", "a")),
+        Decision::AlreadyHeld
+    );
+    assert_eq!(r.waiting(&pool()), 0);
+}
+
+#[test]
+fn reservations_are_found_by_claim() {
+    let mut r = Registry::default();
+    r.apply(Change::Reservation("one".into(), hold("a", "10.0.0.10")));
+    r.apply(Change::Reservation("two".into(), hold("b", "10.0.0.11")));
+    let of_a = r.reservations_of(&ObjectKey::new("ns", "a"));
+    assert_eq!(of_a, vec![("one".to_string(), hold("a", "10.0.0.10"))]);
+    r.apply(Change::ReservationGone("one".into()));
+    assert!(r.reservations_of(&ObjectKey::new("ns", "a")).is_empty());
+    assert_eq!(r.reservations_of(&ObjectKey::new("ns", "b")).len(), 1);
+}
+
+#[test]
+fn holds_seen_before_the_pool_count_once_it_appears() {
+    let mut r = Registry::default();
+    r.apply(Change::Reservation("res".into(), hold("a", "10.0.0.10")));
+    assert_eq!(
+        r.try_allocate(&pool(), queued("t1", "b")),
+        Decision::NotReady(Unready::Missing)
+    );
+    let woken = r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.11"], 24)));
+    assert_eq!(woken, vec![ObjectKey::new("ns", "b")]);
+    assert_eq!(
+        r.try_allocate(&pool(), queued("t1", "b")),
+        Decision::Allocate(ip("10.0.0.11"))
+    );
+}
+
+#[test]
+fn growing_the_pool_wakes_as_many_claims_as_it_can_serve() {
+    let mut r = Registry::default();
+    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+    r.apply(Change::Reservation("res".into(), hold("a", "10.0.0.10")));
+    for (t, name) in [("t1", "b"), ("t2", "c"), ("t3", "d")] {
+        assert!(matches!(
+            r.try_allocate(&pool(), queued(t, name)),
+            Decision::Exhausted { .. }
+        ));
+    }
+    let woken = r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.12"], 24)));
+    assert_eq!(
+        woken,
+        vec![ObjectKey::new("ns", "b"), ObjectKey::new("ns", "c")]
+    );
+}
+
+#[test]
+fn an_unready_pool_wakes_every_waiting_claim_when_it_changes() {
+    let mut r = Registry::default();
+    r.set_pool(&pool(), Err(Unready::Invalid("bad".into())));
+    assert_eq!(
+        r.try_allocate(&pool(), queued("t1", "a")),
+        Decision::NotReady(Unready::Invalid("bad".into()))
+    );
+    assert_eq!(
+        r.set_pool(&pool(), Err(Unready::Deleting)),
+        vec![ObjectKey::new("ns", "a")]
+    );
+}
+
+#[test]
+fn a_relist_without_a_reservation_frees_its_address_and_wakes_the_waiting_claim() {
+    let mut r = only_address_held_by_first();
+    assert!(matches!(
+        r.try_allocate(&pool(), queued("t2", "waiting")),
+        Decision::Exhausted { .. }
+    ));
+    // The watch was down while `res-first` was deleted; the re-list does not have it.
+    let woken = r.apply(Change::ReservationsListed(vec![(
+        "res-other".into(),
+        hold("other", "10.0.0.99"),
+    )]));
+    assert_eq!(
+        woken,
+        vec![
+            ObjectKey::new("ns", "waiting"),
+            ObjectKey::new("ns", "first")
+        ]
+    );
+    assert_eq!(r.free(&pool()), 1);
+    assert_eq!(r.reservations_of(&ObjectKey::new("ns", "other")).len(), 1);
+    assert!(r.reservations_of(&ObjectKey::new("ns", "first")).is_empty());
+}
+
+#[test]
+fn a_relist_that_agrees_changes_nothing() {
+    let mut r = only_address_held_by_first();
+    let listed = Change::ReservationsListed(vec![("res-first".into(), hold("first", "10.0.0.10"))]);
+    assert!(r.diff(listed.clone()).is_empty());
+    assert!(r.apply(listed).is_empty());
+    assert_eq!(r.free(&pool()), 0);
+    let pools = Change::PoolsListed(
+        PoolKind::InCluster,
+        vec![(pool(), Ok(parsed(&["10.0.0.10"], 24)))],
+    );
+    assert!(r.diff(pools).is_empty());
+    assert!(r.diff(Change::AddressesListed(Vec::new())).is_empty());
+}
+
+#[test]
+fn a_claim_with_two_reservations_keeps_both_until_each_is_gone() {
+    let mut r = Registry::default();
+    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.20"], 24)));
+    let claim = ObjectKey::new("ns", "a");
+    r.apply(Change::Reservation("r1".into(), hold("a", "10.0.0.10")));
+    r.apply(Change::Reservation("r2".into(), hold("a", "10.0.0.11")));
+    r.apply(Change::Reservation("r2".into(), hold("a", "10.0.0.11")));
+    let names = |r: &Registry| -> Vec<String> {
+        r.reservations_of(&claim)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect()
+    };
+    assert_eq!(names(&r), ["r1", "r2"]);
+    r.apply(Change::ReservationGone("r1".into()));
+    assert_eq!(names(&r), ["r2"]);
+    r.apply(Change::Reservation("r2".into(), hold("b", "10.0.0.11")));
+    assert!(names(&r).is_empty(), "r2 now records another claim");
+    assert_eq!(r.reservations_of(&ObjectKey::new("ns", "b")).len(), 1);
+    r.apply(Change::ReservationGone("r2".into()));
+    assert!(r.reservations_of(&ObjectKey::new("ns", "b")).is_empty());
+    assert!(r.reservations_by_claim.is_empty());
+}
+
+#[test]
+fn a_list_compared_page_by_page_differs_as_the_whole_list() {
+    let mut r = Registry::default();
+    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.20"], 24)));
+    r.apply(Change::Reservation("kept".into(), hold("a", "10.0.0.10")));
+    r.apply(Change::Reservation("gone".into(), hold("b", "10.0.0.11")));
+    r.apply(Change::Reservation("moved".into(), hold("c", "10.0.0.12")));
+    let list: Vec<(String, HoldRecord)> = vec![
+        ("kept".into(), hold("a", "10.0.0.10")),
+        ("moved".into(), hold("c", "10.0.0.13")),
+        ("new".into(), hold("d", "10.0.0.14")),
+    ];
+    let whole = r.diff(Change::ReservationsListed(list.clone()));
+    assert_eq!(
+        whole,
+        vec![
+            Change::ReservationGone("gone".into()),
+            Change::Reservation("moved".into(), hold("c", "10.0.0.13")),
+            Change::Reservation("new".into(), hold("d", "10.0.0.14")),
+        ]
+    );
+    for page_size in 1..=3 {
+        let mut compared = ListedHolds::default();
+        for page in list.chunks(page_size) {
+            r.compare_reservations(page.to_vec(), &mut compared);
+        }
+        assert_eq!(
+            r.reservation_differences(compared),
+            whole,
+            "pages of {page_size}"
+        );
+    }
+}
+
+#[test]
+fn a_relist_without_an_address_wakes_its_claim_to_heal_it() {
+    let mut r = Registry::default();
+    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+    r.apply(Change::Reservation("res".into(), hold("a", "10.0.0.10")));
+    r.apply(Change::Address(
+        ObjectKey::new("ns", "a"),
+        hold("a", "10.0.0.10"),
+    ));
+    let woken = r.apply(Change::AddressesListed(Vec::new()));
+    assert_eq!(woken, vec![ObjectKey::new("ns", "a")]);
+    assert!(r.address_of(&ObjectKey::new("ns", "a")).is_none());
+    assert_eq!(
+        r.free(&pool()),
+        0,
+        "the reservation still holds the address"
+    );
+}
+
+#[test]
+fn a_relist_without_a_pool_forgets_it_and_its_claims_learn_it_is_missing() {
+    let mut r = Registry::default();
+    let other = PoolKey::in_cluster("ns", "other");
+    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+    r.set_pool(&other, Ok(parsed(&["10.0.1.10"], 24)));
+    r.set_pool(&PoolKey::global("g"), Ok(parsed(&["10.0.2.10"], 24)));
+    assert!(matches!(
+        r.try_allocate(&other, queued("t1", "a")),
+        Decision::Allocate(_)
+    ));
+    r.finish(&other, ip("10.0.1.10"));
+    r.apply(Change::PoolsListed(
+        PoolKind::InCluster,
+        vec![(pool(), Ok(parsed(&["10.0.0.10"], 24)))],
+    ));
+    assert_eq!(r.counts(&other), None, "gone");
+    assert!(
+        r.counts(&PoolKey::global("g")).is_some(),
+        "other kinds untouched"
+    );
+    assert_eq!(
+        r.try_allocate(&other, queued("t2", "b")),
+        Decision::NotReady(Unready::Missing)
+    );
+    r.forget_claim(&other, &ObjectKey::new("ns", "b"));
+    r.collect_garbage();
+    let mut keys = r.pool_keys();
+    keys.sort();
+    assert_eq!(
+        keys,
+        vec![pool(), PoolKey::global("g")],
+        "nothing refers to it any more"
+    );
+}
+
+#[test]
+fn an_allocation_that_ends_without_a_record_frees_its_address() {
+    let mut r = Registry::default();
+    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
+    let Decision::Allocate(address) = r.try_allocate(&pool(), queued("t1", "a")) else {
+        panic!("allocates");
+    };
+    assert_eq!(r.free(&pool()), 0, "held in flight");
+    r.finish(&pool(), address);
+    assert_eq!(r.free(&pool()), 1, "no object holds it");
+    assert!(r.recount().is_empty());
+}
+
+#[test]
+fn recount_finds_nothing_after_any_sequence_of_changes() {
+    let mut r = Registry::default();
+    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.20"], 24)));
+    r.apply(Change::Reservation("r1".into(), hold("a", "10.0.0.10")));
+    r.apply(Change::Reservation("r1".into(), hold("a", "10.0.0.11")));
+    r.apply(Change::Address(
+        ObjectKey::new("ns", "a"),
+        hold("a", "10.0.0.11"),
+    ));
+    r.apply(Change::Reservation("r2".into(), hold("b", "10.0.0.30")));
+    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.12"], 24)));
+    r.apply(Change::ReservationGone("r1".into()));
+    assert!(r.recount().is_empty());
+    assert_eq!(
+        r.counts(&pool()).unwrap().used,
+        2,
+        "10.0.0.11 and out-of-range .30"
+    );
+}
