@@ -1,5 +1,6 @@
 //! The tests that need no control plane: the allocators against naive models (property tests),
-//! inpool's API types and generated CRDs, and the operations files checked by promtool.
+//! inpool's API types and generated CRDs, the operations files checked by promtool, and the
+//! functions docs/architecture.md names.
 
 #[path = "../data/pools/corpus.rs"]
 mod corpus;
@@ -7,5 +8,6 @@ mod props;
 
 mod allocator_props;
 mod api_schema;
+mod architecture;
 mod operations;
 mod prefix_allocator_props;
