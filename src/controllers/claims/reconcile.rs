@@ -21,7 +21,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::messages::{exhausted_message, not_ready_message, unit_noun, unit_text};
 use crate::allocator::{Subnet, canonical};
@@ -36,6 +35,7 @@ use crate::api::{ObjectKey, PoolKey, Scope};
 use crate::controllers::claims::cached_claim::CachedClaim;
 use crate::controllers::runtime::controller::Action;
 use crate::controllers::runtime::error::Error;
+use crate::controllers::runtime::finalizers;
 use crate::controllers::runtime::{Context, MANAGER, delete_if_present};
 use crate::controllers::state::facts::{address_hold, address_key};
 use crate::controllers::state::plan::{self, Allocation, Step};
@@ -549,25 +549,15 @@ pub(crate) async fn remove_address_finalizer(
     addresses: &Api<IPAddress>,
     address: &IPAddress,
 ) -> Result<(), Error> {
-    if !address.finalizers().iter().any(|f| f == ADDRESS_FINALIZER) {
-        return Ok(());
-    }
-    let remaining: Vec<&String> = address
-        .finalizers()
-        .iter()
-        .filter(|f| *f != ADDRESS_FINALIZER)
-        .collect();
-    let patch = json!({ "metadata": {
-        "finalizers": remaining,
-        "resourceVersion": address.resource_version(),
-    }});
-    addresses
-        .patch(
-            &address.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+    finalizers::set(
+        addresses,
+        &address.name_any(),
+        address.finalizers(),
+        address.resource_version().as_deref(),
+        ADDRESS_FINALIZER,
+        false,
+    )
+    .await?;
     Ok(())
 }
 
@@ -692,46 +682,37 @@ fn forget(ctx: &Context, pool: &PoolKey, key: &ObjectKey) {
 }
 
 async fn ensure_finalizer(claim: &CachedClaim, ctx: &Context) -> Result<(), Error> {
+    // Read on every reconcile: only a claim without it pays for the finalizer list.
     if claim.has_finalizer(CLAIM_FINALIZER) {
         return Ok(());
     }
-    let mut finalizers = claim.finalizers();
-    finalizers.push(CLAIM_FINALIZER.to_string());
-    patch_finalizers(claim, ctx, finalizers).await
+    set_claim_finalizer(claim, ctx, true).await
 }
 
 async fn remove_finalizer(claim: &CachedClaim, ctx: &Context) -> Result<(), Error> {
-    let finalizers = claim
-        .finalizers()
-        .into_iter()
-        .filter(|f| f != CLAIM_FINALIZER)
-        .collect();
-    patch_finalizers(claim, ctx, finalizers).await
+    set_claim_finalizer(claim, ctx, false).await
 }
 
-/// Writes the whole finalizer list guarded by the resourceVersion it was computed from, so that
-/// another writer's finalizer is never lost.
-async fn patch_finalizers(
+async fn set_claim_finalizer(
     claim: &CachedClaim,
     ctx: &Context,
-    finalizers: Vec<String>,
+    present: bool,
 ) -> Result<(), Error> {
     let claims: Api<IPAddressClaim> = ctx.namespaced(claim.namespace());
-    let patch = json!({ "metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": claim.resource_version(),
-    }});
-    match claims
-        .patch(claim.name(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(written) => {
-            note_own_write(ctx, claim, &written);
-            Ok(())
-        }
-        Err(kube::Error::Api(status)) if status.code == 404 && claim.is_deleting() => Ok(()),
-        Err(e) => Err(e.into()),
+    let version = claim.resource_version();
+    let written = finalizers::set(
+        &claims,
+        claim.name(),
+        &claim.finalizers(),
+        version.as_deref(),
+        CLAIM_FINALIZER,
+        present,
+    )
+    .await?;
+    if let Some(written) = written {
+        note_own_write(ctx, claim, &written);
     }
+    Ok(())
 }
 
 /// Remembers that `written`, our write, replaced the cached `claim` (see [`crate::controllers::claims::own_writes`]).

@@ -14,7 +14,6 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use serde_json::json;
 
 use crate::allocator::canonical;
 use crate::api::PoolKey;
@@ -24,7 +23,7 @@ use crate::api::{
     PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
 };
 use crate::controllers::runtime::error::Error;
-use crate::controllers::runtime::{Context, MANAGER, delete_if_present};
+use crate::controllers::runtime::{Context, MANAGER, delete_if_present, finalizers};
 use crate::controllers::sources::pool_kinds::PoolObject;
 use crate::controllers::sources::watch::Subscription;
 use crate::controllers::state::reservation::IPAddressReservation;
@@ -136,35 +135,16 @@ async fn free_released_addresses(ctx: &Context, key: &PoolKey) -> Result<(), Err
 
 /// Adds or removes `ProtectPool`, guarded by the resourceVersion it was computed from.
 async fn set_finalizer<P: PoolObject>(api: &Api<P>, pool: &P, present: bool) -> Result<(), Error> {
-    let has = pool.finalizers().iter().any(|f| f == POOL_FINALIZER);
-    if has == present {
-        return Ok(());
-    }
-    let mut finalizers: Vec<String> = pool
-        .finalizers()
-        .iter()
-        .filter(|f| *f != POOL_FINALIZER)
-        .cloned()
-        .collect();
-    if present {
-        finalizers.push(POOL_FINALIZER.to_string());
-    }
-    let patch = json!({ "metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": pool.resource_version(),
-    }});
-    match api
-        .patch(
-            &pool.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 && !present => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    finalizers::set(
+        api,
+        &pool.name_any(),
+        pool.finalizers(),
+        pool.resource_version().as_deref(),
+        POOL_FINALIZER,
+        present,
+    )
+    .await?;
+    Ok(())
 }
 
 /// The status the pool should have now.

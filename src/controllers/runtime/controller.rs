@@ -1,7 +1,10 @@
 //! The claim runtime: the loop that runs
 //! [`claims::reconcile::reconcile`](crate::controllers::claims::reconcile::reconcile) on the
-//! claims of the claim cache, in the shapes of kube-runtime's `Controller` (a reconcile returns an
-//! [`Action`]; an error is retried after its backoff, [`super::error`]).
+//! claims of the claim cache, in the shapes of kube-runtime's `Controller`: a builder
+//! ([`ClaimController`]: `new`, `reconcile_on`, `concurrency`, then `run(reconcile, error_policy,
+//! ctx)`), a reconcile that returns an [`Action`], and an error policy that picks the retry
+//! ([`super::error`]). Finalizers and Events are the runtime's too ([`super::finalizers`],
+//! [`super::events`]), used by every reconciler.
 //!
 //! Why claims do not run on kube-runtime's `Controller` (kube-runtime 5.0.0), as pools and
 //! released reservations do, for two reasons, both measured:
@@ -74,69 +77,120 @@ impl Action {
     }
 }
 
-/// Runs the claim controller until the watch ends: `claims` is the claim watch, applied to the
-/// cache through `writer`; `wakes` are claims others ask to be reconciled. Started once the
-/// other caches have listed (see the module).
-pub async fn run<R, Fut>(
-    ctx: Arc<Context>,
-    claims: impl Stream<Item = Result<watcher::Event<WatchedClaim>, watcher::Error>>,
-    mut writer: CacheWriter,
-    wakes: mpsc::UnboundedReceiver<ObjectKey>,
-    reconcile: R,
-) where
-    R: Fn(Arc<CachedClaim>, Arc<Context>) -> Fut,
-    Fut: Future<Output = Action>,
+/// The claim runtime, built as kube-runtime's `Controller` is: the watch it follows and the
+/// cache it fills ([`ClaimController::new`]), what else asks for reconciles
+/// ([`ClaimController::reconcile_on`]), how many run at once
+/// ([`ClaimController::concurrency`]), then [`ClaimController::run`] with the reconcile and the
+/// error policy.
+pub(crate) struct ClaimController<S> {
+    claims: S,
+    writer: CacheWriter,
+    wakes: Option<mpsc::UnboundedReceiver<ObjectKey>>,
+    concurrency: usize,
+}
+
+impl<S> ClaimController<S>
+where
+    S: Stream<Item = Result<watcher::Event<WatchedClaim>, watcher::Error>>,
 {
-    let concurrency = match ctx.settings.concurrency {
-        0 => usize::MAX,
-        n => usize::from(n),
-    };
-    let started = Instant::now();
-    let mut claims = pin!(claims);
-    let mut wakes = pin!(wakes);
-    let mut queue = WorkQueue::default();
-    let mut reconciling = FuturesUnordered::new();
-    loop {
-        let next_due = queue.next_due();
-        tokio::select! {
-            event = claims.next() => match event {
-                Some(Ok(event)) => {
-                    let list_ends = matches!(event, watcher::Event::InitDone);
-                    for (key, urgency) in writer.apply(event) {
-                        queue.now_as(key, urgency);
-                    }
-                    let watched = ctx.stores.claims.len();
-                    ctx.metrics.claims_watched(watched);
-                    if list_ends {
-                        tracing::info!(
-                            claims = watched,
-                            seconds = started.elapsed().as_secs_f64(),
-                            "claims listed"
-                        );
-                    }
-                }
-                Some(Err(e)) => crate::controllers::runtime::error::watch_failed(&ctx, "claim", &e),
-                None => return,
-            },
-            Some(key) = wakes.next() => queue.now(key),
-            () = sleep_until(next_due), if next_due.is_some() => queue.promote(Instant::now()),
-            Some((key, action)) = reconciling.next(), if !reconciling.is_empty() => {
-                let action: Action = action;
-                queue.finish(key, action.requeue_after, Instant::now());
-            }
+    /// A runtime over the claim watch `claims`, applied to the claim cache through `writer`.
+    pub fn new(claims: S, writer: CacheWriter) -> ClaimController<S> {
+        ClaimController {
+            claims,
+            writer,
+            wakes: None,
+            concurrency: usize::MAX,
         }
-        // The first list must be complete: see the module.
-        while writer.is_listed() && queue.running() < concurrency {
-            let Some(key) = queue.start() else {
-                break;
-            };
-            match ctx.stores.claims.get(&key) {
-                Some(claim) => {
-                    let done = reconcile(claim, ctx.clone());
-                    reconciling.push(async move { (key, done.await) });
+    }
+
+    /// Claims others ask to be reconciled (capacity appeared, a Cluster changed, ...).
+    pub fn reconcile_on(mut self, wakes: mpsc::UnboundedReceiver<ObjectKey>) -> Self {
+        self.wakes = Some(wakes);
+        self
+    }
+
+    /// At most `limit` reconciles at once; 0 means no limit (as kube-runtime's).
+    pub fn concurrency(mut self, limit: u16) -> Self {
+        self.concurrency = match limit {
+            0 => usize::MAX,
+            n => usize::from(n),
+        };
+        self
+    }
+
+    /// Runs until the watch ends. A reconcile's error is turned into the next [`Action`] by
+    /// `error_policy`, as kube-runtime's `Controller::run` does. Started once the other caches
+    /// have listed (see the module).
+    pub async fn run<R, Fut, E>(
+        self,
+        reconcile: R,
+        error_policy: impl Fn(Arc<CachedClaim>, &E, Arc<Context>) -> Action,
+        ctx: Arc<Context>,
+    ) where
+        R: Fn(Arc<CachedClaim>, Arc<Context>) -> Fut,
+        Fut: Future<Output = Result<Action, E>>,
+    {
+        let ClaimController {
+            claims,
+            mut writer,
+            wakes,
+            concurrency,
+        } = self;
+        let started = Instant::now();
+        let mut claims = pin!(claims);
+        // Without `reconcile_on`, a channel nobody sends on.
+        let mut wakes = pin!(wakes.unwrap_or_else(|| mpsc::unbounded().1));
+        let mut queue = WorkQueue::default();
+        let mut reconciling = FuturesUnordered::new();
+        loop {
+            let next_due = queue.next_due();
+            tokio::select! {
+                event = claims.next() => match event {
+                    Some(Ok(event)) => {
+                        let list_ends = matches!(event, watcher::Event::InitDone);
+                        for (key, urgency) in writer.apply(event) {
+                            queue.now_as(key, urgency);
+                        }
+                        let watched = ctx.stores.claims.len();
+                        ctx.metrics.claims_watched(watched);
+                        if list_ends {
+                            tracing::info!(
+                                claims = watched,
+                                seconds = started.elapsed().as_secs_f64(),
+                                "claims listed"
+                            );
+                        }
+                    }
+                    Some(Err(e)) => super::error::watch_failed(&ctx, "claim", &e),
+                    None => return,
+                },
+                Some(key) = wakes.next() => queue.now(key),
+                () = sleep_until(next_due), if next_due.is_some() => queue.promote(Instant::now()),
+                Some((key, action)) = reconciling.next(), if !reconciling.is_empty() => {
+                    let action: Action = action;
+                    queue.finish(key, action.requeue_after, Instant::now());
                 }
-                // Deleted since it was asked for: nothing left to do.
-                None => queue.finish(key, None, Instant::now()),
+            }
+            // The first list must be complete: see the module.
+            while writer.is_listed() && queue.running() < concurrency {
+                let Some(key) = queue.start() else {
+                    break;
+                };
+                match ctx.stores.claims.get(&key) {
+                    Some(claim) => {
+                        let done = reconcile(claim.clone(), ctx.clone());
+                        let (ctx, error_policy) = (ctx.clone(), &error_policy);
+                        reconciling.push(async move {
+                            let action = match done.await {
+                                Ok(action) => action,
+                                Err(e) => error_policy(claim, &e, ctx),
+                            };
+                            (key, action)
+                        });
+                    }
+                    // Deleted since it was asked for: nothing left to do.
+                    None => queue.finish(key, None, Instant::now()),
+                }
             }
         }
     }

@@ -5,10 +5,12 @@
 //!   reuse-grace controllers run on kube-runtime's `Controller` instead (see [`controller`] for
 //!   why the claims do not);
 //! - [`error`]: the controllers' error type, backoff, and where failures are logged and counted;
-//! - [`events`]: Kubernetes Events, written as kube-runtime's recorder writes them.
+//! - [`events`]: Kubernetes Events, written as kube-runtime's recorder writes them;
+//! - [`finalizers`]: adding and removing a finalizer, for every writer.
 pub(crate) mod controller;
 pub(crate) mod error;
 pub(crate) mod events;
+pub(crate) mod finalizers;
 pub(crate) mod queue;
 
 use std::future::Future;
@@ -18,10 +20,10 @@ use std::sync::{Arc, Mutex};
 use futures::channel::mpsc;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
-
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 
+use self::controller::ClaimController;
 use super::claims::cache::{CacheWriter, ClaimCache};
 use super::claims::cached_claim::WatchedClaim;
 use super::claims::own_writes::OwnWrites;
@@ -248,18 +250,14 @@ pub async fn run(
             seconds = started.elapsed().as_secs_f64(),
             "pools, Clusters, reservations and IPAddresses listed"
         );
-        let claims = controller::run(
-            ctx.clone(),
-            claims,
-            claim_writer,
-            wake_rx,
-            |claim, ctx| async move {
-                match claims::reconcile::reconcile(claim.clone(), ctx.clone()).await {
-                    Ok(action) => action,
-                    Err(e) => claims::reconcile::error_policy(claim, &e, ctx),
-                }
-            },
-        );
+        let claims = ClaimController::new(claims, claim_writer)
+            .reconcile_on(wake_rx)
+            .concurrency(ctx.settings.concurrency)
+            .run(
+                claims::reconcile::reconcile,
+                claims::reconcile::error_policy,
+                ctx.clone(),
+            );
         // The pool and reuse-grace controllers share the feed's watches (see `watch`).
         let pools = subscriptions.pools.run(&ctx);
         let released = error::drain(
