@@ -37,8 +37,9 @@ use crate::controllers::runtime::controller::Action;
 use crate::controllers::runtime::error::Error;
 use crate::controllers::runtime::finalizers;
 use crate::controllers::runtime::{Context, MANAGER, delete_if_present};
+use crate::controllers::state::Allocation;
 use crate::controllers::state::facts::{address_hold, address_key};
-use crate::controllers::state::plan::{self, Allocation, Step};
+use crate::controllers::state::plan::{self, Step};
 use crate::controllers::state::reservation::{
     IPAddressReservation, hold_of, new_reservation, records_claim,
 };

@@ -16,8 +16,9 @@
 //! For a deleting claim, [`release`] lists the reservations to let go.
 use std::net::IpAddr;
 
-use crate::api::{ObjectKey, PoolKey, Scope};
-use crate::controllers::state::{Decision, QueuedClaim, Registry, Unready};
+use crate::api::{ObjectKey, PoolKey};
+use crate::controllers::state::Allocation;
+use crate::controllers::state::{QueuedClaim, Registry};
 
 /// What a live claim needs first.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,23 +27,6 @@ pub enum Step {
     Ready(IpAddr),
     /// Look for an `IPAddress` with the claim's name (adopt it if there is one), then allocate.
     LookUp,
-}
-
-/// How a live claim without an `IPAddress` gets one.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Allocation {
-    /// The claim already holds this reservation (a crash between the two creates, or its
-    /// `IPAddress` was deleted): check that it still exists and is the claim's, then create the
-    /// `IPAddress` for it. The address is held in flight.
-    Recover { reservation: String, ip: IpAddr },
-    /// Reserve this address in this scope, then create the `IPAddress`. Held in flight.
-    Reserve { ip: IpAddr, scope: Scope },
-    /// Another process realised the claim meanwhile: adopt its `IPAddress`.
-    Adopt,
-    /// No address for it now: the pool's `total`, and the claims waiting before it.
-    Exhausted { total: u128, ahead: usize },
-    /// The pool cannot hand out addresses.
-    NotReady(Unready),
 }
 
 /// Step 1 for a live claim of `pool`.
@@ -84,19 +68,12 @@ pub fn plan_allocation(
             ip: hold.ip,
         };
     }
-    let mut decision = registry.try_allocate(pool, claim.clone());
-    if let Decision::Exhausted { .. } = decision {
-        registry.prune_waiting(pool, is_live);
-        decision = registry.try_allocate(pool, claim.clone());
-    }
-    match decision {
-        Decision::Allocate(ip) => Allocation::Reserve {
-            ip,
-            scope: registry.reservation_scope(pool, ip),
-        },
-        Decision::AlreadyHeld => Allocation::Adopt,
-        Decision::Exhausted { total, ahead } => Allocation::Exhausted { total, ahead },
-        Decision::NotReady(unready) => Allocation::NotReady(unready),
+    match registry.try_allocate(pool, claim.clone()) {
+        Allocation::Exhausted { .. } => {
+            registry.prune_waiting(pool, is_live);
+            registry.try_allocate(pool, claim.clone())
+        }
+        allocation => allocation,
     }
 }
 
@@ -114,7 +91,8 @@ pub fn release(registry: &mut Registry, claim: &ObjectKey, pool: &PoolKey) -> Ve
 mod tests {
     use super::*;
     use crate::allocator::{ParsedSpec, PoolSpecInput};
-    use crate::controllers::state::{Change, HoldRecord, Holder};
+    use crate::api::Scope;
+    use crate::controllers::state::{Change, HoldRecord, Holder, Unready};
 
     fn pool() -> PoolKey {
         PoolKey::in_cluster("ns", "p")

@@ -13,30 +13,31 @@ pub struct QueuedClaim {
     pub claim: ObjectKey,
 }
 
-/// What the reconciler learns from [`Registry::try_allocate`].
+/// How a live claim without an `IPAddress` gets one.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
-    /// Create the reservation and the `IPAddress` for this address; it is held in flight until
-    /// [`Registry::finish`] is called.
-    Allocate(IpAddr),
-    /// An `IPAddress` for this claim is already known (another process realised it): adopt it
-    /// instead; the claim is not queued.
-    AlreadyHeld,
-    /// No address for this claim now; `total` is the pool's size, `ahead` the claims before it.
-    Exhausted {
-        total: u128,
-        ahead: usize,
-    },
+pub enum Allocation {
+    /// The claim already holds this reservation (a crash between the two creates, or its
+    /// `IPAddress` was deleted): check that it still exists and is the claim's, then create the
+    /// `IPAddress` for it. The address is held in flight.
+    Recover { reservation: String, ip: IpAddr },
+    /// Reserve this address in this scope, then create the `IPAddress`. Held in flight.
+    Reserve { ip: IpAddr, scope: Scope },
+    /// Another process realised the claim meanwhile: adopt its `IPAddress`.
+    Adopt,
+    /// No address for it now: the pool's `total`, and the claims waiting before it.
+    Exhausted { total: u128, ahead: usize },
+    /// The pool cannot hand out addresses.
     NotReady(Unready),
 }
 
 impl Registry {
     /// Decides whether `claim` gets an address now. A claim never overtakes an older waiting
     /// claim of the same pool: it is served only if the free addresses suffice for every claim
-    /// queued before it. On `Allocate` the address is held in flight until [`Registry::finish`].
-    pub fn try_allocate(&mut self, pool: &PoolKey, claim: QueuedClaim) -> Decision {
+    /// queued before it. On `Reserve` the address is held in flight until [`Registry::finish`].
+    /// (`Recover` is the planner's: it looks at the claim's reservations first.)
+    pub fn try_allocate(&mut self, pool: &PoolKey, claim: QueuedClaim) -> Allocation {
         if self.addresses.contains_key(&claim.claim) {
-            return Decision::AlreadyHeld;
+            return Allocation::Adopt;
         }
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
@@ -46,27 +47,28 @@ impl Registry {
                 Some(Err(unready)) => unready.clone(),
                 _ => Unready::Missing,
             };
-            return Decision::NotReady(unready);
+            return Allocation::NotReady(unready);
         };
         let counts = allocator.counts();
         let free = usize::try_from(counts.free).unwrap_or(usize::MAX);
         let ahead = entry.waiting.range(..&claim).take(free).count();
         if ahead >= free {
-            return Decision::Exhausted {
+            return Allocation::Exhausted {
                 total: counts.total,
                 ahead: entry.waiting.range(..&claim).count(),
             };
         }
-        match allocator.allocate_lowest() {
-            Some(ip) => {
-                entry.in_flight.insert(ip);
-                entry.waiting.remove(&claim);
-                Decision::Allocate(ip)
-            }
-            None => Decision::Exhausted {
+        let Some(ip) = allocator.allocate_lowest() else {
+            return Allocation::Exhausted {
                 total: counts.total,
                 ahead,
-            },
+            };
+        };
+        entry.in_flight.insert(ip);
+        entry.waiting.remove(&claim);
+        Allocation::Reserve {
+            ip,
+            scope: self.reservation_scope(pool, ip),
         }
     }
 

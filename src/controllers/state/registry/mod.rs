@@ -43,7 +43,7 @@ mod queries;
 #[cfg(test)]
 mod tests;
 
-pub use allocation::{Decision, QueuedClaim};
+pub use allocation::{Allocation, QueuedClaim};
 pub use change::{Change, Unready};
 pub use diff::ListedHolds;
 pub use holds::{HoldRecord, Holder};

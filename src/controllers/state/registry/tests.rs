@@ -23,6 +23,14 @@ fn queued(created: &str, name: &str) -> QueuedClaim {
     }
 }
 
+/// The address an allocation reserves, if it reserves one.
+fn allocated(allocation: Allocation) -> Option<IpAddr> {
+    match allocation {
+        Allocation::Reserve { ip, .. } => Some(ip),
+        _ => None,
+    }
+}
+
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
@@ -56,7 +64,7 @@ fn a_released_reservation_holds_its_address_for_no_claim() {
     assert!(r.reservations_of(&ObjectKey::new("ns", "a")).is_empty());
     assert!(matches!(
         r.try_allocate(&pool(), queued("t1", "b")),
-        Decision::Exhausted { .. }
+        Allocation::Exhausted { .. }
     ));
 
     // Its expiry frees the address and wakes the waiting claim, and no claim of its own.
@@ -95,12 +103,12 @@ fn allocates_lowest_free_and_holds_in_flight() {
     let mut r = Registry::default();
     r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.11"], 24)));
     let a = r.try_allocate(&pool(), queued("t1", "a"));
-    assert_eq!(a, Decision::Allocate(ip("10.0.0.10")));
+    assert_eq!(allocated(a), Some(ip("10.0.0.10")));
     let b = r.try_allocate(&pool(), queued("t2", "b"));
-    assert_eq!(b, Decision::Allocate(ip("10.0.0.11")));
+    assert_eq!(allocated(b), Some(ip("10.0.0.11")));
     assert!(matches!(
         r.try_allocate(&pool(), queued("t3", "c")),
-        Decision::Exhausted { total: 2, ahead: 0 }
+        Allocation::Exhausted { total: 2, ahead: 0 }
     ));
     // A failed create gives the address back and wakes the waiting claim.
     assert_eq!(
@@ -159,12 +167,12 @@ fn a_prefix_pool_takes_the_same_path_with_sub_prefixes() {
     r.set_pool(&key, Ok(prefix_pool(&key, &["fd00::/63"], 64)));
     assert_eq!(r.network(&key), Some((64, Some(ip("fd00::1")))));
     let a = r.try_allocate(&key, queued("t1", "a"));
-    assert_eq!(a, Decision::Allocate(ip("fd00::")));
+    assert_eq!(allocated(a), Some(ip("fd00::")));
     let b = r.try_allocate(&key, queued("t2", "b"));
-    assert_eq!(b, Decision::Allocate(ip("fd00:0:0:1::")));
+    assert_eq!(allocated(b), Some(ip("fd00:0:0:1::")));
     assert!(matches!(
         r.try_allocate(&key, queued("t3", "c")),
-        Decision::Exhausted { total: 2, ahead: 0 }
+        Allocation::Exhausted { total: 2, ahead: 0 }
     ));
     // b's reservation holds its sub-prefix; the in-flight allocation ends.
     let reserved = |name: &str, address: &str| HoldRecord {
@@ -215,8 +223,8 @@ fn addresses_inside_one_sub_prefix_hold_it_until_the_last_goes() {
         "one sub-prefix"
     );
     assert_eq!(
-        r.try_allocate(&prefixes, queued("t1", "a")),
-        Decision::Allocate(ip("fd00:0:0:1::")),
+        allocated(r.try_allocate(&prefixes, queued("t1", "a"))),
+        Some(ip("fd00:0:0:1::")),
         "the sub-prefix with addresses in use is skipped"
     );
     r.apply(Change::AddressGone(ObjectKey::new("ns", "x")));
@@ -260,7 +268,7 @@ fn only_address_held_by_first() -> Registry {
     r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
     assert!(matches!(
         r.try_allocate(&pool(), queued("t1", "first")),
-        Decision::Allocate(_)
+        Allocation::Reserve { .. }
     ));
     r.apply(Change::Reservation(
         "res-first".into(),
@@ -275,7 +283,7 @@ fn the_same_spec_again_changes_nothing_and_wakes_nobody() {
     let mut r = only_address_held_by_first();
     assert!(matches!(
         r.try_allocate(&pool(), queued("t2", "waiting")),
-        Decision::Exhausted { .. }
+        Allocation::Exhausted { .. }
     ));
     r.take_dirty();
 
@@ -287,7 +295,7 @@ fn the_same_spec_again_changes_nothing_and_wakes_nobody() {
     assert!(
         matches!(
             r.try_allocate(&pool(), queued("t2", "waiting")),
-            Decision::Exhausted { .. }
+            Allocation::Exhausted { .. }
         ),
         "the held address stays held"
     );
@@ -303,11 +311,11 @@ fn a_later_claim_never_overtakes_an_earlier_waiting_one() {
     let mut r = only_address_held_by_first();
     assert!(matches!(
         r.try_allocate(&pool(), queued("t2", "older")),
-        Decision::Exhausted { ahead: 0, .. }
+        Allocation::Exhausted { ahead: 0, .. }
     ));
     assert!(matches!(
         r.try_allocate(&pool(), queued("t3", "newer")),
-        Decision::Exhausted { ahead: 1, .. }
+        Allocation::Exhausted { ahead: 1, .. }
     ));
     // Release: only the oldest waiting claim is woken, and only it may take the address.
     assert_eq!(
@@ -316,11 +324,11 @@ fn a_later_claim_never_overtakes_an_earlier_waiting_one() {
     );
     assert!(matches!(
         r.try_allocate(&pool(), queued("t3", "newer")),
-        Decision::Exhausted { ahead: 1, .. }
+        Allocation::Exhausted { ahead: 1, .. }
     ));
     assert_eq!(
-        r.try_allocate(&pool(), queued("t2", "older")),
-        Decision::Allocate(ip("10.0.0.10"))
+        allocated(r.try_allocate(&pool(), queued("t2", "older"))),
+        Some(ip("10.0.0.10"))
     );
 }
 
@@ -354,7 +362,7 @@ fn a_claim_realised_elsewhere_is_not_queued() {
     ));
     assert_eq!(
         r.try_allocate(&pool(), queued("t1", "a")),
-        Decision::AlreadyHeld
+        Allocation::Adopt
     );
     assert_eq!(r.waiting(&pool()), 0);
 }
@@ -377,13 +385,13 @@ fn holds_seen_before_the_pool_count_once_it_appears() {
     r.apply(Change::Reservation("res".into(), hold("a", "10.0.0.10")));
     assert_eq!(
         r.try_allocate(&pool(), queued("t1", "b")),
-        Decision::NotReady(Unready::Missing)
+        Allocation::NotReady(Unready::Missing)
     );
     let woken = r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.11"], 24)));
     assert_eq!(woken, vec![ObjectKey::new("ns", "b")]);
     assert_eq!(
-        r.try_allocate(&pool(), queued("t1", "b")),
-        Decision::Allocate(ip("10.0.0.11"))
+        allocated(r.try_allocate(&pool(), queued("t1", "b"))),
+        Some(ip("10.0.0.11"))
     );
 }
 
@@ -395,7 +403,7 @@ fn growing_the_pool_wakes_as_many_claims_as_it_can_serve() {
     for (t, name) in [("t1", "b"), ("t2", "c"), ("t3", "d")] {
         assert!(matches!(
             r.try_allocate(&pool(), queued(t, name)),
-            Decision::Exhausted { .. }
+            Allocation::Exhausted { .. }
         ));
     }
     let woken = r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.12"], 24)));
@@ -411,7 +419,7 @@ fn an_unready_pool_wakes_every_waiting_claim_when_it_changes() {
     r.set_pool(&pool(), Err(Unready::Invalid("bad".into())));
     assert_eq!(
         r.try_allocate(&pool(), queued("t1", "a")),
-        Decision::NotReady(Unready::Invalid("bad".into()))
+        Allocation::NotReady(Unready::Invalid("bad".into()))
     );
     assert_eq!(
         r.set_pool(&pool(), Err(Unready::Deleting)),
@@ -424,7 +432,7 @@ fn a_relist_without_a_reservation_frees_its_address_and_wakes_the_waiting_claim(
     let mut r = only_address_held_by_first();
     assert!(matches!(
         r.try_allocate(&pool(), queued("t2", "waiting")),
-        Decision::Exhausted { .. }
+        Allocation::Exhausted { .. }
     ));
     // The watch was down while `res-first` was deleted; the re-list does not have it.
     let woken = r.apply(Change::ReservationsListed(vec![(
@@ -545,7 +553,7 @@ fn a_relist_without_a_pool_forgets_it_and_its_claims_learn_it_is_missing() {
     r.set_pool(&PoolKey::global("g"), Ok(parsed(&["10.0.2.10"], 24)));
     assert!(matches!(
         r.try_allocate(&other, queued("t1", "a")),
-        Decision::Allocate(_)
+        Allocation::Reserve { .. }
     ));
     r.finish(&other, ip("10.0.1.10"));
     r.apply(Change::PoolsListed(
@@ -559,7 +567,7 @@ fn a_relist_without_a_pool_forgets_it_and_its_claims_learn_it_is_missing() {
     );
     assert_eq!(
         r.try_allocate(&other, queued("t2", "b")),
-        Decision::NotReady(Unready::Missing)
+        Allocation::NotReady(Unready::Missing)
     );
     r.forget_claim(&other, &ObjectKey::new("ns", "b"));
     r.collect_garbage();
@@ -576,7 +584,7 @@ fn a_relist_without_a_pool_forgets_it_and_its_claims_learn_it_is_missing() {
 fn an_allocation_that_ends_without_a_record_frees_its_address() {
     let mut r = Registry::default();
     r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
-    let Decision::Allocate(address) = r.try_allocate(&pool(), queued("t1", "a")) else {
+    let Allocation::Reserve { ip: address, .. } = r.try_allocate(&pool(), queued("t1", "a")) else {
         panic!("allocates");
     };
     assert_eq!(r.free(&pool()), 0, "held in flight");
