@@ -88,7 +88,7 @@ struct Args {
     /// Longest wait for every claim of a scenario to be Ready (seconds).
     #[arg(long, default_value_t = 1800)]
     timeout: u64,
-    /// Issue 17's scenarios, run on the single-pool scenario once its claims are Ready
+    /// Scenarios at size, run on the single-pool scenario once its claims are Ready
     /// (comma-separated): `restart` (stop the provider, start a new one twice: catch-up cost,
     /// then a new claim), `idle` (nothing changes for --idle-window), `trickle` (claims one at a
     /// time). None by default.

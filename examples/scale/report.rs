@@ -63,7 +63,7 @@ pub struct Target {
     pub met: bool,
 }
 
-/// Issue 8's targets for the single-pool run of the provider: within 2× the floor (when the
+/// The targets for the single-pool run of the provider: within 2× the floor (when the
 /// floor was measured) and under 200 MiB peak memory.
 pub fn targets(runs: &[Run]) -> Vec<Target> {
     let mut out = Vec::new();
@@ -87,7 +87,7 @@ pub fn targets(runs: &[Run]) -> Vec<Target> {
             value: rss,
             met: rss.is_some_and(|r| r < 200.0),
         });
-        // Issue 17: a restart writes nothing and reconciles each claim at most once; idle writes
+        // A restart writes nothing and reconciles each claim at most once; idle writes
         // nothing.
         let at_size = run.at_size.as_ref();
         if let Some(restart) = at_size.and_then(|a| a.restart.as_ref()) {
@@ -228,7 +228,7 @@ pub fn table(runs: &[Run]) -> String {
     render(header, rows)
 }
 
-/// Issue 17's scenarios (restart, idle, trickle) of the runs that had them, one column each;
+/// The scenarios at size (restart, idle, trickle) of the runs that had them, one column each;
 /// `None` when no run had them.
 pub fn at_size_table(runs: &[Run]) -> Option<String> {
     let runs: Vec<(&Run, &AtSize)> = runs

@@ -684,7 +684,7 @@ async fn released_addresses_go_to_the_oldest_waiting_claims() {
     );
 }
 
-/// Issue 13: every kind inpool reads is watched once, and that one watch serves the registry, the
+/// Every kind inpool reads is watched once, and that one watch serves the registry, the
 /// stores and every controller (pool status, reuse grace).
 #[tokio::test]
 async fn every_kind_is_watched_once() {

@@ -445,7 +445,7 @@ async fn an_api_server_frozen_for_20_seconds_loses_nothing() {
     );
 }
 
-/// Issue 12, seen failure 1: provider frozen, API server restarted, a realised claim removed by
+/// A failure once seen: provider frozen, API server restarted, a realised claim removed by
 /// hand (finalizers cleared, its IPAddress and reservation deleted), provider resumed. Its
 /// watches re-list; the address must be free again and the waiting claim get it.
 #[tokio::test]
@@ -493,7 +493,7 @@ async fn a_relist_after_an_out_of_band_removal_frees_the_address() {
     );
 }
 
-/// Issue 12, seen failure 3: an `IPAddress` deleted under a realised claim comes back with the
+/// A failure once seen: an `IPAddress` deleted under a realised claim comes back with the
 /// same address; with its reservation gone too, the claim is allocated again. Never Ready=True
 /// without its IPAddress for longer than the repair.
 #[tokio::test]

@@ -62,7 +62,7 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
     .await
     .unwrap_or_else(|e| panic!("scale run failed: {e:#}"));
 
-    // Issue 17: a new process facing realised claims makes no write while it catches up, and
+    // A new process facing realised claims makes no write while it catches up, and
     // reconciles each existing claim at most once (the API server's counters: nobody else writes
     // to claims, addresses, reservations, pools or Events meanwhile).
     let restart = run

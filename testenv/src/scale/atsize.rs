@@ -1,4 +1,4 @@
-//! Issue 17's scenarios at size, run on a single-pool scenario once its N claims are Ready, with
+//! The scenarios at size (restart, idle, trickle), run on a single-pool scenario once its N claims are Ready, with
 //! the provider that realised them:
 //!
 //! - **restart**: the provider is stopped and a new process started, twice. The first new

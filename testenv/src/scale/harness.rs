@@ -75,7 +75,7 @@ pub struct Scenario {
     /// `Some(length)`: the pools are `InClusterPrefixPool`s, each a /48 handing out sub-prefixes
     /// of this length; `None`: `InClusterIPPool`s (see [`pool_net`]).
     pub sub_prefixes: Option<u8>,
-    /// Issue 17's scenarios at size, run once the claims are Ready (single pool only).
+    /// The scenarios at size, run once the claims are Ready (single pool only).
     pub at_size: atsize::Plan,
 }
 
@@ -305,7 +305,7 @@ pub struct Run {
     pub release: Option<Release>,
     pub correctness: Option<Correctness>,
     pub provider_command: Option<String>,
-    /// Issue 17's scenarios (restart, idle, trickle), when run.
+    /// The scenarios at size (restart, idle, trickle), when run.
     pub at_size: Option<atsize::AtSize>,
 }
 
