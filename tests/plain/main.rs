@@ -15,6 +15,5 @@ mod migration;
 mod packaging;
 mod pools;
 mod prefix_pools;
-mod scale;
 mod scale_out;
 mod service_account;

@@ -1,7 +1,7 @@
 //! The scale harness's engine: the floor (an ideal provider that only writes), the provider
 //! scenarios (N claims in M pools against a provider process), the Ready tracker (a watch, not
 //! polling), and the end-of-run correctness check. Used by `examples/scale.rs` (the full run)
-//! and `tests/plain/scale.rs` (N = 200, correctness only).
+//! and `tests/scale/main.rs` (N = 200, correctness only).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

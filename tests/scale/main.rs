@@ -6,6 +6,9 @@
 //! the release it restarts the provider (the harness's `restart` scenario) and asserts that the new
 //! process writes nothing while it catches up and reconciles each existing claim at most once.
 //! The full run with timings is `cargo run --release --example scale`.
+//!
+//! A binary of its own: the writes per claim are counted from the API server's own metrics, so
+//! no other test may write on its control plane meanwhile.
 
 use std::path::Path;
 use std::time::Duration;
