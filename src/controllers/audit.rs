@@ -46,6 +46,7 @@ use crate::api::ObjectKey;
 use crate::api::{ADDRESS_FINALIZER, IPAddress, IPAddressClaim, PoolKey};
 use crate::controllers::runtime::Context;
 use crate::controllers::runtime::error::Error;
+use crate::controllers::runtime::finalizers::{Outcome, remove_address_protection};
 use crate::controllers::sources::pool_kinds::{EachKind, PoolLanes, PoolObject};
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of, records_claim};
@@ -301,9 +302,10 @@ async fn release_deleted_orphan(
         return Ok(false);
     }
     let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
-    match crate::controllers::claims::reconcile::remove_address_finalizer(&addresses, address).await
-    {
-        Ok(()) => {
+    match remove_address_protection(&addresses, address).await {
+        // Gone already: someone else let it go.
+        Ok(Outcome::Gone) => Ok(false),
+        Ok(Outcome::Written(_) | Outcome::Unchanged) => {
             tracing::info!(
                 address = %address.spec.address,
                 ipaddress = %key,
@@ -314,11 +316,9 @@ async fn release_deleted_orphan(
             ctx.metrics.orphan_address_released();
             Ok(true)
         }
-        // Gone already, or changed since it was listed (the patch carries its resourceVersion).
-        Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 || status.code == 409 => {
-            Ok(false)
-        }
-        Err(e) => Err(e),
+        // Changed since it was listed (the patch carries its resourceVersion).
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -540,26 +540,8 @@ async fn release(
 
 /// Lets go of inpool's finalizer on `address`, then deletes it.
 async fn delete_address(addresses: &Api<IPAddress>, address: &IPAddress) -> Result<(), Error> {
-    remove_address_finalizer(addresses, address).await?;
+    finalizers::remove_address_protection(addresses, address).await?;
     Ok(delete_if_present(addresses, &address.name_any()).await?)
-}
-
-/// Removes inpool's finalizer from `address`, if it has it, with its resourceVersion as a
-/// precondition (a changed object answers 409).
-pub(crate) async fn remove_address_finalizer(
-    addresses: &Api<IPAddress>,
-    address: &IPAddress,
-) -> Result<(), Error> {
-    finalizers::set(
-        addresses,
-        &address.name_any(),
-        address.finalizers(),
-        address.resource_version().as_deref(),
-        ADDRESS_FINALIZER,
-        false,
-    )
-    .await?;
-    Ok(())
 }
 
 /// Applies a reservation this process has just read or written, before its watch event comes
@@ -710,7 +692,7 @@ async fn set_claim_finalizer(
         present,
     )
     .await?;
-    if let Some(written) = written {
+    if let finalizers::Outcome::Written(written) = written {
         note_own_write(ctx, claim, &written);
     }
     Ok(())
