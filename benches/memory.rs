@@ -175,7 +175,8 @@ fn main() {
     let reservations: Vec<IPAddressReservation> = (0..count).map(reservation).collect();
     let mut registry = RegistryFootprint::with_pool(&pool);
     let (held, registry) = per_claim(count, || {
-        registry.hold(&reservations, &addresses);
+        let recorded = registry.hold(&reservations, &addresses);
+        assert_eq!(recorded, 2 * count, "every reservation and IPAddress holds");
         registry
     });
     lines.push(("registry: a reservation and an IPAddress per claim", held));

@@ -21,8 +21,8 @@
 //!    of a /48).
 //!
 //! With `--scenarios`, the scenarios at size run on the single-pool scenario once its
-//! claims are Ready, before its check and release (see `scale/atsize.rs`): `restart`, `idle`,
-//! `trickle`.
+//! claims are Ready, before its check and release (see `testenv/src/scale/atsize.rs`): `restart`,
+//! `idle`, `trickle`.
 //!
 //! Each provider run waits for a canary claim (the provider is up, caches synced), creates the
 //! claims 16 at a time, waits until a watch sees every claim `Ready=True`, checks the result

@@ -2,12 +2,12 @@
 //!
 //! Every `--audit-interval` (10 minutes by default), and shortly after any watch that feeds the
 //! registry listed again, the audit lists pools, reservations and `IPAddress`es and compares
-//! them with the registry ([`Registry::diff`](crate::controllers::state::Registry::diff)). The watches
-//! are a little behind a fresh list, so a difference counts only when a second list, taken
+//! them with the registry ([`Registry::diff`](crate::controllers::state::Registry::diff)). The
+//! watches are a little behind a fresh list, so a difference counts only when a second list, taken
 //! [`SETTLE`] later, shows the very same difference: then it is drift, which is corrected, logged
 //! and counted in `inpool_state_drift_total{kind}`. The allocators are checked against the holds
-//! they are made from ([`Registry::recount`](crate::controllers::state::Registry::recount)). In a healthy
-//! run the audit finds nothing; the test suites assert that.
+//! they are made from ([`Registry::recount`](crate::controllers::state::Registry::recount)). In a
+//! healthy run the audit finds nothing; the test suites assert that.
 //!
 //! It also collects **stray reservations**: a reservation older than
 //! `--stray-reservation-age` whose claim is gone (or is another claim of the same name: the UID
@@ -251,8 +251,8 @@ impl Snapshot {
     }
 }
 
-/// Every pool of one kind, as a re-list of its watch tells the registry.
-/// A fresh list of every served pool kind, one `PoolsListed` change per kind.
+/// A fresh list of every served pool kind, one `PoolsListed` change per kind, as a re-list of
+/// its watch tells the registry.
 struct ListedPools(Vec<Change>);
 
 impl EachKind for ListedPools {

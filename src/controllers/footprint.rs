@@ -52,18 +52,27 @@ impl RegistryFootprint {
         RegistryFootprint(registry)
     }
 
-    /// Records the holds of `reservations` and `addresses` as the watches do; objects that hold
-    /// nothing inpool can read are skipped.
-    pub fn hold(&mut self, reservations: &[IPAddressReservation], addresses: &[IPAddress]) {
+    /// Records the holds of `reservations` and `addresses` as the watches do; returns how many
+    /// it recorded (objects that hold nothing inpool can read are skipped, as the watches skip
+    /// them).
+    pub fn hold(
+        &mut self,
+        reservations: &[IPAddressReservation],
+        addresses: &[IPAddress],
+    ) -> usize {
+        let mut recorded = 0;
         for reservation in reservations {
             if let (Some(name), Some(hold)) = (&reservation.metadata.name, hold_of(reservation)) {
                 self.0.apply(Change::Reservation(name.clone(), hold));
+                recorded += 1;
             }
         }
         for address in addresses {
             if let Some(hold) = address_hold(address) {
                 self.0.apply(Change::Address(address_key(address), hold));
+                recorded += 1;
             }
         }
+        recorded
     }
 }

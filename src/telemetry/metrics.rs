@@ -115,7 +115,7 @@ struct Inner {
     leader: Gauge,
 }
 
-/// The kinds of drift the audit reports (`controllers::registry::Change::kind`, and the
+/// The kinds of drift the audit reports (`controllers::state::Change::kind`, and the
 /// allocator recount).
 pub const DRIFT_KINDS: [&str; 4] = ["pool", "reservation", "address", "allocator"];
 

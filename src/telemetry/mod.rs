@@ -2,7 +2,8 @@
 //! servers for `/metrics`, `/healthz` and `/readyz`.
 //!
 //! - [`logging`]: `tracing` subscriber, text or JSON, filtered by an EnvFilter directive;
-//! - [`metrics`]: [`Metrics`], the registry the controllers record into (names in docs/operations.md);
+//! - [`metrics`]: [`Metrics`], the registry the controllers record into (names in
+//!   docs/operations.md);
 //! - [`server`]: [`HealthState`] and the plain HTTP servers (health; insecure `/metrics`);
 //! - [`diagnostics`]: `/metrics` over HTTPS for callers the API server authenticates and
 //!   authorizes.

@@ -1,6 +1,6 @@
 // Cluster API Provider vSphere (CAPV) v1.14.0's manager and a govmomi v0.51.0 vCenter simulator,
 // built from the Go module proxy for inpool's end-to-end test with a real infrastructure provider
-// (tests/capv.rs). Test-only. A module of its own: CAPV 1.14.0 is built on Cluster API v1.11 and
+// (tests/capv/main.rs). Test-only. A module of its own: CAPV 1.14.0 is built on Cluster API v1.11 and
 // k8s.io/* v0.33, which cannot share a module graph with testenv/ and testenv/capi (v0.36).
 module github.com/inpool/inpool/testenv/capv
 

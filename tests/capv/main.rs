@@ -287,8 +287,8 @@ where
     .await;
 }
 
-/// Prints what `kubectl get vspherevms,ipaddressclaims,ipaddresses` shows in `ns` (docs/contract.md's
-/// "Tested with" screen comes from here), when kubectl is installed.
+/// Prints what `kubectl get vspherevms,ipaddressclaims,ipaddresses` shows in `ns`
+/// (docs/contract.md's "Tested with" screen comes from here), when kubectl is installed.
 fn show_kubectl_get(ns: &str) {
     let kubeconfig = support::capv_env().kubeconfig();
     if let Ok(output) = std::process::Command::new("kubectl")

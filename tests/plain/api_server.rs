@@ -1,5 +1,5 @@
-//! inpool's API on a real API server (the test control plane of `inpool_testenv::support`): the pool
-//! CRDs accept the valid corpus and refuse the invalid one with the expected messages; objects
+//! inpool's API on a real API server (the test control plane of `inpool_testenv::support`): the
+//! pool CRDs accept the valid corpus and refuse the invalid one with the expected messages; objects
 //! written from the Rust types are accepted by CAPI's own CRDs; inpool's status writes leave
 //! what others wrote alone.
 

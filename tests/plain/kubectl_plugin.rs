@@ -38,7 +38,7 @@ async fn pools_claims_who_has_and_why_answer_from_the_api() {
     let _controller = start_controller(&client, &ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
-    create(&pools, &pool("small", &["10.44.0.10-10.44.0.11"], 24, None)).await;
+    create(&pools, &pool("small", &["10.47.0.10-10.47.0.11"], 24, None)).await;
     // Created one after the other, a second apart (creation times have whole seconds; the queue
     // orders ties by name), so that the queue order is the creation order.
     for name in ["first", "second", "third", "fourth"] {
@@ -133,7 +133,7 @@ async fn pools_claims_who_has_and_why_answer_from_the_api() {
     assert_eq!(holders[0]["ipAddress"], "first");
     assert_eq!(holders[0]["pool"], "InClusterIPPool/small");
     assert!(holders[0]["reservation"].is_string(), "{holders:?}");
-    assert!(plugin(&["who-has", "10.44.9.9"]).contains("nobody holds 10.44.9.9"));
+    assert!(plugin(&["who-has", "10.47.9.9"]).contains("nobody holds 10.47.9.9"));
 
     // why: the queue place, a missing pool, a paused Cluster, a realised claim.
     let third = plugin(&["why", "third", "-n", &ns]);

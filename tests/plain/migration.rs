@@ -7,12 +7,12 @@
 //! - its prefix pool CRDs (`../shared/fixtures/in-cluster-prefix/`, v1alpha2 only);
 //! - pools, claims and addresses as it leaves them (IP pools and a prefix pool, whose claim's
 //!   `IPAddress` holds a sub-prefix's first address and the allocation length): pools with its
-//!   `ProtectPool` finalizer and its counts but no conditions; claims with `ReleaseAddress` and `status.addressRef`;
-//!   `IPAddress`es with `ProtectAddress`, owner references and the cluster-name label; no
-//!   reservations.
+//!   `ProtectPool` finalizer and its counts but no conditions; claims with `ReleaseAddress` and
+//!   `status.addressRef`; `IPAddress`es with `ProtectAddress`, owner references and the
+//!   cluster-name label; no reservations.
 //!
-//! The steps of docs/operations.md are then followed: the webhook configurations are removed (while they
-//! exist every pool write fails); inpool's rendered components are applied with server-side
+//! The steps of docs/operations.md are then followed: the webhook configurations are removed (while
+//! they exist every pool write fails); inpool's rendered components are applied with server-side
 //! apply and `--force-conflicts`, taking over the pool CRDs (refused while `v1alpha1` is among
 //! the CRD's stored versions, accepted once it is not); the reference's conversion webhook,
 //! which the takeover leaves on the CRDs, is removed; and the `inpool` binary runs as its
@@ -387,9 +387,9 @@ async fn claim_reconciles(inpool: &Inpool) -> Option<u64> {
     Some(n as u64)
 }
 
-/// The migration and upgrade commands of docs/operations.md. Each runs as the literal `kubectl` command when
-/// kubectl is installed, and as the same API requests otherwise (kubectl is not a prerequisite
-/// of the tests).
+/// The migration and upgrade commands of docs/operations.md. Each runs as the literal `kubectl`
+/// command when kubectl is installed, and as the same API requests otherwise (kubectl is not a
+/// prerequisite of the tests).
 struct Steps {
     client: Client,
     kubeconfig: PathBuf,

@@ -105,8 +105,8 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
         "objects left after deleting every claim"
     );
     let release = run.release.as_ref().expect("every claim was released");
-    // Releasing costs 4 writes and one Event per claim (docs/contract.md, "API writes per claim"); waking a
-    // deleting claim again (e.g. when its own IPAddress goes) would run the release twice.
+    // Releasing costs 4 writes and one Event per claim (docs/contract.md, "API writes per claim");
+    // waking a deleting claim again (e.g. when its own IPAddress goes) would run the release twice.
     assert!(
         release.writes_per_claim <= 5.0 * 1.02,
         "release: {} writes per claim, expected at most 5: {:?}",
@@ -114,10 +114,11 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
         release.writes_per_claim_by_resource
     );
 
-    // The writes per claim of docs/contract.md ("API writes per claim"): finalizer patch, reservation,
-    // IPAddress, status, and one Event: at most that (an upper bound only, as the last Events
-    // may land after the last Ready was seen). The slack (2%) is for a retry after a transient
-    // API error; writing any of them again per claim (e.g. status on every reconcile) fails.
+    // The writes per claim of docs/contract.md ("API writes per claim"): finalizer patch,
+    // reservation, IPAddress, status, and one Event: at most that (an upper bound only, as the last
+    // Events may land after the last Ready was seen). The slack (2%) is for a retry after a
+    // transient API error; writing any of them again per claim (e.g. status on every reconcile)
+    // fails.
     let writes = |resource: &str, subresource: &str| {
         run.requests
             .iter()

@@ -114,7 +114,7 @@ impl CacheWriter {
 }
 
 /// How soon the watch's news of a claim is to be reconciled: a realised claim only needs
-/// confirming, and waits behind everything else (see the module).
+/// confirming, and waits behind everything else (see `runtime::controller`, "Order").
 fn urgency(claim: &CachedClaim) -> Urgency {
     if claim.is_realised() {
         Urgency::Routine

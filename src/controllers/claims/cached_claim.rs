@@ -1,5 +1,6 @@
 //! The claim cache's entry: what the claim reconciler reads of an `IPAddressClaim`, and nothing
-//! else: memory per claim is what the claim cache costs. The claim watch reads each `IPAddressClaim` as a
+//! else: memory per claim is what the claim cache costs. The claim watch reads each
+//! `IPAddressClaim` as a
 //! [`WatchedClaim`], cut down as it is deserialised, and the claim cache
 //! ([`super::cache`]) keeps one [`CachedClaim`] per claim instead of the object.
 //!

@@ -1,8 +1,8 @@
 //! The `IPAddressClaim` reconciler: the IPAM contract, with a `Ready` condition that tells the
 //! truth about every claim (see docs/contract.md).
 //!
-//! It decides nothing about addresses itself: [`crate::controllers::state::plan`] does, from the registry. It runs
-//! the claim's lifecycle and performs each step against the API server:
+//! It decides nothing about addresses itself: [`crate::controllers::state::plan`] does, from the
+//! registry. It runs the claim's lifecycle and performs each step against the API server:
 //!
 //! - a live claim: ownership filter → pause and Cluster checks → finalizer (`realise`'s
 //!   lifecycle part); then [`plan::plan`] → `Ready`, or a live look-up that adopts an existing
@@ -698,7 +698,8 @@ async fn set_claim_finalizer(
     Ok(())
 }
 
-/// Remembers that `written`, our write, replaced the cached `claim` (see [`crate::controllers::claims::own_writes`]).
+/// Remembers that `written`, our write, replaced the cached `claim` (see
+/// [`crate::controllers::claims::own_writes`]).
 fn note_own_write(ctx: &Context, claim: &CachedClaim, written: &IPAddressClaim) {
     ctx.own_writes().record(
         claim.key(),

@@ -97,7 +97,9 @@ impl Context {
     /// Runs `step` with `ip` held in flight in `pool` (the planner put it there), then ends the
     /// hold, however `step` ended: from then on the address stays used only while a reservation
     /// or an `IPAddress` holds it, and the claims its release can serve are woken. Every
-    /// allocation the planner starts ends here, so none can stay in flight on an early return.
+    /// allocation the planner starts ends here, so none stays in flight on an early return or
+    /// an error. (A reconcile is dropped unfinished only when the whole run ends, and the
+    /// registry with it.)
     pub async fn in_flight<T>(
         &self,
         pool: &PoolKey,

@@ -1,8 +1,8 @@
 //! The watches: one per kind, each shared by everything that reads that kind. They keep the
 //! stores the reconcilers read (pools, Clusters, claims), feed the
-//! [`Registry`](crate::controllers::state::Registry) from pools, reservations and `IPAddress`es, wake the
-//! claims that a change can serve, and trigger the pool and reuse-grace controllers. Event-driven:
-//! nothing here polls.
+//! [`Registry`](crate::controllers::state::Registry) from pools, reservations and `IPAddress`es,
+//! wake the claims that a change can serve, and trigger the pool and reuse-grace controllers.
+//! Event-driven: nothing here polls.
 //!
 //! Who reads each watch:
 //! - `InClusterIPPool`, `GlobalInClusterIPPool`, `InClusterPrefixPool`,
@@ -585,8 +585,8 @@ where
 }
 
 /// The store and subscription of a pool kind that is not watched (not served, see
-/// [`crate::controllers::sources::served`]): empty, and synced from the start, so that waiting for the caches does not
-/// wait for it.
+/// [`crate::controllers::sources::served`]): empty, and synced from the start, so that waiting for
+/// the caches does not wait for it.
 pub(crate) fn unserved_pools<P>() -> (Store<P>, Subscription<P>)
 where
     P: IPPool + Debug + serde::de::DeserializeOwned,

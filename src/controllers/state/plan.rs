@@ -1,7 +1,8 @@
 //! The claim planner: what a claim needs next, decided from the registry alone, under one lock,
-//! with no API call. The claim reconciler ([`crate::controllers::claims::reconcile`]) asks, performs the step against the
-//! API server, reports the outcome back to the registry, and asks again when a step did not
-//! settle the claim (an address taken meanwhile, a reservation that turned out stale).
+//! with no API call. The claim reconciler ([`crate::controllers::claims::reconcile`]) asks,
+//! performs the step against the API server, reports the outcome back to the registry, and asks
+//! again when a step did not settle the claim (an address taken meanwhile, a reservation that
+//! turned out stale).
 //!
 //! For a live claim, once its lifecycle gates (pause, Cluster, finalizer) are passed:
 //!

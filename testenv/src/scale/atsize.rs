@@ -1,5 +1,5 @@
-//! The scenarios at size (restart, idle, trickle), run on a single-pool scenario once its N claims are Ready, with
-//! the provider that realised them:
+//! The scenarios at size (restart, idle, trickle), run on a single-pool scenario once its N claims
+//! are Ready, with the provider that realised them:
 //!
 //! - **restart**: the provider is stopped and a new process started, twice. The first new
 //!   process only catches up (nothing changes meanwhile): time to `/readyz`, API writes and reads

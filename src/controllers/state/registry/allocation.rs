@@ -99,9 +99,9 @@ impl Registry {
     }
 
     /// Ends an in-flight allocation: the address stays used only while a record (a reservation
-    /// or an `IPAddress`, applied as a [`Change`](super::Change) by whoever learnt of it) holds it, so nothing
-    /// can keep an address used that no object holds. Returns the claims to wake when it became
-    /// free.
+    /// or an `IPAddress`, applied as a [`Change`](super::Change) by whoever learnt of it) holds it,
+    /// so nothing can keep an address used that no object holds. Returns the claims to wake when it
+    /// became free.
     pub fn finish(&mut self, pool: &PoolKey, ip: IpAddr) -> Vec<ObjectKey> {
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);

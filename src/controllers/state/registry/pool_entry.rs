@@ -19,9 +19,10 @@ pub(super) struct PoolEntry {
     /// Records holding each unit (see [`Self::unit`]).
     pub(super) holds: HashMap<IpAddr, u32>,
     /// Addresses being allocated by this process, as the caller gave them (not mapped to their
-    /// unit): [`super::Registry::finish`] then removes exactly what [`super::Registry::hold_in_flight`] added,
-    /// whatever the pool's state in between (a pool paused meanwhile has no allocator to map
-    /// with). Compare with [`Self::unit`] through [`Self::unit_in_flight`].
+    /// unit): [`super::Registry::finish`] then removes exactly what
+    /// [`super::Registry::hold_in_flight`] added, whatever the pool's state in between (a pool
+    /// paused meanwhile has no allocator to map with). Compare with [`Self::unit`] through
+    /// [`Self::unit_in_flight`].
     pub(super) in_flight: HashSet<IpAddr>,
     pub(super) waiting: BTreeSet<QueuedClaim>,
 }

@@ -1,0 +1,15 @@
+//! The `inpool` binary as a process, cluster-wide as deployed, on a plain test control plane of
+//! this binary's own (`inpool_testenv::support::env`): the process and leader election
+//! (`binary`), secure `/metrics` and a real Prometheus scrape (`diagnostics`), the rendered
+//! components and their RBAC (`packaging`), real claims as the ServiceAccount
+//! (`service_account`) and two processes sharing the claims (`scale_out`).
+//!
+//! A bed of its own: a process that runs the controllers cluster-wide acts on every namespace's
+//! pools and claims, so it must not share a control plane with tests that expect only their own
+//! controller there. The tests here take turns (`one_inpool_test_at_a_time`).
+
+mod binary;
+mod diagnostics;
+mod packaging;
+mod scale_out;
+mod service_account;
