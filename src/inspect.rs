@@ -403,7 +403,7 @@ fn pool_row<P: IPPool>(pool: &P, addresses: &[IPAddress], claims: &[IPAddressCla
             && pool_ref.name == name
             && (namespace.is_none() || object_namespace == namespace)
     };
-    let parsed = crate::controllers::state::facts::parse_spec(pool.spec_of());
+    let parsed = facts::parse_spec(pool.spec_of());
     let family = match &parsed {
         Ok(ParsedSpec::Addresses(p)) if p.family() == Family::V4 => "IPv4".to_string(),
         Ok(ParsedSpec::Addresses(_)) => "IPv6".to_string(),

@@ -44,9 +44,9 @@ use kube::{Resource, ResourceExt};
 
 use crate::api::ObjectKey;
 use crate::api::{ADDRESS_FINALIZER, IPAddress, IPAddressClaim, PoolKey};
-use crate::controllers::runtime::Context;
 use crate::controllers::runtime::error::Error;
 use crate::controllers::runtime::finalizers::{Outcome, remove_address_protection};
+use crate::controllers::runtime::{Context, scoped};
 use crate::controllers::sources::pool_kinds::{EachKind, PoolLanes, PoolObject};
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of, records_claim};
@@ -190,7 +190,7 @@ impl Snapshot {
         let mut held: HashSet<u64> = HashSet::new();
         let mut deleting = Vec::new();
         let mut addresses = ListedHolds::default();
-        let api = crate::controllers::runtime::scoped::<IPAddress>(client, settings);
+        let api = scoped::<IPAddress>(client, settings);
         for_each_page(&api, |page| {
             let mut facts = Vec::with_capacity(page.len());
             for address in page {

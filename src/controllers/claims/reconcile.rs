@@ -15,7 +15,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::controllers::runtime::events::EventType;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -34,14 +33,15 @@ use crate::api::{
 use crate::api::{ObjectKey, PoolKey, Scope};
 use crate::controllers::claims::cached_claim::CachedClaim;
 use crate::controllers::runtime::controller::Action;
-use crate::controllers::runtime::error::Error;
+use crate::controllers::runtime::error::{Error, retry_delay, settle_named};
+use crate::controllers::runtime::events::EventType;
 use crate::controllers::runtime::finalizers;
 use crate::controllers::runtime::{Context, MANAGER, delete_if_present};
 use crate::controllers::state::Allocation;
-use crate::controllers::state::facts::{address_hold, address_key};
+use crate::controllers::state::facts::{self, address_hold, address_key};
 use crate::controllers::state::plan::{self, Step};
 use crate::controllers::state::reservation::{
-    IPAddressReservation, hold_of, new_reservation, records_claim,
+    IPAddressReservation, hold_of, new_reservation, records_claim, release_patch,
 };
 use crate::controllers::state::{Change, Unready};
 
@@ -68,16 +68,11 @@ pub async fn reconcile(claim: Arc<CachedClaim>, ctx: Arc<Context>) -> Result<Act
     } else {
         realise(&claim, &key, &pool, &ctx).await
     };
-    crate::controllers::runtime::error::settle_named("claim", key.to_string(), &ctx, result)
+    settle_named("claim", key.to_string(), &ctx, result)
 }
 
 pub fn error_policy(claim: Arc<CachedClaim>, error: &Error, ctx: Arc<Context>) -> Action {
-    Action::requeue(crate::controllers::runtime::error::retry_delay(
-        "claim",
-        claim.key().to_string(),
-        error,
-        &ctx,
-    ))
+    Action::requeue(retry_delay("claim", claim.key().to_string(), error, &ctx))
 }
 
 enum Gate {
@@ -150,7 +145,7 @@ async fn realise(
     if let Some(existing) = addresses.get_opt(&key.name).await? {
         return adopt(claim, key, pool, ctx, &existing).await;
     }
-    let queued = crate::controllers::state::facts::queued(claim.creation_timestamp(), key);
+    let queued = facts::queued(claim.creation_timestamp(), key);
     let mut rejected = Vec::new();
     for _ in 0..MAX_TAKEN_RETRIES {
         let allocation = ctx.update_registry(|registry| {
@@ -645,7 +640,7 @@ async fn keep_released(
     let until = k8s_openapi::jiff::Timestamp::now()
         .checked_add(grace)
         .unwrap_or(k8s_openapi::jiff::Timestamp::MAX);
-    let patch = crate::controllers::state::reservation::release_patch(until);
+    let patch = release_patch(until);
     match reservations
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await

@@ -12,7 +12,7 @@ use kube::api::{Api, DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 
 use crate::controllers::runtime::Context;
-use crate::controllers::runtime::error::Error;
+use crate::controllers::runtime::error::{self, Error};
 use crate::controllers::state::reservation::IPAddressReservation;
 
 pub async fn reconcile(
@@ -20,7 +20,7 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let result = free_when_due(&reservation, &ctx).await;
-    crate::controllers::runtime::error::settle("reuse-grace", &*reservation, &ctx, result)
+    error::settle("reuse-grace", &*reservation, &ctx, result)
 }
 
 async fn free_when_due(reservation: &IPAddressReservation, ctx: &Context) -> Result<Action, Error> {
@@ -58,7 +58,7 @@ pub fn error_policy(
     error: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    crate::controllers::runtime::error::error_policy("reuse-grace", &*reservation, error, &ctx)
+    error::error_policy("reuse-grace", &*reservation, error, &ctx)
 }
 
 /// How long until `until`, or `None` when it is due (or unknown: never hold an address forever).

@@ -22,10 +22,11 @@ use crate::api::{
     ConditionStatus, DesiredCondition, IPAddressesStatus, IPPool, InClusterIPPoolStatus,
     PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
 };
-use crate::controllers::runtime::error::Error;
+use crate::controllers::runtime::error::{self, Error};
 use crate::controllers::runtime::{Context, MANAGER, delete_if_present, finalizers};
 use crate::controllers::sources::pool_kinds::PoolObject;
 use crate::controllers::sources::watch::Subscription;
+use crate::controllers::state::facts::pool_state;
 use crate::controllers::state::reservation::IPAddressReservation;
 use crate::controllers::state::{Holder, Unready};
 
@@ -56,14 +57,14 @@ pub async fn run<P: PoolObject>(
             .controller()
             .reconcile_on(wakes)
             .run(reconcile, error_policy, ctx.clone());
-    crate::controllers::runtime::error::drain(ctx, "pool", outcomes).await;
+    error::drain(ctx, "pool", outcomes).await;
 }
 
 #[tracing::instrument(skip_all, fields(pool = %pool.key()))]
 pub async fn reconcile<P: PoolObject>(pool: Arc<P>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconcile("pool");
     let result = reconcile_pool(&*pool, &ctx).await;
-    crate::controllers::runtime::error::settle("pool", &*pool, &ctx, result)
+    error::settle("pool", &*pool, &ctx, result)
 }
 
 async fn reconcile_pool<P: PoolObject>(pool: &P, ctx: &Context) -> Result<Action, Error> {
@@ -106,7 +107,7 @@ async fn reconcile_pool<P: PoolObject>(pool: &P, ctx: &Context) -> Result<Action
 }
 
 pub fn error_policy<P: PoolObject>(pool: Arc<P>, error: &Error, ctx: Arc<Context>) -> Action {
-    crate::controllers::runtime::error::error_policy("pool", &*pool, error, &ctx)
+    error::error_policy("pool", &*pool, error, &ctx)
 }
 
 /// How long to wait before this pool's status may be written again, if at all.
@@ -222,7 +223,7 @@ fn condition(
 }
 
 fn ready_condition<P: IPPool>(pool: &P, key: &PoolKey, out_of_range: usize) -> DesiredCondition {
-    match crate::controllers::state::facts::pool_state(pool) {
+    match pool_state(pool) {
         Ok(_) => condition(
             READY_CONDITION,
             ConditionStatus::True,

@@ -22,6 +22,7 @@ use crate::api::{
     PAUSED_ANNOTATION, PoolKey, PoolKind, PoolSpecRef,
 };
 use crate::cli::Settings;
+use crate::controllers::pools::status;
 use crate::controllers::runtime::{Context, object_ref, scoped};
 
 /// What the controllers need of each pool kind besides [`IPPool`]: where its objects are read
@@ -235,7 +236,7 @@ impl PoolInputs {
     pub async fn run(self, ctx: &Arc<Context>) {
         async fn one<P: PoolObject>(ctx: &Arc<Context>, input: LaneInput<P>) {
             if input.served {
-                crate::controllers::pools::status::run(ctx, input.subscription, input.wakes).await;
+                status::run(ctx, input.subscription, input.wakes).await;
             }
         }
         futures::join!(

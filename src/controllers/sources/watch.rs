@@ -46,12 +46,13 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::sync::Notify;
 
 use super::pool_kinds::{CachedPool, PoolInputs, PoolLanes};
+use super::served::ServedKinds;
 use crate::allocator::ParsedSpec;
 use crate::api::{Cluster, IPAddress, IPPool, ObjectKey, PAUSED_ANNOTATION, PoolKey};
 use crate::cli::Settings;
 use crate::controllers::claims::cache::ClaimCache;
 use crate::controllers::claims::cached_claim::CachedClaim;
-use crate::controllers::runtime::Context;
+use crate::controllers::runtime::{Context, error, scoped};
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of};
 use crate::controllers::state::{Change, HoldRecord, Unready};
@@ -520,7 +521,7 @@ pub fn start(
     client: &Client,
     settings: &Settings,
     claims: ClaimCache,
-    served: &crate::controllers::sources::served::ServedKinds,
+    served: &ServedKinds,
 ) -> (Stores, Feeds, Subscriptions) {
     let mut feeds = SelectAll::new();
 
@@ -528,7 +529,7 @@ pub fn start(
 
     let (clusters, writer) = reflector::store();
     feeds.push(watch(
-        crate::controllers::runtime::scoped::<Cluster>(client, settings),
+        scoped::<Cluster>(client, settings),
         Some(writer),
         None,
         cluster_facts,
@@ -545,7 +546,7 @@ pub fn start(
     ));
 
     feeds.push(watch(
-        crate::controllers::runtime::scoped::<IPAddress>(client, settings),
+        scoped::<IPAddress>(client, settings),
         None,
         None,
         address_facts,
@@ -616,7 +617,7 @@ pub async fn feed(ctx: Arc<Context>, Feeds(mut feeds): Feeds) -> anyhow::Result<
                     send();
                 }
             }
-            Err(e) => crate::controllers::runtime::error::watch_failed(&ctx, "feed", &e),
+            Err(e) => error::watch_failed(&ctx, "feed", &e),
         }
     }
     Ok(())
