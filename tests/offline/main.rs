@@ -1,6 +1,6 @@
 //! The tests that need no control plane: the allocators against naive models (property tests),
-//! inpool's API types and generated CRDs, the operations files checked by promtool, and the
-//! functions docs/architecture.md names.
+//! inpool's API types and generated CRDs, the operations files checked by promtool, the kustomize
+//! base and its optional components, and the functions docs/architecture.md names.
 
 #[path = "../data/pools/corpus.rs"]
 mod corpus;
@@ -9,6 +9,7 @@ mod props;
 mod allocator_props;
 mod api_schema;
 mod architecture;
+mod components;
 mod kustomize;
 mod operations;
 mod prefix_allocator_props;
