@@ -209,6 +209,13 @@ fn the_service_monitor_scrapes_the_metrics_service_with_the_metrics_reader_token
     assert_eq!(account, "inpool-metrics-reader");
     let service_account = find(&objects, "ServiceAccount", account);
     assert_eq!(namespace(service_account), namespace(secret));
+    // Kubernetes' token controller deletes a token Secret whose ServiceAccount it cannot find,
+    // so the ServiceAccount is applied first (`kubectl apply` follows the build's order).
+    let position = |o: &Value| objects.iter().position(|x| x == o).unwrap();
+    assert!(
+        position(service_account) < position(secret),
+        "the ServiceAccount {account} comes after its token Secret"
+    );
     let reader = find(&objects, "ClusterRole", "inpool-metrics-reader");
     assert_eq!(
         reader["rules"],
