@@ -202,9 +202,12 @@ async fn register_conversion(client: &Client, base: &str, ca_bundle: &[u8]) -> a
                 "strategy": "Webhook",
                 "webhook": {
                     "conversionReviewVersions": webhook["conversionReviewVersions"],
+                    // A CRD installed from CAPI's components names the webhook Service,
+                    // which a URL must replace (a client config names one of the two).
                     "clientConfig": {
                         "url": format!("{base}{path}"),
                         "caBundle": ByteString(ca_bundle.to_vec()),
+                        "service": null,
                     },
                 },
             }}});
