@@ -369,7 +369,8 @@ async fn serves_a_claim(client: &Client, inpool: &Inpool) {
 /// Deletes the `IPAMProvider` and checks that the operator removed what it installed, as
 /// clusterctl deletes a provider without `--include-crd` and `--include-namespace`: every object
 /// of the provider's namespace goes; the CRDs (with the pools of their kinds) and the namespace
-/// stay. The deletion orphans dependents, so the garbage collector removes none of them
+/// stay, and so do cluster-wide objects (ClusterRoles, ClusterRoleBindings) unless named with the
+/// namespace as prefix (`<namespace>-…`). The deletion orphans dependents, so the garbage collector removes none of them
 /// through their owner references to the provider: whatever goes, the operator deleted.
 async fn removed_with_its_provider(
     client: &Client,
@@ -407,7 +408,12 @@ async fn removed_with_its_provider(
                 assert!(present, "{object:?} stays, as clusterctl's delete keeps it")
             }
             (_, Some(_)) => assert!(!present, "the operator should have deleted {object:?}"),
-            (_, None) => {}
+            (_, None) => assert_eq!(
+                present,
+                !object.name.starts_with(&format!("{PROVIDER_NAMESPACE}-")),
+                "clusterctl's delete takes a cluster-wide object only when its name starts with \
+                 the provider's namespace: {object:?}"
+            ),
         }
     }
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
