@@ -1,7 +1,6 @@
-// kustomize v5.8.0, built from the Go module proxy for inpool's tests: it renders Cluster API
-// core's components from the Cluster API module's own config/ for the install through
-// cluster-api-operator (tests/operator/main.rs). Test-only. A module of its own so that its pins
-// never move another Go program's.
+// kustomize v5.8.0, built from the Go module proxy for inpool's tests: config/default must build
+// with a real kustomize into exactly the released components file. Test-only. A module of its own
+// so that kustomize's pins never move the other test programs'.
 module github.com/inpool/inpool/testenv/kustomize
 
 go 1.24.0

@@ -466,13 +466,15 @@ pub async fn client_from_kubeconfig(
     Client::try_from(config).context("building the Kubernetes client")
 }
 
-/// The `*.yaml` / `*.yml` files of `dir`, sorted by name (none if `dir` does not exist).
+/// The `*.yaml` / `*.yml` files of `dir` but its `kustomization.yaml` (which kustomize reads, not
+/// the API server), sorted by name (none if `dir` does not exist).
 pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|entries| {
             entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .filter(|p| !p.ends_with("kustomization.yaml"))
                 .collect()
         })
         .unwrap_or_default();
