@@ -84,10 +84,35 @@ impl Inpool {
                 command.arg("--diagnostics-cert-dir").arg(dir);
             }
         }
-        let mut child = command
+        command
             .args(args)
             .env_remove("POD_NAMESPACE")
-            .env_remove("RUST_LOG")
+            .env_remove("RUST_LOG");
+        Inpool::spawn(name, command)
+    }
+
+    /// Starts `BINARY ARGS` with exactly the environment `env` (nothing inherited), as a
+    /// container of a Deployment runs it: the caller passes the container's args and env (and
+    /// `KUBECONFIG`). The args must ask for JSON logs (`--log-format=json`); returns once the
+    /// health and diagnostics servers listen.
+    pub fn start_as_deployed(
+        binary: impl AsRef<Path>,
+        name: &str,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Inpool {
+        let mut command = Command::new(binary.as_ref());
+        command
+            .args(args)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        Inpool::spawn(name, command)
+    }
+
+    /// Spawns `command` (its stderr collected as log lines) and waits until the log says where
+    /// `/healthz` and `/metrics` are served.
+    fn spawn(name: &str, mut command: Command) -> Inpool {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
