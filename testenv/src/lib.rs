@@ -3,8 +3,9 @@
 //!
 //! - This module: the local control plane (etcd + kube-apiserver + the garbage-collector and
 //!   namespace controllers) built from the Go sources beside this crate.
-//! - [`capi`], [`capv`]: Cluster API core and clusterctl, and CAPV with a vCenter simulator, built
-//!   from the Go module proxy and run against that control plane.
+//! - [`capi`], [`capv`], [`operator`]: Cluster API core and clusterctl, CAPV with a vCenter
+//!   simulator, and cluster-api-operator, built from the Go module proxy and run against that
+//!   control plane; [`kustomize`] renders upstream kustomizations.
 //! - [`support`]: the tests' shared control planes (one per test binary and kind of bed), each
 //!   handing a test its own namespace.
 //! - [`common`]: what the integration tests share: object builders, waits, reads, invariants, an
@@ -37,6 +38,7 @@ pub mod capi;
 pub mod capv;
 pub mod common;
 pub mod kustomize;
+pub mod operator;
 pub mod scale;
 pub mod support;
 pub mod tethered;

@@ -1,6 +1,7 @@
 //! The `inpool` binary as a process, cluster-wide as deployed, on a plain test control plane of
 //! this binary's own (`inpool_testenv::support::env`): the process and leader election
-//! (`binary`), secure `/metrics` and a real Prometheus scrape (`diagnostics`), the rendered
+//! (`binary`), secure `/metrics` and a real Prometheus scrape (`diagnostics`), Cluster API's
+//! controller-runtime dashboard over inpool's metrics (`dashboard`), the rendered
 //! components and their RBAC (`packaging`), real claims as the ServiceAccount
 //! (`service_account`) and two processes sharing the claims (`scale_out`).
 //!
@@ -9,6 +10,7 @@
 //! controller there. The tests here take turns (`one_inpool_test_at_a_time`).
 
 mod binary;
+mod dashboard;
 mod diagnostics;
 mod packaging;
 mod scale_out;
