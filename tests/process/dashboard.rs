@@ -25,7 +25,7 @@ use inpool_testenv::{capi, common, support};
 use kube::api::Api;
 use serde_json::{Value, json};
 
-use super::diagnostics::{encode, free_port, prometheus_api, start_prometheus};
+use super::diagnostics::{KillOnDrop, encode, free_port, prometheus_api, start_prometheus};
 use common::{Inpool, claim, create, one_inpool_test_at_a_time, pool, unique};
 
 /// The families inpool exports that the dashboard reads: each query over one must return data.
@@ -61,7 +61,7 @@ const HISTOGRAMS: &[&str] = &[
 const POD: &str = "inpool-controller-manager-test";
 
 /// Every `(panel title, expression)` of the dashboard, rows and nested panels included.
-fn queries(dashboard: &Value) -> Vec<(String, String)> {
+pub(crate) fn queries(dashboard: &Value) -> Vec<(String, String)> {
     fn walk(panels: &Value, out: &mut Vec<(String, String)>) {
         for panel in panels.as_array().into_iter().flatten() {
             for target in panel["targets"].as_array().into_iter().flatten() {
@@ -106,8 +106,91 @@ fn metric_names(expr: &str) -> Vec<String> {
 }
 
 /// Grafana's rendering of a multi-value variable set to All for Prometheus: a regex alternation.
-fn all_of(values: &[String]) -> String {
+pub(crate) fn all_of(values: &[String]) -> String {
     format!("({})", values.join("|"))
+}
+
+/// A running `inpool` for one namespace's pool `dashboard` (three addresses, three claims
+/// realised and one waiting), scraped every second by a Prometheus of its own as the job
+/// `inpool`, with the labels the Kubernetes service discovery would add (`pod`, `container`).
+pub(crate) struct Scraped {
+    pub(crate) client: kube::Client,
+    pub(crate) ns: String,
+    pub(crate) claims: Api<IPAddressClaim>,
+    pub(crate) inpool: Inpool,
+    pub(crate) web: std::net::SocketAddr,
+    pub(crate) dir: std::path::PathBuf,
+    _prometheus: KillOnDrop,
+}
+
+impl Scraped {
+    /// Starts both; `name` names the Lease, the process and Prometheus's directory. The caller
+    /// holds its turn (`one_inpool_test_at_a_time`).
+    pub(crate) async fn start(name: &str) -> Scraped {
+        let (client, ns) = support::env().namespace().await;
+        create(
+            &Api::<InClusterIPPool>::namespaced(client.clone(), &ns),
+            &pool("dashboard", &["10.89.0.10-10.89.0.12"], 24, None),
+        )
+        .await;
+        let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+        // Three realised, one waiting for space.
+        for claim_name in ["a", "b", "c", "d"] {
+            create(&claims, &claim(claim_name, "dashboard")).await;
+        }
+        let lease = unique(name);
+        let inpool = Inpool::start(
+            env!("CARGO_BIN_EXE_inpool"),
+            name,
+            support::env().kubeconfig(),
+            &[
+                &format!("--namespace={ns}"),
+                "--leader-elect",
+                &format!("--leader-election-namespace={ns}"),
+                &format!("--leader-election-lease-name={lease}"),
+            ],
+        );
+        let dir = std::env::temp_dir().join(unique(&format!("inpool-{name}")));
+        std::fs::create_dir_all(&dir).unwrap();
+        let web: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let config = json!({
+            "global": { "scrape_interval": "1s", "evaluation_interval": "1s" },
+            "scrape_configs": [{
+                "job_name": "inpool",
+                "static_configs": [{
+                    "targets": [inpool.diagnostics_addr().to_string()],
+                    "labels": { "pod": POD, "container": "manager" },
+                }],
+            }],
+        });
+        let prometheus = start_prometheus(&dir, web, &config);
+        Scraped {
+            client,
+            ns,
+            claims,
+            inpool,
+            web,
+            dir,
+            _prometheus: prometheus,
+        }
+    }
+
+    /// What Prometheus and inpool said, for a failure's message.
+    pub(crate) fn logs(&self) -> String {
+        format!(
+            "Prometheus log:\n{}\ninpool logs:\n{}",
+            std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default(),
+            self.inpool.logs()
+        )
+    }
+}
+
+impl Drop for Scraped {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
 }
 
 #[tokio::test]
@@ -128,44 +211,8 @@ async fn capi_controller_runtime_dashboard_queries_return_data_for_inpool() {
     assert!(queries.len() > 40, "{} queries", queries.len());
 
     let _turn = one_inpool_test_at_a_time().await;
-    let (client, ns) = support::env().namespace().await;
-    create(
-        &Api::<InClusterIPPool>::namespaced(client.clone(), &ns),
-        &pool("dashboard", &["10.89.0.10-10.89.0.12"], 24, None),
-    )
-    .await;
-    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
-    // Three realised, one waiting for space.
-    for name in ["a", "b", "c", "d"] {
-        create(&claims, &claim(name, "dashboard")).await;
-    }
-    let lease = unique("dashboard");
-    let inpool = Inpool::start(
-        env!("CARGO_BIN_EXE_inpool"),
-        "dashboard",
-        support::env().kubeconfig(),
-        &[
-            &format!("--namespace={ns}"),
-            "--leader-elect",
-            &format!("--leader-election-namespace={ns}"),
-            &format!("--leader-election-lease-name={lease}"),
-        ],
-    );
-
-    let dir = std::env::temp_dir().join(unique("inpool-dashboard"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let web: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let config = json!({
-        "global": { "scrape_interval": "1s", "evaluation_interval": "1s" },
-        "scrape_configs": [{
-            "job_name": "inpool",
-            "static_configs": [{
-                "targets": [inpool.diagnostics_addr().to_string()],
-                "labels": { "pod": POD, "container": "manager" },
-            }],
-        }],
-    });
-    let _prometheus = start_prometheus(&dir, web, &config);
+    let scraped = Scraped::start("dashboard").await;
+    let (web, inpool, claims) = (scraped.web, &scraped.inpool, &scraped.claims);
     let query = |expr: String| async move {
         prometheus_api(web, &format!("query?query={}", encode(&expr))).await
     };
@@ -198,16 +245,14 @@ async fn capi_controller_runtime_dashboard_queries_return_data_for_inpool() {
         }
         assert!(
             Instant::now() < deadline,
-            "Prometheus has no controller_runtime series of inpool after 60 s: {answer:?}; \
-             Prometheus log:\n{}\ninpool logs:\n{}",
-            std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default(),
-            inpool.logs()
+            "Prometheus has no controller_runtime series of inpool after 60 s: {answer:?}; {}",
+            scraped.logs()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     // Work while Prometheus watches, so that the rates have something to show: a claim more,
     // one released, then a few scrapes.
-    create(&claims, &claim("e", "dashboard")).await;
+    create(claims, &claim("e", "dashboard")).await;
     claims
         .delete("a", &kube::api::DeleteParams::default())
         .await
@@ -294,5 +339,4 @@ async fn capi_controller_runtime_dashboard_queries_return_data_for_inpool() {
         "{checked} of the dashboard's {} queries read inpool's families; all returned data",
         queries.len()
     ));
-    let _ = std::fs::remove_dir_all(&dir);
 }
