@@ -5,6 +5,8 @@
 //!   namespace controllers) built from the Go sources beside this crate.
 //! - [`capi`], [`capv`]: Cluster API core and clusterctl, and CAPV with a vCenter simulator, built
 //!   from the Go module proxy and run against that control plane.
+//! - [`release`]: what checks the release: actionlint and krew, built from the Go module proxy,
+//!   and the image's static binary.
 //! - [`support`]: the tests' shared control planes (one per test binary and kind of bed), each
 //!   handing a test its own namespace.
 //! - [`common`]: what the integration tests share: object builders, waits, reads, invariants, an
@@ -36,6 +38,7 @@ use kube::{Client, Config};
 pub mod capi;
 pub mod capv;
 pub mod common;
+pub mod release;
 pub mod scale;
 pub mod support;
 pub mod tethered;

@@ -1,6 +1,7 @@
 //! The tests that need no control plane: the allocators against naive models (property tests),
-//! inpool's API types and generated CRDs, the operations files checked by promtool, and the
-//! functions docs/architecture.md names.
+//! inpool's API types and generated CRDs, the operations files checked by promtool, the
+//! functions docs/architecture.md names, and the release's workflows, plugin archive and krew
+//! manifest.
 
 #[path = "../data/pools/corpus.rs"]
 mod corpus;
@@ -11,3 +12,4 @@ mod api_schema;
 mod architecture;
 mod operations;
 mod prefix_allocator_props;
+mod release;
