@@ -21,10 +21,18 @@
 //! - On shutdown the work is dropped and the Lease released; a standby reads the Lease every
 //!   `min(2 s, g)` and takes a released Lease at once.
 //!
-//! Timing, for a lease duration `d` (at least 3 s): grace `g = max(1 s, d/3)` (whole seconds);
-//! the holder renews `g` before expiry. A standby takes over a released Lease within about
-//! `min(2 s, g)`, and the Lease of a holder that died without releasing `d` after its last
-//! renewal (plus up to 1 s of random back-off, kube-lease-manager's, against collisions).
+//! Timing, for a lease duration `d` (whole seconds, at least 3), a renew deadline `D` and a retry
+//! period `r` (client-go's three, as Cluster API's `--leader-elect-*` flags name them):
+//! - the holder renews `r` after its last renewal (kube-lease-manager's grace is `d - r`);
+//! - the work stops `D` after the last confirmed renewal unless a newer one shows;
+//! - a standby reads the Lease every `r`, and takes a released Lease at once.
+//!
+//! They must satisfy `r + 0.5 s <= D < d`. Unset, they derive from `d`, with `g = max(1 s, d/3)`
+//! (whole seconds): `D = d - g/2`, `r = d - g` for the holder (half of `D` if `D` alone is
+//! given) and `min(2 s, g)` for a standby; 12.5 s, 10 s and 2 s for 15 s. A standby takes a
+//! released Lease within about `r`, and the Lease of a holder that died without releasing it
+//! `d` after its last renewal (plus up to 1 s of random back-off, kube-lease-manager's, against
+//! collisions).
 
 use std::future::Future;
 use std::time::{Duration, SystemTime};
@@ -44,7 +52,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// How long shutdown waits for the release of the Lease.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Timing derived from the lease duration (see the module docs).
+/// The holder's and the standby's timing (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
     /// Lease validity after a renewal.
@@ -57,16 +65,45 @@ pub struct Timing {
     pub standby_poll: Duration,
 }
 
+/// How much shorter than the renew deadline the retry period must be: time for the renewal to
+/// be written and read back.
+const RENEWAL_ROOM: Duration = Duration::from_millis(500);
+
 impl Timing {
-    pub fn new(duration: Duration) -> Timing {
-        let seconds = duration.as_secs().max(3);
-        let grace = (seconds / 3).max(1);
-        Timing {
-            duration: Duration::from_secs(seconds),
-            grace: Duration::from_secs(grace),
-            margin: Duration::from_millis(grace * 500),
-            standby_poll: Duration::from_secs(grace.min(2)),
+    /// The timing of `lease`, or why its renew deadline and retry period do not fit its
+    /// duration (naming the flags).
+    pub fn new(lease: &LeaseSettings) -> Result<Timing, String> {
+        let seconds = lease.duration.as_secs().max(3);
+        let duration = Duration::from_secs(seconds);
+        let derived_grace = (seconds / 3).max(1);
+        let deadline = lease
+            .renew_deadline
+            .unwrap_or(duration - Duration::from_millis(derived_grace * 500));
+        if deadline >= duration {
+            return Err(format!(
+                "--leader-elect-renew-deadline ({deadline:?}) must be shorter than the lease \
+                 duration ({duration:?}, --leader-elect-lease-duration)"
+            ));
         }
+        let renew_after = match (lease.retry_period, lease.renew_deadline) {
+            (Some(retry), _) => retry.as_secs(),
+            (None, Some(deadline)) => (deadline.as_secs() / 2).clamp(1, seconds - derived_grace),
+            (None, None) => seconds - derived_grace,
+        };
+        if Duration::from_secs(renew_after) + RENEWAL_ROOM > deadline {
+            return Err(format!(
+                "--leader-elect-retry-period ({renew_after}s) must be at least {RENEWAL_ROOM:?} \
+                 shorter than the renew deadline ({deadline:?}, --leader-elect-renew-deadline)"
+            ));
+        }
+        Ok(Timing {
+            duration,
+            grace: Duration::from_secs(seconds - renew_after),
+            margin: duration - deadline,
+            standby_poll: lease
+                .retry_period
+                .unwrap_or(Duration::from_secs(derived_grace.min(2))),
+        })
     }
 }
 
@@ -269,7 +306,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
-    let timing = Timing::new(lease.duration);
+    let timing = Timing::new(&lease).map_err(anyhow::Error::msg)?;
     let api: Api<Lease> = Api::namespaced(client.clone(), &lease.namespace);
     tokio::pin!(shutdown);
     health.set_leading(false);
@@ -393,20 +430,51 @@ where
 mod tests {
     use super::*;
 
+    fn lease(duration: u64, deadline_ms: Option<u64>, retry: Option<u64>) -> LeaseSettings {
+        LeaseSettings {
+            renew_deadline: deadline_ms.map(Duration::from_millis),
+            retry_period: retry.map(Duration::from_secs),
+            ..LeaseSettings::new("ns", "lease", "me", Duration::from_secs(duration))
+        }
+    }
+
     #[test]
-    fn timing_from_duration() {
-        let t = Timing::new(Duration::from_secs(15));
+    fn timing_derived_from_the_duration() {
+        let t = Timing::new(&lease(15, None, None)).unwrap();
         assert_eq!(t.grace, Duration::from_secs(5));
         assert_eq!(t.margin, Duration::from_millis(2500));
         assert_eq!(t.standby_poll, Duration::from_secs(2));
-        let t = Timing::new(Duration::from_secs(4));
+        let t = Timing::new(&lease(4, None, None)).unwrap();
         assert_eq!(t.grace, Duration::from_secs(1));
         assert_eq!(t.margin, Duration::from_millis(500));
         assert_eq!(t.standby_poll, Duration::from_secs(1));
         // Below the minimum, the minimum applies (grace must stay below duration).
-        let t = Timing::new(Duration::from_secs(1));
+        let t = Timing::new(&lease(1, None, None)).unwrap();
         assert_eq!(t.duration, Duration::from_secs(3));
         assert!(t.grace < t.duration);
+    }
+
+    #[test]
+    fn timing_of_cluster_apis_defaults() {
+        // controller-runtime's 15 s, 10 s and 2 s: renew every 2 s, stop 10 s after a renewal.
+        let t = Timing::new(&lease(15, Some(10_000), Some(2))).unwrap();
+        assert_eq!(t.grace, Duration::from_secs(13));
+        assert_eq!(t.margin, Duration::from_secs(5));
+        assert_eq!(t.standby_poll, Duration::from_secs(2));
+        // The deadline alone: renew at half of it.
+        let t = Timing::new(&lease(15, Some(10_000), None)).unwrap();
+        assert_eq!(t.grace, Duration::from_secs(10));
+        assert_eq!(t.margin, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn timing_that_cannot_work_is_refused() {
+        let error = Timing::new(&lease(15, Some(15_000), None)).unwrap_err();
+        assert!(error.contains("--leader-elect-renew-deadline"), "{error}");
+        let error = Timing::new(&lease(15, Some(10_000), Some(10))).unwrap_err();
+        assert!(error.contains("--leader-elect-retry-period"), "{error}");
+        let error = Timing::new(&lease(15, None, Some(13))).unwrap_err();
+        assert!(error.contains("--leader-elect-retry-period"), "{error}");
     }
 
     #[test]

@@ -3,11 +3,11 @@
 //! `--insecure-diagnostics`), connects to the API server and runs the controllers — under leader
 //! election with `--leader-elect` — until SIGTERM or SIGINT, then stops cleanly and exits 0.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::Parser;
 use kube::Client;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use tokio::sync::watch;
@@ -18,8 +18,8 @@ use inpool::telemetry::{HealthState, Metrics, Paths, diagnostics, logging, serve
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
-    logging::init(args.log_format, &args.log_level);
+    let args = Args::parse_checked();
+    logging::init(args.log_format, &args.log_filter());
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -31,6 +31,9 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "starting inpool");
+    for caveat in args.caveats() {
+        tracing::warn!("{caveat}");
+    }
     let settings = args.settings();
     let metrics = Metrics::new();
     let health = HealthState::with_metrics(&metrics);
@@ -61,13 +64,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     let diagnostics = args.diagnostics();
-    if diagnostics.deprecated_flag {
-        tracing::warn!(
-            "--metrics-bind-address (INPOOL_METRICS_BIND_ADDRESS) is deprecated: it stands for \
-             --diagnostics-address ADDR --insecure-diagnostics; drop it to serve /metrics over \
-             HTTPS with authentication on :8443"
-        );
-    }
     let mut servers = Vec::new();
     let secure = start_plain_servers(
         &args,
@@ -163,9 +159,50 @@ async fn run(args: Args) -> anyhow::Result<()> {
     result
 }
 
-/// Starts the plain HTTP servers: health, and `/metrics` with `--insecure-diagnostics` (one
-/// server when both addresses are equal). With secure diagnostics, binds their address and
-/// loads the certificate, and returns both: the server starts once the API client exists.
+/// The plain HTTP servers: health; `/metrics` with `--insecure-diagnostics`; the deprecated plain
+/// `/metrics` of `--metrics-bind-address`. Equal addresses make one server that answers all of
+/// their paths. The HTTPS diagnostics server needs a port of its own.
+fn plain_servers(
+    health: SocketAddr,
+    diagnostics: &DiagnosticsSettings,
+) -> anyhow::Result<Vec<(SocketAddr, Paths)>> {
+    let mut wanted = vec![(health, Paths::Health)];
+    if diagnostics.mode == DiagnosticsMode::Insecure {
+        wanted.push((diagnostics.address, Paths::Metrics));
+    }
+    wanted.extend(
+        diagnostics
+            .plain_metrics
+            .map(|address| (address, Paths::Metrics)),
+    );
+    let mut servers: Vec<(SocketAddr, Paths)> = Vec::new();
+    for (address, paths) in wanted {
+        match servers.iter_mut().find(|(a, _)| *a == address) {
+            Some((_, merged)) if *merged != paths => *merged = Paths::All,
+            Some(_) => {}
+            None => servers.push((address, paths)),
+        }
+    }
+    if let DiagnosticsMode::Secure { .. } = diagnostics.mode
+        && diagnostics.address.port() != 0
+        && let Some((address, _)) = servers.iter().find(|(a, _)| *a == diagnostics.address)
+    {
+        anyhow::bail!(
+            "--diagnostics-address and {} are both {address}: the diagnostics are served over \
+             HTTPS and the others over plain HTTP, so they need two ports",
+            if *address == health {
+                "--health-bind-address"
+            } else {
+                "--metrics-bind-address"
+            }
+        );
+    }
+    Ok(servers)
+}
+
+/// Starts the plain HTTP servers ([`plain_servers`]). With secure diagnostics, binds their
+/// address and loads the certificate, and returns both: the server starts once the API client
+/// exists.
 async fn start_plain_servers<F, Fut>(
     args: &Args,
     diagnostics: &DiagnosticsSettings,
@@ -178,44 +215,27 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let health_address = args.health_bind_address;
-    let mut plain = Vec::new();
+    let plain = plain_servers(args.health_bind_address, diagnostics)?;
     let mut secure = None;
-    match &diagnostics.mode {
-        DiagnosticsMode::Insecure if diagnostics.address == health_address => {
-            plain.push((health_address, Paths::All));
+    if let DiagnosticsMode::Secure { cert_dir } = &diagnostics.mode {
+        let (tls, loaded) = diagnostics::tls_config(cert_dir.as_deref(), &diagnostics.tls).await?;
+        if let Some(dir) = cert_dir {
+            // From the bytes loaded, so that a pair renewed since is picked up.
+            tokio::spawn(diagnostics::reload_certificates(
+                tls.clone(),
+                diagnostics.tls.clone(),
+                dir.clone(),
+                diagnostics::CERT_RELOAD_PERIOD,
+                loaded,
+            ));
         }
-        DiagnosticsMode::Insecure => {
-            plain.push((health_address, Paths::Health));
-            plain.push((diagnostics.address, Paths::Metrics));
-        }
-        DiagnosticsMode::Secure { cert_dir } => {
-            if diagnostics.address == health_address && health_address.port() != 0 {
-                anyhow::bail!(
-                    "--diagnostics-address and --health-bind-address are both {health_address}: \
-                     the diagnostics are served over HTTPS and the health endpoints over plain \
-                     HTTP, so they need two ports"
-                );
-            }
-            plain.push((health_address, Paths::Health));
-            let (tls, loaded) = diagnostics::tls_config(cert_dir.as_deref()).await?;
-            if let Some(dir) = cert_dir {
-                // From the bytes loaded, so that a pair renewed since is picked up.
-                tokio::spawn(diagnostics::reload_certificates(
-                    tls.clone(),
-                    dir.clone(),
-                    diagnostics::CERT_RELOAD_PERIOD,
-                    loaded,
-                ));
-            }
-            let listener = diagnostics::bind(diagnostics.address).with_context(|| {
-                format!(
-                    "binding the diagnostics server to {} (--diagnostics-address)",
-                    diagnostics.address
-                )
-            })?;
-            secure = Some((listener, tls));
-        }
+        let listener = diagnostics::bind(diagnostics.address).with_context(|| {
+            format!(
+                "binding the diagnostics server to {} (--diagnostics-address)",
+                diagnostics.address
+            )
+        })?;
+        secure = Some((listener, tls));
     }
     for (addr, paths) in plain {
         let listener = server::bind(addr, paths).await.with_context(|| {

@@ -37,17 +37,18 @@ pub const MAX_ADDRESS_ENTRIES: usize = 800;
     kind = "InClusterIPPool",
     plural = "inclusterippools",
     singular = "inclusterippool",
+    shortname = "icipp",
     namespaced,
     status = "InClusterIPPoolStatus",
     category = "cluster-api",
+    category = "ipam",
     label("clusterctl.cluster.x-k8s.io/move-hierarchy", ""),
     doc = "InClusterIPPool is a namespaced pool of IP addresses that inpool hands out to IPAddressClaims of the same namespace.",
     printcolumn(
         name = "Addresses",
         type_ = "string",
         json_path = ".spec.addresses",
-        description = "List of addresses, to allocate from",
-        priority = 1
+        description = "List of addresses, to allocate from"
     ),
     printcolumn(
         name = "Total",
@@ -56,16 +57,16 @@ pub const MAX_ADDRESS_ENTRIES: usize = 800;
         description = "Count of IPs configured for the pool"
     ),
     printcolumn(
-        name = "Used",
-        type_ = "integer",
-        json_path = ".status.ipAddresses.used",
-        description = "Count of allocated IPs in the pool"
-    ),
-    printcolumn(
         name = "Free",
         type_ = "integer",
         json_path = ".status.ipAddresses.free",
         description = "Count of unallocated IPs in the pool"
+    ),
+    printcolumn(
+        name = "Used",
+        type_ = "integer",
+        json_path = ".status.ipAddresses.used",
+        description = "Count of allocated IPs in the pool"
     ),
     printcolumn(
         name = "Ready",
@@ -158,16 +159,17 @@ impl InClusterIPPoolSpec {
     kind = "GlobalInClusterIPPool",
     plural = "globalinclusterippools",
     singular = "globalinclusterippool",
+    shortname = "gicipp",
     status = "InClusterIPPoolStatus",
     category = "cluster-api",
+    category = "ipam",
     label("clusterctl.cluster.x-k8s.io/move-hierarchy", ""),
     doc = "GlobalInClusterIPPool is a cluster-scoped pool of IP addresses that inpool hands out to IPAddressClaims of any namespace.",
     printcolumn(
         name = "Addresses",
         type_ = "string",
         json_path = ".spec.addresses",
-        description = "List of addresses, to allocate from",
-        priority = 1
+        description = "List of addresses, to allocate from"
     ),
     printcolumn(
         name = "Total",
@@ -176,16 +178,16 @@ impl InClusterIPPoolSpec {
         description = "Count of IPs configured for the pool"
     ),
     printcolumn(
-        name = "Used",
-        type_ = "integer",
-        json_path = ".status.ipAddresses.used",
-        description = "Count of allocated IPs in the pool"
-    ),
-    printcolumn(
         name = "Free",
         type_ = "integer",
         json_path = ".status.ipAddresses.free",
         description = "Count of unallocated IPs in the pool"
+    ),
+    printcolumn(
+        name = "Used",
+        type_ = "integer",
+        json_path = ".status.ipAddresses.used",
+        description = "Count of allocated IPs in the pool"
     ),
     printcolumn(
         name = "Ready",

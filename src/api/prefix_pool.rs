@@ -35,9 +35,11 @@ pub const DEFAULT_ALLOCATION_PREFIX_LENGTH: i32 = 64;
     kind = "InClusterPrefixPool",
     plural = "inclusterprefixpools",
     singular = "inclusterprefixpool",
+    shortname = "icpp",
     namespaced,
     status = "InClusterIPPoolStatus",
     category = "cluster-api",
+    category = "ipam",
     label("clusterctl.cluster.x-k8s.io/move-hierarchy", ""),
     doc = "InClusterPrefixPool is a namespaced pool of IPv6 prefixes whose sub-prefixes inpool hands out to IPAddressClaims of the same namespace.",
     printcolumn(
@@ -139,8 +141,10 @@ impl InClusterPrefixPoolSpec {
     kind = "GlobalInClusterPrefixPool",
     plural = "globalinclusterprefixpools",
     singular = "globalinclusterprefixpool",
+    shortname = "gicpp",
     status = "InClusterIPPoolStatus",
     category = "cluster-api",
+    category = "ipam",
     label("clusterctl.cluster.x-k8s.io/move-hierarchy", ""),
     doc = "GlobalInClusterPrefixPool is a cluster-scoped pool of IPv6 prefixes whose sub-prefixes inpool hands out to IPAddressClaims of any namespace.",
     printcolumn(

@@ -54,6 +54,8 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
+use super::tls::TlsPolicy;
+
 /// How long an authenticated token is reused.
 pub const TOKEN_TTL: Duration = Duration::from_secs(60);
 /// How long an allowed decision is reused.
@@ -80,10 +82,12 @@ const GRACE: Duration = Duration::from_secs(5);
 /// The content of a certificate directory's `tls.crt` and `tls.key`.
 pub type PemPair = (Vec<u8>, Vec<u8>);
 
-/// The certificate: `tls.crt` and `tls.key` of `cert_dir`, else a self-signed one; and, with a
-/// directory, the bytes loaded from it, for [`reload_certificates`] to compare against.
+/// The certificate: `tls.crt` and `tls.key` of `cert_dir`, else a self-signed one, served under
+/// `policy`; and, with a directory, the bytes loaded from it, for [`reload_certificates`] to
+/// compare against.
 pub async fn tls_config(
     cert_dir: Option<&Path>,
+    policy: &TlsPolicy,
 ) -> anyhow::Result<(RustlsConfig, Option<PemPair>)> {
     match cert_dir {
         Some(dir) => {
@@ -95,28 +99,19 @@ pub async fn tls_config(
                 )
             };
             let pair = read_pair(dir).await.with_context(context)?;
-            let tls = http1_tls(pair.0.clone(), pair.1.clone())
-                .await
+            let config = policy
+                .server_config(&pair.0, &pair.1)
                 .with_context(context)?;
-            Ok((tls, Some(pair)))
+            Ok((RustlsConfig::from_config(Arc::new(config)), Some(pair)))
         }
         None => {
             let (cert, key) = self_signed_pem()?;
-            let tls = http1_tls(cert.into_bytes(), key.into_bytes())
-                .await
+            let config = policy
+                .server_config(cert.as_bytes(), key.as_bytes())
                 .context("using the generated self-signed diagnostics certificate")?;
-            Ok((tls, None))
+            Ok((RustlsConfig::from_config(Arc::new(config)), None))
         }
     }
-}
-
-/// A TLS configuration of a PEM certificate (chain) and key that offers only HTTP/1.1 (ALPN).
-async fn http1_tls(cert: Vec<u8>, key: Vec<u8>) -> std::io::Result<RustlsConfig> {
-    let tls = RustlsConfig::from_pem(cert, key).await?;
-    let mut config = (*tls.get_inner()).clone();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    tls.reload_from_config(Arc::new(config));
-    Ok(tls)
 }
 
 async fn read_pair(dir: &Path) -> std::io::Result<PemPair> {
@@ -141,7 +136,12 @@ pub enum Reload {
 /// Looks once at `tls.crt` and `tls.key` of `dir`: when their content differs from `last`, uses
 /// them for new connections of `tls` and remembers them in `last` (a pair that cannot be used
 /// too, so that it is reported once).
-pub async fn reload_once(tls: &RustlsConfig, dir: &Path, last: &mut Option<PemPair>) -> Reload {
+pub async fn reload_once(
+    tls: &RustlsConfig,
+    policy: &TlsPolicy,
+    dir: &Path,
+    last: &mut Option<PemPair>,
+) -> Reload {
     let pair = match read_pair(dir).await {
         Ok(pair) => pair,
         Err(e) => {
@@ -156,9 +156,9 @@ pub async fn reload_once(tls: &RustlsConfig, dir: &Path, last: &mut Option<PemPa
     if last.as_ref() == Some(&pair) {
         return Reload::Unchanged;
     }
-    let outcome = match http1_tls(pair.0.clone(), pair.1.clone()).await {
+    let outcome = match policy.server_config(&pair.0, &pair.1) {
         Ok(fresh) => {
-            tls.reload_from_config(fresh.get_inner());
+            tls.reload_from_config(Arc::new(fresh));
             tracing::info!(dir = %dir.display(), "diagnostics certificate reloaded");
             Reload::Reloaded
         }
@@ -180,6 +180,7 @@ pub async fn reload_once(tls: &RustlsConfig, dir: &Path, last: &mut Option<PemPa
 /// loading and this watcher's start is not missed. Runs until dropped.
 pub async fn reload_certificates(
     tls: RustlsConfig,
+    policy: TlsPolicy,
     dir: PathBuf,
     period: Duration,
     loaded: Option<PemPair>,
@@ -187,7 +188,7 @@ pub async fn reload_certificates(
     let mut last = loaded;
     loop {
         tokio::time::sleep(period).await;
-        reload_once(&tls, &dir, &mut last).await;
+        reload_once(&tls, &policy, &dir, &mut last).await;
     }
 }
 
@@ -1066,37 +1067,52 @@ mod tests {
     async fn a_renewed_certificate_is_reloaded_and_a_broken_one_ignored() {
         let dir = temp_dir("cert-reload");
         write_pair(&dir, self_signed_pem().unwrap());
-        let (tls, loaded) = tls_config(Some(&dir)).await.unwrap();
+        let (tls, loaded) = tls_config(Some(&dir), &TlsPolicy::default()).await.unwrap();
         assert!(offers_only_http1(&tls));
         let first = tls.get_inner();
         let mut last = loaded;
-        assert_eq!(reload_once(&tls, &dir, &mut last).await, Reload::Unchanged);
+        assert_eq!(
+            reload_once(&tls, &TlsPolicy::default(), &dir, &mut last).await,
+            Reload::Unchanged
+        );
         assert!(Arc::ptr_eq(&first, &tls.get_inner()));
 
         write_pair(&dir, ("not a certificate".into(), "nor a key".into()));
-        assert_eq!(reload_once(&tls, &dir, &mut last).await, Reload::Rejected);
+        assert_eq!(
+            reload_once(&tls, &TlsPolicy::default(), &dir, &mut last).await,
+            Reload::Rejected
+        );
         assert!(
             Arc::ptr_eq(&first, &tls.get_inner()),
             "a broken pair was used"
         );
         assert_eq!(
-            reload_once(&tls, &dir, &mut last).await,
+            reload_once(&tls, &TlsPolicy::default(), &dir, &mut last).await,
             Reload::Unchanged,
             "a broken pair is reported once"
         );
 
         write_pair(&dir, self_signed_pem().unwrap());
-        assert_eq!(reload_once(&tls, &dir, &mut last).await, Reload::Reloaded);
+        assert_eq!(
+            reload_once(&tls, &TlsPolicy::default(), &dir, &mut last).await,
+            Reload::Reloaded
+        );
         assert!(!Arc::ptr_eq(&first, &tls.get_inner()));
         assert!(
             offers_only_http1(&tls),
             "a reloaded certificate keeps HTTP/1.1 only"
         );
-        assert_eq!(reload_once(&tls, &dir, &mut last).await, Reload::Unchanged);
+        assert_eq!(
+            reload_once(&tls, &TlsPolicy::default(), &dir, &mut last).await,
+            Reload::Unchanged
+        );
 
         std::fs::remove_file(dir.join("tls.key")).unwrap();
         let current = tls.get_inner();
-        assert_eq!(reload_once(&tls, &dir, &mut last).await, Reload::Unreadable);
+        assert_eq!(
+            reload_once(&tls, &TlsPolicy::default(), &dir, &mut last).await,
+            Reload::Unreadable
+        );
         assert!(Arc::ptr_eq(&current, &tls.get_inner()));
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -1105,19 +1121,22 @@ mod tests {
     async fn a_certificate_renewed_between_loading_and_watching_is_picked_up() {
         let dir = temp_dir("cert-renewed-at-start");
         write_pair(&dir, self_signed_pem().unwrap());
-        let (tls, loaded) = tls_config(Some(&dir)).await.unwrap();
+        let (tls, loaded) = tls_config(Some(&dir), &TlsPolicy::default()).await.unwrap();
         let first = tls.get_inner();
         // Renewed before the watcher's first look: it compares with what was loaded.
         write_pair(&dir, self_signed_pem().unwrap());
         let mut last = loaded;
-        assert_eq!(reload_once(&tls, &dir, &mut last).await, Reload::Reloaded);
+        assert_eq!(
+            reload_once(&tls, &TlsPolicy::default(), &dir, &mut last).await,
+            Reload::Reloaded
+        );
         assert!(!Arc::ptr_eq(&first, &tls.get_inner()));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
     async fn the_self_signed_certificate_offers_only_http1() {
-        let (tls, loaded) = tls_config(None).await.unwrap();
+        let (tls, loaded) = tls_config(None, &TlsPolicy::default()).await.unwrap();
         assert!(loaded.is_none());
         assert!(offers_only_http1(&tls));
     }

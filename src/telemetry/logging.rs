@@ -1,5 +1,8 @@
 //! Logging: a `tracing` subscriber writing to standard error, as human-readable text or as one
-//! JSON object per line.
+//! JSON object per line. Text carries ANSI colour codes only when standard error is a terminal,
+//! so that a pod's log, a file or a pipe reads clean.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
@@ -15,7 +18,8 @@ pub fn init(format: LogFormat, level: &str) {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let installed = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder

@@ -12,6 +12,7 @@ pub mod diagnostics;
 pub mod logging;
 pub mod metrics;
 pub mod server;
+pub mod tls;
 
 pub use logging::LogFormat;
 pub use metrics::Metrics;

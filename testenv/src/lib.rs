@@ -5,6 +5,8 @@
 //!   namespace controllers) built from the Go sources beside this crate.
 //! - [`capi`], [`capv`]: Cluster API core and clusterctl, and CAPV with a vCenter simulator, built
 //!   from the Go module proxy and run against that control plane.
+//! - [`kustomize`]: kustomize v5.8.0, built from the Go module proxy, for the tests that build
+//!   `config/default` as users do.
 //! - [`release`]: what checks the release: actionlint and krew, built from the Go module proxy,
 //!   and the image's static binary.
 //! - [`support`]: the tests' shared control planes (one per test binary and kind of bed), each
@@ -38,6 +40,7 @@ use kube::{Client, Config};
 pub mod capi;
 pub mod capv;
 pub mod common;
+pub mod kustomize;
 pub mod release;
 pub mod scale;
 pub mod support;
@@ -466,13 +469,15 @@ pub async fn client_from_kubeconfig(
     Client::try_from(config).context("building the Kubernetes client")
 }
 
-/// The `*.yaml` / `*.yml` files of `dir`, sorted by name (none if `dir` does not exist).
+/// The `*.yaml` / `*.yml` files of `dir` but its `kustomization.yaml` (which kustomize reads, not
+/// the API server), sorted by name (none if `dir` does not exist).
 pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|entries| {
             entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .filter(|p| !p.ends_with("kustomization.yaml"))
                 .collect()
         })
         .unwrap_or_default();

@@ -646,6 +646,76 @@ fn generated_crds_are_structural() {
     }
 }
 
+/// Short names and categories: `kubectl get ipam` lists the pools, `kubectl get cluster-api`
+/// lists no reservation (one exists per held address), and no short name is taken by Cluster
+/// API's kinds or by another name of inpool's.
+#[test]
+fn short_names_and_categories_collide_with_nothing() {
+    let names = |crd: &Value| crd["spec"]["names"].clone();
+    let ours: Vec<Value> = generated_files()
+        .iter()
+        .filter(|f| f.path.starts_with("crds/") && f.path != "crds/kustomization.yaml")
+        .map(|f| names(&serde_saphyr::from_str::<Value>(&f.content).unwrap()))
+        .collect();
+    let short: Vec<(&str, &str)> = ours
+        .iter()
+        .map(|n| {
+            (
+                n["kind"].as_str().unwrap(),
+                n["shortNames"][0].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        short,
+        [
+            ("InClusterIPPool", "icipp"),
+            ("GlobalInClusterIPPool", "gicipp"),
+            ("InClusterPrefixPool", "icpp"),
+            ("GlobalInClusterPrefixPool", "gicpp"),
+            ("IPAddressReservation", "ipres"),
+        ]
+    );
+    for n in &ours {
+        let expected = if n["kind"] == "IPAddressReservation" {
+            json!(["inpool"])
+        } else {
+            json!(["cluster-api", "ipam"])
+        };
+        assert_eq!(n["categories"], expected, "{}", n["kind"]);
+    }
+    // Every name kubectl resolves, ours and Cluster API's (its CRDs from the Go module).
+    let crd_dir = inpool_testenv::capi::crd_dir().unwrap();
+    let capi: Vec<Value> = inpool_testenv::yaml_files(&crd_dir)
+        .iter()
+        .map(|file| names(&read_yaml(file)))
+        .collect();
+    assert!(
+        capi.len() > 5,
+        "Cluster API's CRDs in {}",
+        crd_dir.display()
+    );
+    let mut taken: Vec<String> = Vec::new();
+    for n in capi.iter().chain(&ours) {
+        for key in ["plural", "singular"] {
+            taken.extend(n[key].as_str().map(str::to_string));
+        }
+        taken.extend(
+            n["shortNames"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| s.as_str().unwrap().to_string()),
+        );
+    }
+    let unique: BTreeSet<&String> = taken.iter().collect();
+    assert_eq!(
+        unique.len(),
+        taken.len(),
+        "a name is taken twice: {taken:?}"
+    );
+}
+
 #[test]
 fn pool_crds_match_the_reference_names_and_fields() {
     let Some(reference_dir) = reference_fixtures("pool_crds_match_the_reference_names_and_fields")
@@ -661,12 +731,18 @@ fn pool_crds_match_the_reference_names_and_fields() {
         assert_eq!(ours["metadata"]["name"], reference["metadata"]["name"]);
         assert_eq!(ours["spec"]["group"], reference["spec"]["group"]);
         assert_eq!(ours["spec"]["scope"], reference["spec"]["scope"]);
-        for key in ["kind", "plural", "singular", "categories", "shortNames"] {
+        for key in ["kind", "plural", "singular"] {
             assert_eq!(
                 ours["spec"]["names"][key], reference["spec"]["names"][key],
                 "names.{key}"
             );
         }
+        // inpool adds the `ipam` category and a short name (see
+        // `short_names_and_categories_collide_with_nothing`).
+        assert_eq!(
+            reference["spec"]["names"]["categories"],
+            json!(["cluster-api"])
+        );
         assert_eq!(
             ours["metadata"]["labels"]["clusterctl.cluster.x-k8s.io/move-hierarchy"],
             ""
@@ -680,6 +756,7 @@ fn pool_crds_match_the_reference_names_and_fields() {
         assert_eq!(ours_v["served"], true);
         assert_eq!(ours_v["storage"], true);
         assert_eq!(ours_v["subresources"], json!({"status": {}}));
+        // The reference's columns in its order, then the pool's Ready condition and its age.
         let cols: Vec<&str> = ours_v["additionalPrinterColumns"]
             .as_array()
             .unwrap()
@@ -687,7 +764,15 @@ fn pool_crds_match_the_reference_names_and_fields() {
             .filter(|c| c.get("priority").is_none())
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(cols, ["Total", "Used", "Free", "Ready", "Age"]);
+        assert_eq!(cols, ["Addresses", "Total", "Free", "Used", "Ready", "Age"]);
+        let reference_cols: Vec<&str> =
+            version_of(&reference, "v1alpha2")["additionalPrinterColumns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["name"].as_str().unwrap())
+                .collect();
+        assert_eq!(cols[..reference_cols.len()], reference_cols);
 
         // Every field of the reference is there, with the same type; the spec requires the
         // same fields; the status counters are the same.
@@ -728,12 +813,18 @@ fn prefix_pool_crds_match_the_reference_names_and_fields() {
         assert_eq!(ours["metadata"]["name"], reference["metadata"]["name"]);
         assert_eq!(ours["spec"]["group"], reference["spec"]["group"]);
         assert_eq!(ours["spec"]["scope"], reference["spec"]["scope"], "{name}");
-        for key in ["kind", "plural", "singular", "categories", "shortNames"] {
+        for key in ["kind", "plural", "singular"] {
             assert_eq!(
                 ours["spec"]["names"][key], reference["spec"]["names"][key],
                 "{name}: names.{key}"
             );
         }
+        // inpool adds the `ipam` category and a short name (see
+        // `short_names_and_categories_collide_with_nothing`).
+        assert_eq!(
+            reference["spec"]["names"]["categories"],
+            json!(["cluster-api"])
+        );
         assert_eq!(
             ours["metadata"]["labels"]["clusterctl.cluster.x-k8s.io/move-hierarchy"],
             ""
@@ -995,9 +1086,13 @@ fn generated_files_say_they_are_generated() {
         if f.path.starts_with("config/local-capi/") {
             assert!(f.content.starts_with("# LOCAL USE ONLY"), "{}", f.path);
         }
-        // The YAML reads back to the same CRD.
+        // The YAML reads back to the same CRD (the kustomization beside them lists them).
         let back: Value =
             serde_saphyr::from_str(&f.content).unwrap_or_else(|e| panic!("{}: {e}", f.path));
+        if f.path == "crds/kustomization.yaml" {
+            assert_eq!(back["kind"], "Kustomization");
+            continue;
+        }
         let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
             serde_json::from_value(back).unwrap();
         // (Files of other modules only need to parse; the pool and local CAPI CRDs must read

@@ -10,6 +10,7 @@ mod props;
 mod allocator_props;
 mod api_schema;
 mod architecture;
+mod kustomize;
 mod operations;
 mod prefix_allocator_props;
 mod release;

@@ -179,7 +179,7 @@ fn run_without_cluster(args: &[&str]) -> (Option<i32>, String) {
 }
 
 #[test]
-fn diagnostics_set_up_errors_are_clear_and_the_deprecated_flag_still_serves_plain_metrics() {
+fn start_up_errors_are_clear_and_flags_without_effect_are_warned_about() {
     let (code, log) = run_without_cluster(&[
         "--diagnostics-address=127.0.0.1:0",
         "--health-bind-address=127.0.0.1:0",
@@ -211,19 +211,61 @@ fn diagnostics_set_up_errors_are_clear_and_the_deprecated_flag_still_serves_plai
     );
 
     // The deprecated flag: a warning, and plain /metrics where it says (with the health paths
-    // when the addresses are equal), as before.
+    // when the addresses are equal), beside the HTTPS diagnostics server.
     let (_, log) = run_without_cluster(&[
-        "--metrics-bind-address=127.0.0.1:0",
+        "--metrics-bind-addr=127.0.0.1:0",
         "--health-bind-address=127.0.0.1:0",
+        "--diagnostics-address=127.0.0.1:0",
     ]);
     assert!(
-        log.contains("--metrics-bind-address (INPOOL_METRICS_BIND_ADDRESS) is deprecated"),
+        log.contains("--metrics-bind-address=127.0.0.1:0 is deprecated"),
         "{log}"
     );
     assert!(
         log.contains("scheme\":\"http\",\"serves\":\"/metrics, /healthz, /readyz\""),
         "{log}"
     );
+    assert!(
+        log.contains("scheme\":\"https\",\"serves\":\"/metrics\""),
+        "{log}"
+    );
+
+    // The flags Cluster API's tooling writes that inpool cannot honour: accepted, one warning
+    // each, and the process goes on to connect.
+    let (code, log) = run_without_cluster(&[
+        "--diagnostics-address=127.0.0.1:0",
+        "--health-probe-bind-address=127.0.0.1:0",
+        "--insecure-diagnostics=false",
+        "--leader-elect=false",
+        "--webhook-port=9443",
+        "--feature-gates=MachinePool=true",
+    ]);
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains("/nonexistent/kubeconfig"), "{log}");
+    for warning in [
+        "--webhook-port=9443 has no effect",
+        "--feature-gates MachinePool=true has no effect",
+    ] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("\"level\":\"WARN\"") && l.contains(warning)),
+            "{warning}: {log}"
+        );
+    }
+
+    // Text logs into a pipe carry no colour codes (the last --log-format wins).
+    let (_, log) = run_without_cluster(&[
+        "--log-format=text",
+        "--diagnostics-address=127.0.0.1:0",
+        "--health-bind-address=127.0.0.1:0",
+    ]);
+    assert!(log.contains("starting inpool"), "{log}");
+    assert!(!log.contains('\u{1b}'), "colour codes in a pipe: {log:?}");
+
+    // A flag nobody knows stops the process before it does anything, naming the flag.
+    let (code, log) = run_without_cluster(&["--made-up-flag=true"]);
+    assert_eq!(code, Some(2), "{log}");
+    assert!(log.contains("--made-up-flag"), "{log}");
 }
 
 #[tokio::test]
@@ -420,11 +462,8 @@ fn assert_no_overlap(journal: &Journal) {
 async fn run_as_leader_never_runs_the_work_twice_and_stops_it_when_the_lease_is_lost() {
     let (client, namespace) = support::env().namespace().await;
     let lease_name = "in-process";
-    let settings = |identity: &str| LeaseSettings {
-        namespace: namespace.clone(),
-        name: lease_name.to_string(),
-        identity: identity.to_string(),
-        duration: Duration::from_secs(6),
+    let settings = |identity: &str| {
+        LeaseSettings::new(&namespace, lease_name, identity, Duration::from_secs(6))
     };
     let journal = Arc::new(Journal::default());
     let (stop_a, stopped_a) = tokio::sync::oneshot::channel::<()>();
