@@ -2,7 +2,8 @@
 //! actionlint (v1.7.12, built from the Go module proxy), which runs shellcheck on their `run:`
 //! blocks; the release workflow publishes what docs/operations.md promises (a tag-triggered
 //! release, images for linux/amd64 and linux/arm64, kubectl-inpool for linux and darwin on both,
-//! the components rendered by kustomize for the tag); and a kubectl-inpool archive made by
+//! the components rendered by kustomize for the tag); its kustomize steps (v5.8.0) change the
+//! components' image and nothing else; and a kubectl-inpool archive made by
 //! `hack/plugin-archive.sh`, with the manifest `hack/krew-manifest.sh` writes, installs with krew
 //! (v0.4.4, from the Go module proxy) and runs.
 //!
@@ -12,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use inpool_testenv::{release, support};
+use inpool_testenv::{kustomize, release, support};
 use serde_json::Value;
 
 fn repo(path: &str) -> PathBuf {
@@ -187,6 +188,44 @@ fn the_release_workflow_publishes_both_platforms_the_plugin_and_the_components()
         );
         assert!(mode & 0o111 != 0, "{script} is not executable");
     }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// The release job's two kustomize steps, on a copy of `config/` and `crds/`: `kustomize edit
+/// set image controller=IMAGE:TAG` in `config/default`, then `kustomize build config/default`.
+/// The result is the committed components file with the image line changed, and nothing else.
+#[test]
+fn the_release_renders_the_components_with_the_tags_image_and_nothing_else() {
+    let tag = format!("v{}", env!("CARGO_PKG_VERSION"));
+    let image = format!("ghcr.io/another-owner/inpool:{tag}");
+    let copy = scratch("release-components");
+    for dir in ["config", "crds"] {
+        copy_tree(&repo(dir), &copy.join(dir));
+    }
+    let kustomize = kustomize::binary().unwrap_or_else(|e| panic!("{e}"));
+    run(Command::new(kustomize)
+        .args(["edit", "set", "image", &format!("controller={image}")])
+        .current_dir(copy.join("config/default")));
+    let rendered = kustomize::build(&copy.join("config/default")).unwrap_or_else(|e| panic!("{e}"));
+    let committed =
+        std::fs::read_to_string(repo("config/clusterctl/ipam-components.yaml")).unwrap();
+    let committed_image = format!("image: ghcr.io/inpool-dev/inpool:{tag}");
+    assert_eq!(committed.matches(&committed_image).count(), 1);
+    assert_eq!(
+        rendered,
+        committed.replace(&committed_image, &format!("image: {image}"))
+    );
 }
 
 /// krew's names for this machine's platform.
