@@ -10,7 +10,7 @@
 //! - [`static_inpool`] builds the image's binary into `target/musl/` (`tests/process/image.rs`
 //!   runs it as the image would).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -109,16 +109,118 @@ fn rustc() -> String {
     std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string())
 }
 
-/// Builds the `inpool` binary as the Dockerfile's build stage does (`cargo build --release
-/// --locked --package inpool --bin inpool`, for the musl target) into `target/musl/`, once per
-/// process. A target directory of its own, so that this build never waits for the one running
-/// the tests, nor invalidates it.
+/// The Dockerfile's build stage, as far as a build outside a container needs it: the paths each
+/// `COPY` takes from the build context (the repository) with their destinations under the
+/// `WORKDIR`, and the arguments of its `cargo build` command.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BuildStage {
+    pub copies: Vec<(Vec<String>, String)>,
+    pub cargo_args: Vec<String>,
+}
+
+/// Reads [`BuildStage`] from the Dockerfile's first stage (up to the second `FROM`), whose lines
+/// may continue with a trailing backslash.
+pub fn build_stage(dockerfile: &str) -> Result<BuildStage, String> {
+    let joined = dockerfile.replace("\\\n", " ");
+    let mut stage = BuildStage {
+        copies: Vec::new(),
+        cargo_args: Vec::new(),
+    };
+    let mut froms = 0;
+    for line in joined.lines().map(str::trim) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.first().map(|w| w.to_ascii_uppercase()).as_deref() {
+            Some("FROM") => {
+                froms += 1;
+                if froms == 2 {
+                    break;
+                }
+            }
+            Some("COPY") if words.len() >= 3 && !words[1].starts_with("--") => {
+                let (dest, sources) = words[1..].split_last().unwrap();
+                stage.copies.push((
+                    sources.iter().map(|s| s.to_string()).collect(),
+                    dest.to_string(),
+                ));
+            }
+            Some("RUN") if line.contains("cargo build") => {
+                let command = line[line.find("cargo build").unwrap()..]
+                    .split("&&")
+                    .next()
+                    .unwrap_or_default();
+                stage.cargo_args = command
+                    .split_whitespace()
+                    .skip(1)
+                    .map(str::to_string)
+                    .collect();
+            }
+            _ => {}
+        }
+    }
+    if stage.copies.is_empty() || stage.cargo_args.is_empty() {
+        return Err(format!(
+            "no COPY or no cargo build in the Dockerfile's build stage: {stage:?}"
+        ));
+    }
+    Ok(stage)
+}
+
+/// Copies `from` to `to` with `cp -a`, whose kept modification times let Cargo see unchanged
+/// sources as unchanged from one build to the next.
+fn copy_preserving(from: &Path, to: &Path) -> Result<(), String> {
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .map_err(|e| format!("running cp: {e}"))?;
+    status
+        .success()
+        .then_some(())
+        .ok_or_else(|| format!("cp -a {} {} failed", from.display(), to.display()))
+}
+
+/// Builds the `inpool` binary as the Dockerfile's build stage does, once per process: a build
+/// context holding only what the stage's `COPY` lines take (`target/musl-context/`, laid out
+/// anew each time), then the stage's own `cargo build` command there, for the musl target that
+/// the stage's Alpine image builds natively. A file the stage does not copy but the build needs
+/// fails here as it would in `docker build`. `target/musl/` is the build's own target
+/// directory, so that it never waits for the `cargo test` that runs it, nor invalidates that
+/// one's artifacts.
 pub fn static_inpool() -> Result<PathBuf, String> {
     static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BINARY
         .get_or_init(|| {
+            let root = repo_root();
+            let dockerfile = std::fs::read_to_string(root.join("Dockerfile"))
+                .map_err(|e| format!("reading the Dockerfile: {e}"))?;
+            let stage = build_stage(&dockerfile)?;
+            let context = root.join("target").join("musl-context");
+            if context.exists() {
+                std::fs::remove_dir_all(&context)
+                    .map_err(|e| format!("removing {}: {e}", context.display()))?;
+            }
+            // COPY's rules: a directory's contents go into the destination; files go into it
+            // when it ends with `/` or there are several, else to it as a file name.
+            for (sources, dest) in &stage.copies {
+                let into_dir = dest.ends_with('/') || sources.len() > 1;
+                let dest = context.join(dest.trim_start_matches("./"));
+                for source in sources {
+                    let from = root.join(source);
+                    let (dir, from, to) = if from.is_dir() {
+                        (dest.clone(), from.join("."), dest.clone())
+                    } else if into_dir {
+                        (dest.clone(), from, dest.clone())
+                    } else {
+                        (dest.parent().unwrap().to_path_buf(), from, dest.clone())
+                    };
+                    std::fs::create_dir_all(&dir)
+                        .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+                    copy_preserving(&from, &to)?;
+                }
+            }
             let target = musl_target();
-            let target_dir = repo_root().join("target").join("musl");
+            let target_dir = root.join("target").join("musl");
             let binary = target_dir.join(&target).join("release").join("inpool");
             if !binary.exists() {
                 say(&format!(
@@ -128,15 +230,18 @@ pub fn static_inpool() -> Result<PathBuf, String> {
             }
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
             let output = Command::new(cargo)
-                .args(["build", "--release", "--locked", "--package", "inpool"])
-                .args(["--bin", "inpool", "--target", &target, "--target-dir"])
+                .args(&stage.cargo_args)
+                .args(["--target", &target, "--target-dir"])
                 .arg(&target_dir)
-                .current_dir(repo_root())
+                .current_dir(&context)
                 .output()
                 .map_err(|e| format!("running cargo build: {e}"))?;
             if !output.status.success() {
                 return Err(format!(
-                    "cargo build for {target} failed ({}):\n{}",
+                    "the Dockerfile's cargo build {:?} for {target}, in a context of what it \
+                     copies ({}), failed ({}):\n{}",
+                    stage.cargo_args,
+                    context.display(),
                     output.status,
                     String::from_utf8_lossy(&output.stderr)
                 ));

@@ -2,7 +2,8 @@
 //! distroless/static (no libc, no shell, no dynamic loader) and runs it as `USER 65532:65532`;
 //! the Deployment adds a read-only root filesystem, no privilege escalation and no capabilities.
 //! No container engine runs here, so this test does what the image does by hand: it builds the
-//! binary as the Dockerfile's build stage does (a release build for the musl target), checks
+//! binary as the Dockerfile's build stage does (its `COPY` lines make the build context, its
+//! `cargo build` command runs there, for the musl target), checks
 //! that its ELF headers name no interpreter and no shared library, and runs it in a root that
 //! holds only the binary and a kubeconfig, bind-mounted read-only in a mount namespace of its
 //! own, as uid and gid 65532 with no-new-privileges: it must serve `/readyz`, realise a claim as
