@@ -7,8 +7,9 @@
 //!   `.github/workflows/` with it).
 //! - [`krew`] builds `target/krew/krew` (the same test installs a kubectl-inpool archive with the
 //!   krew manifest `hack/krew-manifest.sh` writes).
-//! - [`static_inpool`] builds the image's binary into `target/musl/` (`tests/process/image.rs`
-//!   runs it as the image would).
+//! - [`static_inpool`] builds the image's binary into `target/musl/` from what the Dockerfile's
+//!   build stage copies, with its `cargo build` command (`tests/process/image.rs` runs it as the
+//!   image would).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -95,7 +96,7 @@ pub fn static_build_missing() -> Option<String> {
 }
 
 /// Whether `dir` holds a `libstd-*.rlib` (the standard library's file name carries a hash).
-fn has_std(dir: &std::path::Path) -> bool {
+fn has_std(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|entries| {
         entries.flatten().any(|e| {
             let name = e.file_name();
@@ -112,15 +113,15 @@ fn rustc() -> String {
 /// The Dockerfile's build stage, as far as a build outside a container needs it: the paths each
 /// `COPY` takes from the build context (the repository) with their destinations under the
 /// `WORKDIR`, and the arguments of its `cargo build` command.
-#[derive(Debug, PartialEq, Eq)]
-pub struct BuildStage {
-    pub copies: Vec<(Vec<String>, String)>,
-    pub cargo_args: Vec<String>,
+#[derive(Debug)]
+struct BuildStage {
+    copies: Vec<(Vec<String>, String)>,
+    cargo_args: Vec<String>,
 }
 
 /// Reads [`BuildStage`] from the Dockerfile's first stage (up to the second `FROM`), whose lines
 /// may continue with a trailing backslash.
-pub fn build_stage(dockerfile: &str) -> Result<BuildStage, String> {
+fn build_stage(dockerfile: &str) -> Result<BuildStage, String> {
     let joined = dockerfile.replace("\\\n", " ");
     let mut stage = BuildStage {
         copies: Vec::new(),
