@@ -9,12 +9,15 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use kube::Client;
+use kube::client::ClientBuilder;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use tokio::sync::watch;
 
 use axum_server::tls_rustls::RustlsConfig;
 use inpool::cli::{Args, DiagnosticsMode, DiagnosticsSettings};
-use inpool::telemetry::{HealthState, Metrics, Paths, diagnostics, logging, server};
+use inpool::telemetry::{
+    HealthState, Metrics, Paths, RestClientLayer, diagnostics, logging, server,
+};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -75,7 +78,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     )
     .await?;
 
-    let client = connect(args.kubeconfig.as_deref()).await?;
+    let client = connect(args.kubeconfig.as_deref(), &metrics).await?;
     if let Some((listener, tls)) = secure {
         let gate = diagnostics::Gate::new(diagnostics::ApiReviewer::new(client.clone()));
         let routes = diagnostics::protect(
@@ -92,6 +95,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let result = if args.leader_elect {
         let lease = args.lease_settings();
+        metrics.elect_on(&lease.name);
         tracing::info!(
             lease = %lease.name,
             namespace = %lease.namespace,
@@ -285,8 +289,9 @@ async fn wait_for_signal() -> &'static str {
 }
 
 /// The API client: from the given kubeconfig file(s) if any (a `KUBECONFIG`-style path list is
-/// merged), else in-cluster, else kube's usual inference (`~/.kube/config`).
-async fn connect(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
+/// merged), else in-cluster, else kube's usual inference (`~/.kube/config`); every request it
+/// sends is counted and timed in `metrics` (`rest_client_*`).
+async fn connect(kubeconfig: Option<&Path>, metrics: &Metrics) -> anyhow::Result<Client> {
     let config = match kubeconfig.filter(|p| !p.as_os_str().is_empty()) {
         Some(paths) => {
             let mut merged: Option<Kubeconfig> = None;
@@ -317,5 +322,13 @@ async fn connect(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
         },
     };
     tracing::info!(server = %config.cluster_url, "connecting to the API server");
-    Client::try_from(config).context("building the Kubernetes client")
+    let host = config
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    Ok(ClientBuilder::try_from(config)
+        .context("building the Kubernetes client")?
+        .with_layer(&RestClientLayer::new(metrics.clone(), &host))
+        .build())
 }

@@ -1,4 +1,5 @@
-//! Prometheus metrics (OpenMetrics text), all prefixed `inpool_`.
+//! Prometheus metrics (OpenMetrics text): inpool's own, prefixed `inpool_`, and the families
+//! every controller-runtime manager exports ([`super::standard`]).
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -34,6 +35,10 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
+use std::time::Duration;
+
+use super::standard::Standard;
+use super::standard::{ControllerMetrics, QueueMetrics};
 use crate::api::PoolKey;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -95,6 +100,9 @@ pub const LATENCY_BUCKETS: [f64; 14] = [
 
 struct Inner {
     registry: Registry,
+    standard: Standard,
+    /// The leader election Lease, once this process elects on one.
+    lease: std::sync::OnceLock<String>,
     pool_size: Family<PoolLabels, U64Gauge>,
     pool_used: Family<PoolLabels, U64Gauge>,
     pool_free: Family<PoolLabels, U64Gauge>,
@@ -139,7 +147,9 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("inpool");
+        let mut root = Registry::default();
+        let standard = Standard::register(&mut root);
+        let registry = root.sub_registry_with_prefix("inpool");
         let pool_size = Family::<PoolLabels, U64Gauge>::default();
         let pool_used = Family::<PoolLabels, U64Gauge>::default();
         let pool_free = Family::<PoolLabels, U64Gauge>::default();
@@ -255,7 +265,9 @@ impl Metrics {
 
         Metrics {
             inner: Arc::new(Inner {
-                registry,
+                registry: root,
+                standard,
+                lease: std::sync::OnceLock::new(),
                 pool_size,
                 pool_used,
                 pool_free,
@@ -429,13 +441,37 @@ impl Metrics {
         self.inner.claims_watched.set(claims as u64);
     }
 
+    /// Sets `inpool_leader` and, once this process elects on a Lease
+    /// ([`Metrics::elect_on`]), `leader_election_master_status` of that Lease.
     pub fn set_leader(&self, leading: bool) {
         self.inner.leader.set(i64::from(leading));
+        if let Some(lease) = self.inner.lease.get() {
+            self.inner.standard.set_leader(lease, leading);
+        }
     }
 
-    /// The `inpool_leader` gauge itself (shared with [`super::HealthState`]).
-    pub fn leader_gauge(&self) -> Gauge {
-        self.inner.leader.clone()
+    /// This process elects its leader on the Lease `name` (namespace-free, as client-go labels
+    /// it): `leader_election_master_status{name}` starts at 0.
+    pub fn elect_on(&self, name: &str) {
+        if self.inner.lease.set(name.to_string()).is_ok() {
+            self.inner.standard.set_leader(name, false);
+        }
+    }
+
+    /// The reconcile families of `controller`, which runs at most `max_concurrent` reconciles
+    /// at once (0: no limit).
+    pub fn controller(&self, controller: &str, max_concurrent: u16) -> ControllerMetrics {
+        self.inner.standard.controller(controller, max_concurrent)
+    }
+
+    /// The work-queue families of `controller`'s queue.
+    pub fn queue(&self, controller: &str) -> QueueMetrics {
+        self.inner.standard.queue(controller)
+    }
+
+    /// Counts one API request (see [`RestClientLayer`]).
+    pub fn rest_client_request(&self, method: &str, code: &str, host: &str, took: Duration) {
+        self.inner.standard.request(method, code, host, took);
     }
 
     /// The registry in the OpenMetrics text format (ends with `# EOF`).
@@ -450,6 +486,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::ReconcileResult;
 
     /// The sample lines of `text` (no comments), for exact comparisons.
     fn samples(text: &str) -> Vec<&str> {
@@ -593,9 +630,62 @@ mod tests {
         let m = Metrics::new();
         let clone = m.clone();
         clone.failure("AllocationFailed");
-        m.leader_gauge().set(1);
+        m.set_leader(true);
         let text = m.encode();
         assert!(text.contains("inpool_claim_failures_total{reason=\"AllocationFailed\"} 1"));
         assert!(text.contains("\ninpool_leader 1\n"));
+    }
+
+    /// The standard families under controller-runtime's and client-go's names and labels, beside
+    /// inpool's own (which keep their prefix).
+    #[test]
+    fn standard_families_carry_controller_runtimes_names_and_labels() {
+        let m = Metrics::new();
+        let claims = m.controller("ipaddressclaim", 16);
+        let began = claims.started();
+        claims.finished(began, ReconcileResult::Success);
+        let began = claims.started();
+        claims.finished(began, ReconcileResult::Error);
+        let queue = m.queue("ipaddressclaim");
+        queue.depth(3, 7);
+        queue.added(2);
+        queue.taken(Duration::from_millis(5));
+        queue.retried();
+        m.rest_client_request("GET", "200", "127.0.0.1:6443", Duration::from_millis(20));
+        m.elect_on("inpool-leader");
+        m.set_leader(true);
+        let text = m.encode();
+        let samples = samples(&text);
+        for line in [
+            "controller_runtime_reconcile_total{controller=\"ipaddressclaim\",result=\"success\"} 1",
+            "controller_runtime_reconcile_total{controller=\"ipaddressclaim\",result=\"error\"} 1",
+            "controller_runtime_reconcile_total{controller=\"ipaddressclaim\",result=\"requeue_after\"} 0",
+            "controller_runtime_reconcile_errors_total{controller=\"ipaddressclaim\"} 1",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"ipaddressclaim\"} 2",
+            "controller_runtime_active_workers{controller=\"ipaddressclaim\"} 0",
+            "controller_runtime_max_concurrent_reconciles{controller=\"ipaddressclaim\"} 16",
+            "workqueue_depth{name=\"ipaddressclaim\",controller=\"ipaddressclaim\",priority=\"0\"} 3",
+            "workqueue_depth{name=\"ipaddressclaim\",controller=\"ipaddressclaim\",priority=\"-100\"} 7",
+            "workqueue_adds_total{name=\"ipaddressclaim\",controller=\"ipaddressclaim\"} 2",
+            "workqueue_queue_duration_seconds_count{name=\"ipaddressclaim\",controller=\"ipaddressclaim\"} 1",
+            "workqueue_retries_total{name=\"ipaddressclaim\",controller=\"ipaddressclaim\"} 1",
+            "rest_client_requests_total{code=\"200\",method=\"GET\",host=\"127.0.0.1:6443\"} 1",
+            "rest_client_request_duration_seconds_count{verb=\"GET\",host=\"127.0.0.1:6443\"} 1",
+            "leader_election_master_status{name=\"inpool-leader\"} 1",
+            "inpool_leader 1",
+        ] {
+            assert!(samples.contains(&line), "{line} missing in\n{text}");
+        }
+        for family in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "process_start_time_seconds",
+        ] {
+            assert!(
+                samples.iter().any(|l| l.starts_with(family)),
+                "{family} missing in\n{text}"
+            );
+        }
     }
 }

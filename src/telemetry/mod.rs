@@ -4,6 +4,9 @@
 //! - [`logging`]: `tracing` subscriber, text or JSON, filtered by an EnvFilter directive;
 //! - [`metrics`]: [`Metrics`], the registry the controllers record into (names in
 //!   docs/operations.md);
+//! - [`standard`]: the families every controller-runtime manager exports (reconciles, work
+//!   queue, API client, process, leader election);
+//! - [`tls`]: the diagnostics server's TLS versions, suites and curves;
 //! - [`server`]: [`HealthState`] and the plain HTTP servers (health; insecure `/metrics`);
 //! - [`diagnostics`]: `/metrics` over HTTPS for callers the API server authenticates and
 //!   authorizes.
@@ -12,8 +15,10 @@ pub mod diagnostics;
 pub mod logging;
 pub mod metrics;
 pub mod server;
+pub mod standard;
 pub mod tls;
 
 pub use logging::LogFormat;
 pub use metrics::Metrics;
 pub use server::{HealthState, Paths};
+pub use standard::{ControllerMetrics, QueueMetrics, ReconcileResult, RestClientLayer};

@@ -20,7 +20,6 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::TcpListener;
 
 use super::Metrics;
@@ -34,7 +33,7 @@ struct Inner {
     caches_synced: AtomicBool,
     leader_state_known: AtomicBool,
     leading: AtomicBool,
-    leader_gauge: Option<Gauge>,
+    metrics: Option<Metrics>,
 }
 
 /// What `/readyz` reports, shared by the controllers, leader election and the server. Cheap to
@@ -50,11 +49,11 @@ impl HealthState {
         HealthState::default()
     }
 
-    /// A state whose leading flag is also exported as the `inpool_leader` gauge of `metrics`.
+    /// A state whose leading flag is also exported by `metrics` ([`Metrics::set_leader`]).
     pub fn with_metrics(metrics: &Metrics) -> HealthState {
         HealthState {
             inner: Arc::new(Inner {
-                leader_gauge: Some(metrics.leader_gauge()),
+                metrics: Some(metrics.clone()),
                 ..Inner::default()
             }),
         }
@@ -75,8 +74,8 @@ impl HealthState {
     /// Whether this process runs the controllers now (the leader, or leader election off).
     pub fn set_leading(&self, leading: bool) {
         self.inner.leading.store(leading, Ordering::SeqCst);
-        if let Some(gauge) = &self.inner.leader_gauge {
-            gauge.set(i64::from(leading));
+        if let Some(metrics) = &self.inner.metrics {
+            metrics.set_leader(leading);
         }
     }
 

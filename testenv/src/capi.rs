@@ -12,7 +12,9 @@
 //!   each CRD that CAPI patches with `webhook_in_*.yaml` converts through the manager's
 //!   `/convert`, and CAPI's `manifests.yaml` webhook configurations point at the manager. The
 //!   control plane's serving certificate (valid for 127.0.0.1, signed by its CA) is the
-//!   webhook's certificate, and that CA is every `caBundle`.
+//!   webhook's certificate, and that CA is every `caBundle`. The same works when CAPI core was
+//!   installed from its components (through cluster-api-operator, `tests/operator/`): the URL
+//!   replaces the webhook Service they name.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -202,9 +204,12 @@ async fn register_conversion(client: &Client, base: &str, ca_bundle: &[u8]) -> a
                 "strategy": "Webhook",
                 "webhook": {
                     "conversionReviewVersions": webhook["conversionReviewVersions"],
+                    // A CRD installed from CAPI's components names the webhook Service,
+                    // which a URL must replace (a client config names one of the two).
                     "clientConfig": {
                         "url": format!("{base}{path}"),
                         "caBundle": ByteString(ca_bundle.to_vec()),
+                        "service": null,
                     },
                 },
             }}});

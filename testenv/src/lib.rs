@@ -3,10 +3,9 @@
 //!
 //! - This module: the local control plane (etcd + kube-apiserver + the garbage-collector and
 //!   namespace controllers) built from the Go sources beside this crate.
-//! - [`capi`], [`capv`]: Cluster API core and clusterctl, and CAPV with a vCenter simulator, built
-//!   from the Go module proxy and run against that control plane.
-//! - [`kustomize`]: kustomize v5.8.0, built from the Go module proxy, for the tests that build
-//!   `config/default` as users do.
+//! - [`capi`], [`capv`], [`operator`]: Cluster API core and clusterctl, CAPV with a vCenter
+//!   simulator, and cluster-api-operator, built from the Go module proxy and run against that
+//!   control plane; [`kustomize`] renders upstream kustomizations.
 //! - [`release`]: what checks the release: actionlint and krew, built from the Go module proxy,
 //!   and the image's static binary.
 //! - [`support`]: the tests' shared control planes (one per test binary and kind of bed), each
@@ -41,6 +40,7 @@ pub mod capi;
 pub mod capv;
 pub mod common;
 pub mod kustomize;
+pub mod operator;
 pub mod release;
 pub mod scale;
 pub mod support;

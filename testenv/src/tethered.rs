@@ -119,7 +119,7 @@ impl Drop for Tethered {
 }
 
 /// Free loopback ports, distinct: the listeners are held until every port is chosen.
-fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
+pub fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
     let listeners = (0..N)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()?;

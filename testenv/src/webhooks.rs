@@ -9,7 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// The documents of a YAML file, empty ones left out.
@@ -21,10 +21,13 @@ pub fn yaml_documents(path: &Path) -> anyhow::Result<Vec<Value>> {
     Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
 }
 
-/// Applies a controller-gen `manifests.yaml` (webhook configurations named
+/// Registers a controller-gen `manifests.yaml` (webhook configurations named
 /// `mutating-webhook-configuration` / `validating-webhook-configuration`), each named
 /// `<prefix>-<name>` and each `clientConfig.service` replaced by `base` + its path, trusting
-/// `ca_bundle`.
+/// `ca_bundle`. A configuration of that name that exists already (a provider's kustomize
+/// `namePrefix` gives the same name, installed with a Service reference) is overwritten by a
+/// merge patch, which replaces its `webhooks` list whole: a webhook may name a URL or a Service,
+/// never both.
 pub async fn register_admission(
     client: &Client,
     manifests: &Path,
@@ -32,7 +35,6 @@ pub async fn register_admission(
     base: &str,
     ca_bundle: &[u8],
 ) -> anyhow::Result<()> {
-    let apply = PatchParams::apply("inpool-tests").force();
     for mut document in yaml_documents(manifests)? {
         let name = format!(
             "{prefix}-{}",
@@ -52,19 +54,30 @@ pub async fn register_admission(
         match document["kind"].as_str() {
             Some("ValidatingWebhookConfiguration") => {
                 let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-                api.patch(&name, &apply, &Patch::Apply(&document))
-                    .await
-                    .map(drop)
+                create_or_merge(&api, &name, document).await
             }
             Some("MutatingWebhookConfiguration") => {
                 let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-                api.patch(&name, &apply, &Patch::Apply(&document))
-                    .await
-                    .map(drop)
+                create_or_merge(&api, &name, document).await
             }
             other => bail!("unexpected {other:?} in {}", manifests.display()),
         }
         .with_context(|| format!("registering {name}"))?;
     }
     Ok(())
+}
+
+/// Creates `document` as `name`, or merge-patches an existing object of that name with it.
+async fn create_or_merge<K>(api: &Api<K>, name: &str, document: Value) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(document.clone()).map_err(kube::Error::SerdeError)?;
+    match api.create(&PostParams::default(), &object).await {
+        Err(kube::Error::Api(status)) if status.code == 409 => api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&document))
+            .await
+            .map(drop),
+        outcome => outcome.map(drop),
+    }
 }

@@ -3,7 +3,9 @@
 //! this test binary's own:
 //!
 //! - `clusterctl init --ipam inpool` from a local repository holding
-//!   `config/clusterctl/ipam-components.yaml` and `metadata.yaml`, and `clusterctl upgrade plan`;
+//!   `config/clusterctl/ipam-components.yaml` and `metadata.yaml`, with and without clusterctl's
+//!   variables `CAPI_DIAGNOSTICS_ADDRESS` and `CAPI_INSECURE_DIAGNOSTICS`, and `clusterctl upgrade
+//!   plan`;
 //! - `clusterctl move` of a Cluster with its pool, claims and `IPAddress`es, inpool running on
 //!   both sides.
 //!
@@ -108,8 +110,14 @@ impl Clusterctl {
 
     /// Runs clusterctl with this configuration: everything it said, or a panic with it.
     async fn run(&self, args: &[&str]) -> String {
+        self.run_with(args, &[]).await
+    }
+
+    /// [`Clusterctl::run`] with clusterctl variables in the environment.
+    async fn run_with(&self, args: &[&str], variables: &[(&str, &str)]) -> String {
         let output = tokio::process::Command::new(&self.binary)
             .args(args)
+            .envs(variables.iter().copied())
             .arg("--config")
             .arg(self.dir.join("clusterctl.yaml"))
             // Offline: no check for a newer clusterctl, no state in the user's home.
@@ -132,7 +140,7 @@ impl Clusterctl {
         said
     }
 
-    async fn init(&self, kubeconfig: &Path) -> String {
+    async fn init(&self, kubeconfig: &Path, variables: &[(&str, &str)]) -> String {
         let kubeconfig = kubeconfig.to_str().unwrap();
         #[rustfmt::skip]
         let args = [
@@ -140,7 +148,7 @@ impl Clusterctl {
             "--core", "cluster-api", "--bootstrap", "-", "--control-plane", "-",
             "--ipam", "inpool",
         ];
-        self.run(&args).await
+        self.run_with(&args, variables).await
     }
 }
 
@@ -213,12 +221,37 @@ async fn clusterctl_init_installs_inpool_and_move_keeps_every_address() {
     let target = control_plane("target");
     let (src, dst) = (source.client().await, target.client().await);
 
-    // clusterctl init, as a user would install inpool (move needs the inventory on both sides).
-    for plane in [&source, &target] {
-        let said = clusterctl.init(&plane.kubeconfig).await;
+    // clusterctl init, as a user would install inpool (move needs the inventory on both sides):
+    // on the source without clusterctl's variables, on the target with them; the Deployment's
+    // args take their defaults or their values, as CAPI core's do.
+    let variables = [
+        ("CAPI_DIAGNOSTICS_ADDRESS", ":8080"),
+        ("CAPI_INSECURE_DIAGNOSTICS", "true"),
+    ];
+    for (plane, variables, diagnostics) in [
+        (&source, &[][..], [":8443", "false"]),
+        (&target, &variables[..], [":8080", "true"]),
+    ] {
+        let said = clusterctl.init(&plane.kubeconfig, variables).await;
         assert!(
             said.contains("Installing provider=\"ipam-inpool\""),
             "{said}"
+        );
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(plane.client().await, "inpool-system");
+        let deployment = deployments.get("inpool-controller-manager").await.unwrap();
+        let args = deployment.spec.unwrap().template.spec.unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap();
+        assert_eq!(
+            args,
+            [
+                "--leader-elect".to_string(),
+                "--log-format=json".into(),
+                format!("--diagnostics-address={}", diagnostics[0]),
+                format!("--insecure-diagnostics={}", diagnostics[1]),
+            ]
         );
     }
     let inventory = provider_inventory(&src)

@@ -135,7 +135,7 @@ async fn secure_metrics_answer_only_authenticated_and_authorized_callers() {
 }
 
 /// A child process killed when dropped, so that it never outlives its test.
-struct KillOnDrop(Child);
+pub(crate) struct KillOnDrop(pub(crate) Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
@@ -145,7 +145,7 @@ impl Drop for KillOnDrop {
 }
 
 /// A free TCP port on 127.0.0.1 (bound, read, released).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -153,13 +153,13 @@ fn free_port() -> u16 {
 }
 
 /// `GET http://ADDR/api/v1/PATH` of Prometheus, as JSON.
-async fn prometheus_api(addr: std::net::SocketAddr, path: &str) -> Option<Value> {
+pub(crate) async fn prometheus_api(addr: std::net::SocketAddr, path: &str) -> Option<Value> {
     let response = http_get(addr, &format!("/api/v1/{path}")).await?;
     serde_json::from_str(&response.body).ok()
 }
 
 /// Percent-encodes a query parameter.
-fn encode(text: &str) -> String {
+pub(crate) fn encode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -170,7 +170,35 @@ fn encode(text: &str) -> String {
         .collect()
 }
 
-fn write(path: &Path, text: &str) {
+/// Starts Prometheus with `config` (written to `dir/prometheus.yml`; JSON is YAML), its data and
+/// log (`prometheus.log`) in `dir`, its web API on `web`.
+pub(crate) fn start_prometheus(
+    dir: &Path,
+    web: std::net::SocketAddr,
+    config: &Value,
+) -> KillOnDrop {
+    write(&dir.join("prometheus.yml"), &config.to_string());
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    KillOnDrop(
+        Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={web}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus"),
+    )
+}
+
+pub(crate) fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }
 
@@ -219,27 +247,8 @@ async fn prometheus_scrapes_the_secure_endpoint_with_a_service_account_token() {
             "static_configs": [{ "targets": [inpool.diagnostics_addr().to_string()] }],
         }],
     });
-    // JSON is YAML.
-    write(&dir.join("prometheus.yml"), &config.to_string());
-    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
     let started = Instant::now();
-    let _prometheus = KillOnDrop(
-        Command::new("prometheus")
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={web}"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start prometheus"),
-    );
+    let _prometheus = start_prometheus(&dir, web, &config);
 
     let query = format!(
         "query?query={}",

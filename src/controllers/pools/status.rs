@@ -23,7 +23,7 @@ use crate::api::{
     PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
 };
 use crate::controllers::runtime::error::{self, Error};
-use crate::controllers::runtime::{Context, MANAGER, delete_if_present, finalizers};
+use crate::controllers::runtime::{Context, MANAGER, delete_if_present, finalizers, measured};
 use crate::controllers::sources::pool_kinds::PoolObject;
 use crate::controllers::sources::watch::Subscription;
 use crate::controllers::state::facts::pool_state;
@@ -52,11 +52,14 @@ pub async fn run<P: PoolObject>(
     subscription: Subscription<P>,
     wakes: UnboundedReceiver<ObjectRef<P>>,
 ) {
-    let outcomes =
-        subscription
-            .controller()
-            .reconcile_on(wakes)
-            .run(reconcile, error_policy, ctx.clone());
+    let metrics = ctx
+        .metrics
+        .controller(&P::KIND.name().to_ascii_lowercase(), 0);
+    let outcomes = subscription.controller().reconcile_on(wakes).run(
+        move |pool, ctx| measured(metrics.clone(), reconcile(pool, ctx)),
+        error_policy,
+        ctx.clone(),
+    );
     error::drain(ctx, "pool", outcomes).await;
 }
 

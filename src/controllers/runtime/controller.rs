@@ -49,11 +49,19 @@ use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 use tokio::time::Instant;
 
-use super::queue::WorkQueue;
+use super::queue::{Started, WorkQueue};
 use crate::api::ObjectKey;
 use crate::controllers::claims::cache::CacheWriter;
 use crate::controllers::claims::cached_claim::{CachedClaim, WatchedClaim};
 use crate::controllers::runtime::Context;
+use crate::telemetry::ReconcileResult;
+
+/// The claim runtime's name in the controller-runtime metric families: the lowercase kind it
+/// reconciles, as controller-runtime names a controller.
+pub const NAME: &str = "ipaddressclaim";
+
+/// How often the reconciles in progress are measured while any runs (client-go: 500 ms).
+const IN_PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// What a reconcile asks for next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,6 +145,14 @@ where
             concurrency,
         } = self;
         let started = Instant::now();
+        let limit = if concurrency == usize::MAX {
+            0
+        } else {
+            u16::try_from(concurrency).unwrap_or(u16::MAX)
+        };
+        let reconciles = ctx.metrics.controller(NAME, limit);
+        let measured = ctx.metrics.queue(NAME);
+        let mut in_progress = tokio::time::interval(IN_PROGRESS_EVERY);
         let mut claims = pin!(claims);
         // Without `reconcile_on`, a channel nobody sends on.
         let mut wakes = pin!(wakes.unwrap_or_else(|| mpsc::unbounded().1));
@@ -168,30 +184,51 @@ where
                 () = sleep_until(next_due), if next_due.is_some() => queue.promote(Instant::now()),
                 Some((key, action)) = reconciling.next(), if !reconciling.is_empty() => {
                     let action: Action = action;
-                    queue.finish(key, action.requeue_after, Instant::now());
+                    measured.done(queue.finish(key, action.requeue_after, Instant::now()));
                 }
+                _ = in_progress.tick(), if queue.running() > 0 => {}
             }
+            let now = Instant::now();
+            measured.added(queue.stamp(now));
+            let (total, longest) = queue.in_progress(now);
+            measured.in_progress(total, longest);
             // The first list must be complete: see the module.
             while writer.is_listed() && queue.running() < concurrency {
-                let Some(key) = queue.start() else {
+                let Some(Started { key, waited }) = queue.start(now) else {
                     break;
                 };
+                measured.taken(waited);
                 match ctx.stores.claims.get(&key) {
                     Some(claim) => {
                         let done = reconcile(claim.clone(), ctx.clone());
                         let (ctx, error_policy) = (ctx.clone(), &error_policy);
+                        let (reconciles, measured) = (&reconciles, &measured);
                         reconciling.push(async move {
+                            let began = reconciles.started();
                             let action = match done.await {
-                                Ok(action) => action,
-                                Err(e) => error_policy(claim, &e, ctx),
+                                Ok(action) => {
+                                    let result = match action.requeue_after {
+                                        Some(_) => ReconcileResult::RequeueAfter,
+                                        None => ReconcileResult::Success,
+                                    };
+                                    reconciles.finished(began, result);
+                                    action
+                                }
+                                Err(e) => {
+                                    reconciles.finished(began, ReconcileResult::Error);
+                                    measured.retried();
+                                    error_policy(claim, &e, ctx)
+                                }
                             };
                             (key, action)
                         });
                     }
                     // Deleted since it was asked for: nothing left to do.
-                    None => queue.finish(key, None, Instant::now()),
+                    None => measured.done(queue.finish(key, None, now)),
                 }
             }
+            let (urgent, routine) = queue.depth();
+            measured.depth(urgent, routine);
         }
     }
 }

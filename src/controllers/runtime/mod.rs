@@ -32,7 +32,7 @@ use super::state::{Change, Registry, Unready};
 use super::{audit, claims, pools};
 use crate::api::{ObjectKey, PoolKey};
 use crate::cli::Settings;
-use crate::telemetry::{HealthState, Metrics};
+use crate::telemetry::{ControllerMetrics, HealthState, Metrics, ReconcileResult};
 
 /// Field manager of every write inpool makes.
 pub const MANAGER: &str = "inpool";
@@ -262,11 +262,17 @@ pub async fn run(
             );
         // The pool and reuse-grace controllers share the feed's watches (see `watch`).
         let pools = subscriptions.pools.run(&ctx);
+        let reservations = ctx.metrics.controller("ipaddressreservation", 0);
         let released = error::drain(
             &ctx,
             "reuse-grace",
             subscriptions.released.controller().run(
-                pools::reuse_grace::reconcile,
+                move |reservation, ctx| {
+                    measured(
+                        reservations.clone(),
+                        pools::reuse_grace::reconcile(reservation, ctx),
+                    )
+                },
                 pools::reuse_grace::error_policy,
                 ctx.clone(),
             ),
@@ -279,4 +285,26 @@ pub async fn run(
         result = controlling => result,
         result = feeding => result.and(Err(anyhow::anyhow!("the watch streams ended"))),
     }
+}
+
+/// Runs a reconcile of one of kube-runtime's controllers under its controller-runtime metric
+/// families (the claim runtime measures its own, [`controller`]).
+pub(crate) async fn measured<F>(
+    metrics: ControllerMetrics,
+    reconcile: F,
+) -> Result<kube::runtime::controller::Action, error::Error>
+where
+    F: Future<Output = Result<kube::runtime::controller::Action, error::Error>>,
+{
+    let began = metrics.started();
+    let result = reconcile.await;
+    let outcome = match &result {
+        Ok(action) if *action == kube::runtime::controller::Action::await_change() => {
+            ReconcileResult::Success
+        }
+        Ok(_) => ReconcileResult::RequeueAfter,
+        Err(_) => ReconcileResult::Error,
+    };
+    metrics.finished(began, outcome);
+    result
 }

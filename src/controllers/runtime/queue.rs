@@ -6,6 +6,10 @@
 //!   waits for that reconcile to end, then runs once more;
 //! - requests for one claim merge into one, and the earliest wins;
 //! - urgent requests run before routine ones (a realised claim that only needs confirming).
+//!
+//! It also keeps what client-go's work queue measures: how many requests were added (a request
+//! merged into a waiting one adds nothing), how long each waited and ran, the depth by
+//! priority, and the reconciles in progress ([`crate::telemetry::QueueMetrics`]).
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
@@ -40,6 +44,22 @@ pub struct WorkQueue {
     running: HashSet<ObjectKey>,
     /// Asked for while being reconciled: due again (urgent) once that reconcile ends.
     again: HashSet<ObjectKey>,
+    /// Requests added since the last [`WorkQueue::stamp`], to be stamped with the time.
+    fresh: Vec<ObjectKey>,
+    /// When each waiting request (due now, or again) was added.
+    waiting_since: HashMap<ObjectKey, Instant>,
+    /// When each running reconcile started.
+    running_since: HashMap<ObjectKey, Instant>,
+    /// How many of `is_due` are urgent.
+    urgent_due: usize,
+}
+
+/// A request taken to be reconciled.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Started {
+    pub key: ObjectKey,
+    /// How long it waited since it was added (zero if it was never stamped).
+    pub waited: Duration,
 }
 
 impl WorkQueue {
@@ -52,7 +72,9 @@ impl WorkQueue {
     /// routine.
     pub fn now_as(&mut self, key: ObjectKey, urgency: Urgency) {
         if self.running.contains(&key) {
-            self.again.insert(key);
+            if self.again.insert(key.clone()) {
+                self.fresh.push(key);
+            }
             return;
         }
         if let Some(at) = self.due_at.remove(&key) {
@@ -61,7 +83,13 @@ impl WorkQueue {
         match self.is_due.get(&key) {
             Some(Urgency::Urgent) => {}
             Some(Urgency::Routine) if urgency == Urgency::Routine => {}
-            _ => {
+            waiting => {
+                if waiting.is_none() {
+                    self.fresh.push(key.clone());
+                }
+                if urgency == Urgency::Urgent {
+                    self.urgent_due += 1;
+                }
                 self.is_due.insert(key.clone(), urgency);
                 match urgency {
                     Urgency::Urgent => self.urgent.push_back(key),
@@ -100,9 +128,35 @@ impl WorkQueue {
         }
     }
 
-    /// The next claim to reconcile, urgent ones first, marked as running; claims being
-    /// reconciled wait.
-    pub fn start(&mut self) -> Option<ObjectKey> {
+    /// Stamps the requests added since the last call with `now`; returns how many there were.
+    pub fn stamp(&mut self, now: Instant) -> u64 {
+        let added = self.fresh.len() as u64;
+        for key in self.fresh.drain(..) {
+            self.waiting_since.entry(key).or_insert(now);
+        }
+        added
+    }
+
+    /// The requests due now, urgent and routine (a request asked for while its claim is being
+    /// reconciled counts as urgent: it runs at once after).
+    pub fn depth(&self) -> (usize, usize) {
+        let urgent = self.urgent_due + self.again.len();
+        (urgent, self.is_due.len() - self.urgent_due)
+    }
+
+    /// The reconciles in progress at `now`: their time so far, summed, and the longest.
+    pub fn in_progress(&self, now: Instant) -> (Duration, Duration) {
+        self.running_since
+            .values()
+            .map(|since| now.saturating_duration_since(*since))
+            .fold((Duration::ZERO, Duration::ZERO), |(sum, longest), d| {
+                (sum + d, longest.max(d))
+            })
+    }
+
+    /// The next claim to reconcile, urgent ones first, marked as running at `now`; claims
+    /// being reconciled wait.
+    pub fn start(&mut self, now: Instant) -> Option<Started> {
         loop {
             let (key, taken_from) = match self.urgent.pop_front() {
                 Some(key) => (key, Urgency::Urgent),
@@ -113,20 +167,42 @@ impl WorkQueue {
                 continue;
             }
             self.is_due.remove(&key);
+            if taken_from == Urgency::Urgent {
+                self.urgent_due -= 1;
+            }
             if self.running.contains(&key) {
                 self.again.insert(key);
                 continue;
             }
+            let waited = self
+                .waiting_since
+                .remove(&key)
+                .map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
             self.running.insert(key.clone());
-            return Some(key);
+            self.running_since.insert(key.clone(), now);
+            return Some(Started { key, waited });
         }
     }
 
-    /// Ends the reconcile of `key`; `requeue_after` is what it asked for.
-    pub fn finish(&mut self, key: ObjectKey, requeue_after: Option<Duration>, now: Instant) {
+    /// Ends the reconcile of `key`; `requeue_after` is what it asked for. Returns how long it
+    /// ran.
+    pub fn finish(
+        &mut self,
+        key: ObjectKey,
+        requeue_after: Option<Duration>,
+        now: Instant,
+    ) -> Duration {
         self.running.remove(&key);
+        let ran = self
+            .running_since
+            .remove(&key)
+            .map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
         if self.again.remove(&key) {
+            // Asked for while it ran: due now, as added then (not a new add; `waiting_since`
+            // keeps that time).
+            let fresh = self.fresh.len();
             self.now(key);
+            self.fresh.truncate(fresh);
         } else if let Some(delay) = requeue_after {
             // A delay too long for the clock means not in this process's life: a year will do.
             let at = now
@@ -134,6 +210,7 @@ impl WorkQueue {
                 .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600));
             self.at(key, at);
         }
+        ran
     }
 
     pub fn running(&self) -> usize {
@@ -150,8 +227,9 @@ mod tests {
     }
 
     fn started(queue: &mut WorkQueue) -> Vec<String> {
-        std::iter::from_fn(|| queue.start())
-            .map(|k| k.name.to_string())
+        let now = Instant::now();
+        std::iter::from_fn(|| queue.start(now))
+            .map(|s| s.key.name.to_string())
             .collect()
     }
 
@@ -236,5 +314,39 @@ mod tests {
         assert!(started(&mut queue).is_empty());
         queue.promote(t0 + Duration::from_millis(200));
         assert_eq!(started(&mut queue), ["a"]);
+    }
+
+    #[test]
+    fn it_measures_what_client_gos_work_queue_measures() {
+        let mut queue = WorkQueue::default();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        queue.now(key("a"));
+        queue.now(key("a"));
+        queue.now_as(key("b"), Urgency::Routine);
+        assert_eq!(queue.stamp(t0), 2, "a merged request adds nothing");
+        assert_eq!(queue.depth(), (1, 1));
+
+        let a = queue.start(t0 + ms(30)).unwrap();
+        assert_eq!((a.key.name.as_ref(), a.waited), ("a", ms(30)));
+        assert_eq!(queue.depth(), (0, 1));
+        queue.now(key("a"));
+        assert_eq!(
+            queue.stamp(t0 + ms(40)),
+            1,
+            "asked for while running: one add"
+        );
+        assert_eq!(queue.depth(), (1, 1));
+        assert_eq!(queue.in_progress(t0 + ms(50)), (ms(20), ms(20)));
+
+        assert_eq!(queue.finish(key("a"), None, t0 + ms(70)), ms(40));
+        assert_eq!(queue.stamp(t0 + ms(70)), 0, "its return is not a new add");
+        assert_eq!(queue.depth(), (1, 1));
+        let again = queue.start(t0 + ms(100)).unwrap();
+        assert_eq!(again.waited, ms(60), "waited since it was asked for");
+        let b = queue.start(t0 + ms(100)).unwrap();
+        assert_eq!(b.waited, ms(100));
+        assert_eq!(queue.depth(), (0, 0));
+        assert_eq!(queue.in_progress(t0 + ms(110)), (ms(20), ms(10)));
     }
 }

@@ -210,16 +210,21 @@ pub async fn service_account_client() -> Client {
 /// A kubeconfig beside `admin` (a control plane's admin kubeconfig) that impersonates inpool's
 /// ServiceAccount, so that the binary runs with exactly the permissions of `config/rbac`.
 pub fn service_account_kubeconfig(admin: &Path) -> PathBuf {
+    service_account_kubeconfig_of(admin, SYSTEM_NAMESPACE, SERVICE_ACCOUNT)
+}
+
+/// A kubeconfig beside `admin` that impersonates ServiceAccount `namespace/name`, named after it.
+pub fn service_account_kubeconfig_of(admin: &Path, namespace: &str, name: &str) -> PathBuf {
     let text = std::fs::read_to_string(admin).expect("kubeconfig");
     let mut config: Value = serde_saphyr::from_str(&text).expect("kubeconfig YAML");
     for user in config["users"].as_array_mut().expect("users") {
-        user["user"]["as"] = json!(service_account_user());
-        user["user"]["as-groups"] = json!(service_account_groups());
+        user["user"]["as"] = json!(service_account_user_of(namespace, name));
+        user["user"]["as-groups"] = json!(service_account_groups_of(namespace));
     }
-    let path = admin.with_file_name("inpool-sa.kubeconfig");
+    let path = admin.with_file_name(format!("{namespace}-{name}.kubeconfig"));
     // Written whole, then renamed: a test that reads it meanwhile never sees half a file.
     let partial = admin.with_file_name(format!(
-        "inpool-sa.kubeconfig.{:?}",
+        "{namespace}-{name}.kubeconfig.{:?}",
         std::thread::current().id()
     ));
     // JSON is YAML: kube reads it as a kubeconfig.

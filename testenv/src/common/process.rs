@@ -102,10 +102,35 @@ impl Inpool {
                 command.arg("--diagnostics-cert-dir").arg(dir);
             }
         }
-        let mut child = command
+        command
             .args(args)
             .env_remove("POD_NAMESPACE")
-            .env_remove("RUST_LOG")
+            .env_remove("RUST_LOG");
+        Inpool::spawn(name, command)
+    }
+
+    /// Starts `BINARY ARGS` with exactly the environment `env` (nothing inherited), as a
+    /// container of a Deployment runs it: the caller passes the container's args and env (and
+    /// `KUBECONFIG`). The args must ask for JSON logs (`--log-format=json`); returns once the
+    /// health and diagnostics servers listen.
+    pub fn start_as_deployed(
+        binary: impl AsRef<Path>,
+        name: &str,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Inpool {
+        let mut command = Command::new(binary.as_ref());
+        command
+            .args(args)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        Inpool::spawn(name, command)
+    }
+
+    /// Spawns `command` (its stderr collected as log lines) and waits until the log says where
+    /// `/healthz` and `/metrics` are served.
+    fn spawn(name: &str, mut command: Command) -> Inpool {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -381,16 +406,40 @@ async fn get_on(
     let (head, body) = text.split_once("\r\n\r\n")?;
     let mut lines = head.lines();
     let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
-    let content_type = lines.find_map(|l| {
-        let (name, value) = l.split_once(':')?;
-        name.eq_ignore_ascii_case("content-type")
-            .then(|| value.trim().to_string())
-    });
+    let headers: Vec<(&str, &str)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(name, value)| (name.trim(), value.trim()))
+        .collect();
+    let header = |wanted: &str| {
+        headers
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(wanted))
+            .map(|(_, value)| value.to_string())
+    };
+    let body = match header("transfer-encoding") {
+        Some(coding) if coding.eq_ignore_ascii_case("chunked") => dechunk(body)?,
+        _ => body.to_string(),
+    };
     Some(HttpResponse {
         status,
-        content_type,
-        body: body.to_string(),
+        content_type: header("content-type"),
+        body,
     })
+}
+
+/// The body of a response sent with `Transfer-Encoding: chunked` (as Prometheus sends larger
+/// answers).
+fn dechunk(mut chunked: &str) -> Option<String> {
+    let mut body = String::new();
+    loop {
+        let (size, rest) = chunked.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(body);
+        }
+        body.push_str(rest.get(..size)?);
+        chunked = rest.get(size..)?.strip_prefix("\r\n")?;
+    }
 }
 
 /// Accepts any server certificate, still checking the handshake's signatures.
