@@ -2,7 +2,9 @@
 # The inpool controller image: a static (musl) binary on distroless/static, running as the
 # non-root user 65532. Build from the repository root:
 #   docker build -t inpool:dev .
-# (Not built by the tests: they run the binary directly.)
+# .github/workflows/release.yml builds it for linux/amd64 and linux/arm64, each on a native runner.
+# No container engine runs the tests: tests/process/image.rs builds the binary as the build stage
+# does and runs it as this image would (static, uid 65532, read-only root).
 
 FROM rust:1.95-alpine AS build
 # The Alpine image targets x86_64-unknown-linux-musl (or aarch64-unknown-linux-musl) natively,

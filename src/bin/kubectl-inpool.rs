@@ -8,7 +8,8 @@
 //! kubectl inpool who-has ADDRESS     pool, claim, IPAddress, since, reservation
 //! kubectl inpool why CLAIM           what the claim waits for
 //!
-//! everywhere: [-n NS | -A] [-o json] [--kubeconfig FILE] [--context NAME]
+//! everywhere: [-n NS | -A] [-o table|json|yaml] [--kubeconfig FILE] [--context NAME]
+//! kubectl inpool --version
 //! ```
 //!
 //! The views are `inpool::inspect`'s, which the demo's picture uses too.
@@ -28,6 +29,7 @@ use inpool::inspect::{self, Snapshot};
 #[derive(Debug, Parser)]
 #[command(
     name = "kubectl-inpool",
+    version,
     about = "Answers about inpool's pools and claims from the API (read-only)"
 )]
 struct Cli {
@@ -47,7 +49,7 @@ struct Cli {
     #[arg(short = 'A', long, global = true, conflicts_with = "namespace")]
     all_namespaces: bool,
 
-    /// Output format.
+    /// Output format: a table, or the same data as JSON or YAML.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
 
@@ -59,6 +61,18 @@ struct Cli {
 enum Output {
     Table,
     Json,
+    Yaml,
+}
+
+/// Prints `value` when `output` is JSON or YAML (one document, the same data in both); false
+/// when the caller prints its table.
+fn print_data<T: serde::Serialize>(output: Output, value: &T) -> anyhow::Result<bool> {
+    match output {
+        Output::Table => return Ok(false),
+        Output::Json => println!("{}", serde_json::to_string_pretty(value)?),
+        Output::Yaml => print!("{}", serde_saphyr::to_string(value)?),
+    }
+    Ok(true)
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,9 +129,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pools { watch } => loop {
             let snapshot = Snapshot::fetch(&client, scope).await?;
             print_notes(&snapshot);
-            match cli.output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&snapshot.pools)?),
-                Output::Table => print!("{}", snapshot.pools_table()),
+            if !print_data(cli.output, &snapshot.pools)? {
+                print!("{}", snapshot.pools_table());
             }
             if !watch {
                 return Ok(ExitCode::SUCCESS);
@@ -133,93 +146,87 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .iter()
                 .filter(|c| !waiting || c.is_waiting())
                 .collect();
-            match cli.output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&claims)?),
-                Output::Table => print!("{}", snapshot.claims_table(&claims, true)),
+            if !print_data(cli.output, &claims)? {
+                print!("{}", snapshot.claims_table(&claims, true));
             }
         }
         Command::WhoHas { address } => {
             let holders = inspect::who_has(&client, address).await?;
-            match cli.output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&holders)?),
-                Output::Table if holders.is_empty() => {
-                    println!("nobody holds {address}: no IPAddress and no reservation names it");
-                }
-                Output::Table => {
-                    let rows: Vec<Vec<String>> = holders
-                        .iter()
-                        .map(|h| {
-                            let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-                            vec![
-                                h.namespace.clone(),
-                                h.claim.clone(),
-                                h.pool.clone(),
-                                dash(&h.ip_address),
-                                h.prefix.map_or("-".into(), |p| p.to_string()),
-                                dash(&h.since),
-                                match (&h.reservation, &h.released_until) {
-                                    (Some(r), Some(until)) => {
-                                        format!("{r} (released, reusable after {until})")
-                                    }
-                                    (r, _) => dash(r),
-                                },
-                            ]
-                        })
-                        .collect();
-                    print!(
-                        "{}",
-                        inspect::table(
-                            &[
-                                "NAMESPACE",
-                                "CLAIM",
-                                "POOL",
-                                "IPADDRESS",
-                                "PREFIX",
-                                "SINCE",
-                                "RESERVATION"
-                            ],
-                            &rows
-                        )
-                    );
-                }
+            if print_data(cli.output, &holders)? {
+                // printed as data
+            } else if holders.is_empty() {
+                println!("nobody holds {address}: no IPAddress and no reservation names it");
+            } else {
+                let rows: Vec<Vec<String>> = holders
+                    .iter()
+                    .map(|h| {
+                        let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+                        vec![
+                            h.namespace.clone(),
+                            h.claim.clone(),
+                            h.pool.clone(),
+                            dash(&h.ip_address),
+                            h.prefix.map_or("-".into(), |p| p.to_string()),
+                            dash(&h.since),
+                            match (&h.reservation, &h.released_until) {
+                                (Some(r), Some(until)) => {
+                                    format!("{r} (released, reusable after {until})")
+                                }
+                                (r, _) => dash(r),
+                            },
+                        ]
+                    })
+                    .collect();
+                print!(
+                    "{}",
+                    inspect::table(
+                        &[
+                            "NAMESPACE",
+                            "CLAIM",
+                            "POOL",
+                            "IPADDRESS",
+                            "PREFIX",
+                            "SINCE",
+                            "RESERVATION"
+                        ],
+                        &rows
+                    )
+                );
             }
         }
         Command::Why { claim } => {
             let why = inspect::why(&client, &namespace, &claim).await?;
-            match cli.output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&why)?),
-                Output::Table => {
-                    let c = &why.claim;
-                    println!("claim {namespace}/{} on {}", c.name, c.pool);
-                    println!("  Ready: {} {}: {}", c.ready, c.reason, c.message);
-                    if let Some(address) = &c.address {
-                        println!("  address: {address}");
-                    }
-                    match &why.pool {
-                        Some(p) => println!(
-                            "  pool: total {}, used {}, free {}, {} waiting; {}",
-                            p.total.map_or("-".into(), |n| n.to_string()),
-                            p.used.map_or("-".into(), |n| n.to_string()),
-                            p.free.map_or("-".into(), |n| n.to_string()),
-                            p.waiting,
-                            p.conditions
-                        ),
-                        None => println!("  pool: not found"),
-                    }
-                    if let Some((name, exists, paused)) = &why.cluster {
-                        println!(
-                            "  cluster: {name} ({})",
-                            match (exists, paused) {
-                                (false, _) => "missing",
-                                (true, true) => "paused",
-                                (true, false) => "not paused",
-                            }
-                        );
-                    }
-                    println!("why:");
-                    for finding in &why.findings {
-                        println!("  - {finding}");
-                    }
+            if !print_data(cli.output, &why)? {
+                let c = &why.claim;
+                println!("claim {namespace}/{} on {}", c.name, c.pool);
+                println!("  Ready: {} {}: {}", c.ready, c.reason, c.message);
+                if let Some(address) = &c.address {
+                    println!("  address: {address}");
+                }
+                match &why.pool {
+                    Some(p) => println!(
+                        "  pool: total {}, used {}, free {}, {} waiting; {}",
+                        p.total.map_or("-".into(), |n| n.to_string()),
+                        p.used.map_or("-".into(), |n| n.to_string()),
+                        p.free.map_or("-".into(), |n| n.to_string()),
+                        p.waiting,
+                        p.conditions
+                    ),
+                    None => println!("  pool: not found"),
+                }
+                if let Some((name, exists, paused)) = &why.cluster {
+                    println!(
+                        "  cluster: {name} ({})",
+                        match (exists, paused) {
+                            (false, _) => "missing",
+                            (true, true) => "paused",
+                            (true, false) => "not paused",
+                        }
+                    );
+                }
+                println!("why:");
+                for finding in &why.findings {
+                    println!("  - {finding}");
                 }
             }
         }

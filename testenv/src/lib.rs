@@ -6,6 +6,8 @@
 //! - [`capi`], [`capv`], [`operator`]: Cluster API core and clusterctl, CAPV with a vCenter
 //!   simulator, and cluster-api-operator, built from the Go module proxy and run against that
 //!   control plane; [`kustomize`] renders upstream kustomizations.
+//! - [`release`]: what checks the release: actionlint and krew, built from the Go module proxy,
+//!   and the image's static binary.
 //! - [`support`]: the tests' shared control planes (one per test binary and kind of bed), each
 //!   handing a test its own namespace.
 //! - [`common`]: what the integration tests share: object builders, waits, reads, invariants, an
@@ -39,6 +41,7 @@ pub mod capv;
 pub mod common;
 pub mod kustomize;
 pub mod operator;
+pub mod release;
 pub mod scale;
 pub mod support;
 pub mod tethered;

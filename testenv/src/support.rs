@@ -43,13 +43,21 @@ pub fn tool_or_not_run(tool: &str, package: &str, test: &str) -> bool {
     {
         return true;
     }
-    let why = format!(
-        "{tool} is not on PATH: install {package} \
-         (`apt-get install -y --no-install-recommends prometheus`; .ci/run does)"
+    not_run(
+        test,
+        &format!(
+            "{tool} is not on PATH: install {package} \
+             (`apt-get install -y --no-install-recommends prometheus`; .ci/run does)"
+        ),
     );
+    false
+}
+
+/// `test` cannot run, for the reason `why`: under CI (`CI` set) that is a failure, elsewhere a
+/// `NOT RUN` line past libtest's capture.
+pub fn not_run(test: &str, why: &str) {
     assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
     testenv::say(&format!("NOT RUN: {test}: {why}"));
-    false
 }
 
 /// One running control plane process ([`crate::ControlPlane`], whose fields it

@@ -1,6 +1,7 @@
 //! The tests that need no control plane: the allocators against naive models (property tests),
 //! inpool's API types and generated CRDs, the operations files checked by promtool, the kustomize
-//! base and its optional components, and the functions docs/architecture.md names.
+//! base and its optional components, the functions docs/architecture.md names, and the release's
+//! workflows, plugin archive and krew manifest.
 
 #[path = "../data/pools/corpus.rs"]
 mod corpus;
@@ -13,3 +14,4 @@ mod components;
 mod kustomize;
 mod operations;
 mod prefix_allocator_props;
+mod release;

@@ -1,5 +1,6 @@
 //! `kubectl inpool` (the `kubectl-inpool` binary) against the real control plane, with inpool
-//! running: pools, claims with their queue places, who holds an address, why a claim waits.
+//! running: pools, claims with their queue places, who holds an address, why a claim waits; the
+//! same data as JSON and as YAML; `--version`.
 
 use std::process::Command;
 
@@ -30,6 +31,41 @@ fn json(args: &[&str]) -> Value {
     let mut args = args.to_vec();
     args.extend(["-o", "json"]);
     serde_json::from_str(&plugin(&args)).unwrap()
+}
+
+/// `-o yaml` prints the data `-o json` prints (a YAML writer that left a string such as `True`
+/// or `10.0.0.1` unquoted, or dropped a field, reads back differently).
+fn assert_yaml_is_json(args: &[&str]) {
+    let mut yaml_args = args.to_vec();
+    yaml_args.extend(["-o", "yaml"]);
+    let text = plugin(&yaml_args);
+    // JSON is YAML too: block style shows it is not JSON printed under another name.
+    assert!(
+        !text.trim_start().starts_with(['[', '{']),
+        "{yaml_args:?} printed flow style:\n{text}"
+    );
+    let yaml: Value = serde_saphyr::from_str(&text)
+        .unwrap_or_else(|e| panic!("kubectl-inpool {yaml_args:?} printed no YAML ({e}):\n{text}"));
+    assert_eq!(yaml, json(args), "{args:?} as YAML:\n{text}");
+}
+
+/// `--version` (and `-V`) print the crate's version as `kubectl-inpool VERSION`, without a
+/// kubeconfig or a subcommand, and exit 0, as the krew manifest's release expects.
+#[test]
+fn version_prints_the_crate_version() {
+    for flag in ["--version", "-V"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_kubectl-inpool"))
+            .arg(flag)
+            .env("KUBECONFIG", "/nonexistent")
+            .output()
+            .expect("running kubectl-inpool");
+        assert!(output.status.success(), "{flag}: {output:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            format!("kubectl-inpool {}\n", env!("CARGO_PKG_VERSION")),
+            "{flag}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -153,4 +189,10 @@ async fn pools_claims_who_has_and_why_answer_from_the_api() {
     assert!(frozen.contains("its Cluster frozen is paused"), "{frozen}");
     let first = plugin(&["why", "first", "-n", &ns]);
     assert!(first.contains("nothing: the claim holds"), "{first}");
+
+    // -o yaml: the same data as -o json, for each view.
+    assert_yaml_is_json(&["pools", "-n", &ns]);
+    assert_yaml_is_json(&["claims", "-n", &ns]);
+    assert_yaml_is_json(&["who-has", address]);
+    assert_yaml_is_json(&["why", "frozen-claim", "-n", &ns]);
 }

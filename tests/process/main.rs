@@ -1,9 +1,10 @@
 //! The `inpool` binary as a process, cluster-wide as deployed, on a plain test control plane of
 //! this binary's own (`inpool_testenv::support::env`): the process and leader election
-//! (`binary`), secure `/metrics` and a real Prometheus scrape (`diagnostics`), Cluster API's
-//! controller-runtime dashboard and inpool's own over inpool's metrics (`dashboard`,
-//! `inpool_dashboard`), the rendered components and their RBAC (`packaging`), real claims as the
-//! ServiceAccount (`service_account`) and two processes sharing the claims (`scale_out`).
+//! (`binary`), the release binary as the image runs it (`image`), secure `/metrics` and a real
+//! Prometheus scrape (`diagnostics`), Cluster API's controller-runtime dashboard and inpool's own
+//! over inpool's metrics (`dashboard`, `inpool_dashboard`), the rendered components and their
+//! RBAC (`packaging`), real claims as the ServiceAccount (`service_account`) and two processes
+//! sharing the claims (`scale_out`).
 //!
 //! A bed of its own: a process that runs the controllers cluster-wide acts on every namespace's
 //! pools and claims, so it must not share a control plane with tests that expect only their own
@@ -12,6 +13,7 @@
 mod binary;
 mod dashboard;
 mod diagnostics;
+mod image;
 mod inpool_dashboard;
 mod packaging;
 mod scale_out;

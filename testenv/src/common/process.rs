@@ -66,7 +66,25 @@ impl Inpool {
         diagnostics: &Diagnostics,
         args: &[&str],
     ) -> Inpool {
-        let mut command = Command::new(binary.as_ref());
+        Inpool::start_command(
+            Command::new(binary.as_ref()),
+            name,
+            kubeconfig,
+            diagnostics,
+            args,
+        )
+    }
+
+    /// As [`Inpool::start_with`], with `command` in place of the binary: a program and its
+    /// arguments that end by executing `inpool` in the same process (as `chroot ROOT /inpool`
+    /// does), to which inpool's arguments are appended; `kubeconfig` is the path inpool sees.
+    pub fn start_command(
+        mut command: Command,
+        name: &str,
+        kubeconfig: &Path,
+        diagnostics: &Diagnostics,
+        args: &[&str],
+    ) -> Inpool {
         command.arg("--kubeconfig").arg(kubeconfig).args([
             "--diagnostics-address=127.0.0.1:0",
             "--health-bind-address=127.0.0.1:0",
