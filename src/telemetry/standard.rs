@@ -9,7 +9,7 @@
 //! | `controller_runtime_reconcile_time_seconds` | `controller` | same |
 //! | `controller_runtime_active_workers` | `controller` | same |
 //! | `controller_runtime_max_concurrent_reconciles` | `controller` | same |
-//! | `workqueue_depth` | `name`, `controller`, `priority` | [`QueueMetrics`] (the claims' queue) |
+//! | `workqueue_depth` | `name`, `controller`, `priority` | [`QueueMetrics`] |
 //! | `workqueue_adds_total` | `name`, `controller` | same |
 //! | `workqueue_queue_duration_seconds` | same | same |
 //! | `workqueue_work_duration_seconds` | same | same |
@@ -26,8 +26,8 @@
 //! `error`, `requeue` or `requeue_after`. The claims' queue has two priorities, as
 //! controller-runtime's priority queue: `0` for requests that change something, `-100` for a
 //! realised claim the watch brings, which only needs confirming. kube-runtime's controllers
-//! (pools, released reservations) export the reconcile families only: their scheduler has no
-//! hook to read its queue from.
+//! (pools, released reservations) are measured at the edges of their scheduler's queue
+//! (`controllers::runtime::metered`), with the one priority `0`.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
@@ -23,7 +24,8 @@ use crate::api::{
     PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
 };
 use crate::controllers::runtime::error::{self, Error};
-use crate::controllers::runtime::{Context, MANAGER, delete_if_present, finalizers, measured};
+use crate::controllers::runtime::metered::{self, Metered};
+use crate::controllers::runtime::{Context, MANAGER, delete_if_present, finalizers};
 use crate::controllers::sources::pool_kinds::PoolObject;
 use crate::controllers::sources::watch::Subscription;
 use crate::controllers::state::facts::pool_state;
@@ -52,15 +54,28 @@ pub async fn run<P: PoolObject>(
     subscription: Subscription<P>,
     wakes: UnboundedReceiver<ObjectRef<P>>,
 ) {
-    let metrics = ctx
-        .metrics
-        .controller(&P::KIND.name().to_ascii_lowercase(), 0);
-    let outcomes = subscription.controller().reconcile_on(wakes).run(
-        move |pool, ctx| measured(metrics.clone(), reconcile(pool, ctx)),
-        error_policy,
-        ctx.clone(),
-    );
-    error::drain(ctx, "pool", outcomes).await;
+    let metered = Metered::new(&ctx.metrics, &P::KIND.name().to_ascii_lowercase());
+    let (triggered, woken, reconciled) = (metered.clone(), metered.clone(), metered.clone());
+    let wakes = wakes.inspect(move |pool| {
+        woken.requested(metered::key(pool.namespace.as_deref(), &pool.name));
+    });
+    let outcomes = subscription
+        .controller_with(move |pool| {
+            triggered.requested(metered::key(pool.namespace().as_deref(), &pool.name_any()));
+        })
+        .reconcile_on(wakes)
+        .run(
+            move |pool, ctx| {
+                let (metered, key) = (
+                    reconciled.clone(),
+                    metered::key(pool.namespace().as_deref(), &pool.name_any()),
+                );
+                async move { metered.reconcile(key, reconcile(pool, ctx)).await }
+            },
+            error_policy,
+            ctx.clone(),
+        );
+    error::drain(ctx, "pool", &metered, outcomes).await;
 }
 
 #[tracing::instrument(skip_all, fields(pool = %pool.key()))]

@@ -10,6 +10,7 @@ use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
+use super::metered::{Metered, key};
 use crate::controllers::runtime::Context;
 
 /// The first retry of a failed reconcile comes after this long.
@@ -135,8 +136,9 @@ pub fn watch_failed(ctx: &Context, controller: &'static str, error: &dyn std::er
     tracing::warn!(controller, %error, "watch failed; retrying");
 }
 
-/// Runs a controller's output stream to its end, reporting every error in it.
-pub async fn drain<K, S>(ctx: &Context, controller: &'static str, outcomes: S)
+/// Runs a controller's output stream to its end, reporting every error in it; an object gone
+/// before its reconcile is no longer waiting in `metered`.
+pub async fn drain<K, S>(ctx: &Context, controller: &'static str, metered: &Metered, outcomes: S)
 where
     K: Resource,
     S: futures::Stream<
@@ -149,6 +151,9 @@ where
     outcomes
         .for_each(|outcome| {
             if let Err(e) = outcome {
+                if let controller::Error::ObjectNotFound(object) = &e {
+                    metered.forget(&key(object.namespace.as_deref(), &object.name));
+                }
                 report_run_error(ctx, controller, e);
             }
             futures::future::ready(())

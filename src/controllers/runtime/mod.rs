@@ -11,6 +11,7 @@ pub(crate) mod controller;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod finalizers;
+pub(crate) mod metered;
 pub(crate) mod queue;
 
 use std::future::Future;
@@ -21,7 +22,7 @@ use futures::channel::mpsc;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 
 use self::controller::ClaimController;
 use super::claims::cache::{CacheWriter, ClaimCache};
@@ -32,7 +33,7 @@ use super::state::{Change, Registry, Unready};
 use super::{audit, claims, pools};
 use crate::api::{ObjectKey, PoolKey};
 use crate::cli::Settings;
-use crate::telemetry::{ControllerMetrics, HealthState, Metrics, ReconcileResult};
+use crate::telemetry::{HealthState, Metrics};
 
 /// Field manager of every write inpool makes.
 pub const MANAGER: &str = "inpool";
@@ -262,20 +263,31 @@ pub async fn run(
             );
         // The pool and reuse-grace controllers share the feed's watches (see `watch`).
         let pools = subscriptions.pools.run(&ctx);
-        let reservations = ctx.metrics.controller("ipaddressreservation", 0);
+        let reservations = metered::Metered::new(&ctx.metrics, "ipaddressreservation");
+        let triggered = reservations.clone();
+        let reconciled = reservations.clone();
         let released = error::drain(
             &ctx,
             "reuse-grace",
-            subscriptions.released.controller().run(
-                move |reservation, ctx| {
-                    measured(
-                        reservations.clone(),
-                        pools::reuse_grace::reconcile(reservation, ctx),
-                    )
-                },
-                pools::reuse_grace::error_policy,
-                ctx.clone(),
-            ),
+            &reservations,
+            subscriptions
+                .released
+                .controller_with(move |r| triggered.requested(metered::key(None, &r.name_any())))
+                .run(
+                    move |reservation, ctx| {
+                        let (metered, key) = (
+                            reconciled.clone(),
+                            metered::key(None, &reservation.name_any()),
+                        );
+                        async move {
+                            metered
+                                .reconcile(key, pools::reuse_grace::reconcile(reservation, ctx))
+                                .await
+                        }
+                    },
+                    pools::reuse_grace::error_policy,
+                    ctx.clone(),
+                ),
         );
         let audits = audit::run(ctx.clone());
         futures::join!(claims, pools, released, audits);
@@ -285,26 +297,4 @@ pub async fn run(
         result = controlling => result,
         result = feeding => result.and(Err(anyhow::anyhow!("the watch streams ended"))),
     }
-}
-
-/// Runs a reconcile of one of kube-runtime's controllers under its controller-runtime metric
-/// families (the claim runtime measures its own, [`controller`]).
-pub(crate) async fn measured<F>(
-    metrics: ControllerMetrics,
-    reconcile: F,
-) -> Result<kube::runtime::controller::Action, error::Error>
-where
-    F: Future<Output = Result<kube::runtime::controller::Action, error::Error>>,
-{
-    let began = metrics.started();
-    let result = reconcile.await;
-    let outcome = match &result {
-        Ok(action) if *action == kube::runtime::controller::Action::await_change() => {
-            ReconcileResult::Success
-        }
-        Ok(_) => ReconcileResult::RequeueAfter,
-        Err(_) => ReconcileResult::Error,
-    };
-    metrics.finished(began, outcome);
-    result
 }

@@ -273,9 +273,12 @@ where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync,
     K: serde::de::DeserializeOwned + 'static,
 {
-    /// A controller fed by this subscription (add `reconcile_on`, then `run` it).
-    pub fn controller(self) -> Controller<K> {
-        Controller::for_shared_stream(self.triggers, self.store)
+    /// A controller fed by this subscription (add `reconcile_on`, then `run` it), telling
+    /// `triggered` of each object it is triggered for (what the controller's queue takes in,
+    /// [`crate::controllers::runtime::metered`]).
+    pub fn controller_with(self, triggered: impl Fn(&K) + Send + 'static) -> Controller<K> {
+        let triggers = self.triggers.inspect(move |object| triggered(object));
+        Controller::for_shared_stream(triggers, self.store)
     }
 }
 
