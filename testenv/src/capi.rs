@@ -89,9 +89,7 @@ pub fn binaries() -> Result<Binaries, String> {
 
 /// The Cluster API module's source in the Go module cache (downloaded if needed).
 pub fn module_dir() -> Result<PathBuf, String> {
-    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| super::go_module_dir(&wrapper_module(), MODULE))
-        .clone()
+    super::go_module_dir(&wrapper_module(), MODULE)
 }
 
 /// `core/config/` of the Cluster API module: CRDs, their conversion patches, webhooks.

@@ -106,7 +106,22 @@ fn build_testenv() -> Result<PathBuf, String> {
 
 /// The source of Go module `module` as the wrapper module `wrapper` pins it, from the Go module
 /// cache (downloaded if needed): the tests read upstream CRDs and webhook manifests from there.
+/// Looked up once per process and module.
 pub(crate) fn go_module_dir(wrapper: &Path, module: &str) -> Result<PathBuf, String> {
+    type Found = std::collections::HashMap<(PathBuf, String), Result<PathBuf, String>>;
+    static FOUND: std::sync::Mutex<Option<Found>> = std::sync::Mutex::new(None);
+    let key = (wrapper.to_path_buf(), module.to_string());
+    let mut found = FOUND
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    found
+        .get_or_insert_with(Found::new)
+        .entry(key)
+        .or_insert_with(|| download_go_module(wrapper, module))
+        .clone()
+}
+
+fn download_go_module(wrapper: &Path, module: &str) -> Result<PathBuf, String> {
     check_go_toolchain(&std::env::var("PATH").unwrap_or_default())?;
     let output = Command::new("go")
         .args(["mod", "download", "-json", module])

@@ -102,9 +102,7 @@ pub fn binary() -> Result<PathBuf, String> {
 
 /// The operator module's source in the Go module cache (downloaded if needed).
 pub fn module_dir() -> Result<PathBuf, String> {
-    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| super::go_module_dir(&wrapper_module(), MODULE))
-        .clone()
+    super::go_module_dir(&wrapper_module(), MODULE)
 }
 
 /// The operator's CRDs (`config/crd/bases/` of the module).
