@@ -13,9 +13,10 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::runtime::controller::Action;
+use tokio::time::Instant;
 
 use super::error::Error;
 use crate::telemetry::{ControllerMetrics, Metrics, QueueMetrics, ReconcileResult};
@@ -36,12 +37,7 @@ struct Edges {
 
 impl Edges {
     fn in_progress(&self, now: Instant) -> (Duration, Duration) {
-        self.running
-            .values()
-            .map(|since| now.saturating_duration_since(*since))
-            .fold((Duration::ZERO, Duration::ZERO), |(sum, longest), d| {
-                (sum + d, longest.max(d))
-            })
+        super::queue::unfinished(self.running.values(), now)
     }
 }
 

@@ -146,12 +146,7 @@ impl WorkQueue {
 
     /// The reconciles in progress at `now`: their time so far, summed, and the longest.
     pub fn in_progress(&self, now: Instant) -> (Duration, Duration) {
-        self.running_since
-            .values()
-            .map(|since| now.saturating_duration_since(*since))
-            .fold((Duration::ZERO, Duration::ZERO), |(sum, longest), d| {
-                (sum + d, longest.max(d))
-            })
+        unfinished(self.running_since.values(), now)
     }
 
     /// The next claim to reconcile, urgent ones first, marked as running at `now`; claims
@@ -216,6 +211,19 @@ impl WorkQueue {
     pub fn running(&self) -> usize {
         self.running.len()
     }
+}
+
+/// Of reconciles running since `since`, at `now`: their time so far, summed, and the longest
+/// (client-go's `unfinished_work_seconds` and `longest_running_processor_seconds`).
+pub fn unfinished<'a>(
+    since: impl Iterator<Item = &'a Instant>,
+    now: Instant,
+) -> (Duration, Duration) {
+    since
+        .map(|since| now.saturating_duration_since(*since))
+        .fold((Duration::ZERO, Duration::ZERO), |(sum, longest), d| {
+            (sum + d, longest.max(d))
+        })
 }
 
 #[cfg(test)]
