@@ -17,6 +17,17 @@ use super::prefix::{ParsedPrefixPool, PrefixAllocator};
 use super::set::AddressSet;
 use super::spec::ParsedPool;
 
+/// What a held block of addresses (an address, or a sub-prefix) uses in a pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Footprint {
+    /// One unit, named by the address that stands for it (see [`AnyAllocator::unit_of`]): the
+    /// block fits in one of the pool's units.
+    Unit(IpAddr),
+    /// Every unit of the pool inside this block: it is larger than one unit (a sub-prefix held
+    /// through a prefix pool seen from an IP pool, or from a prefix pool of longer sub-prefixes).
+    Units(Subnet),
+}
+
 /// A validated pool spec of either shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ParsedSpec {
@@ -98,6 +109,38 @@ impl AnyAllocator {
         match self.sub_prefix(ip) {
             Some(sub_prefix) => sub_prefix.network(),
             None => ip,
+        }
+    }
+
+    /// The prefix length of one unit: the family's width in an IP pool (one address), the
+    /// allocation length in a prefix pool.
+    pub fn unit_length(&self) -> u8 {
+        match self {
+            AnyAllocator::Addresses(a) => a.family().bits(),
+            AnyAllocator::Prefixes(a) => a.allocation_prefix_length(),
+        }
+    }
+
+    /// What the block `ip/length` (an address when `length` is the family's width) uses here.
+    pub fn footprint(&self, ip: IpAddr, length: u8) -> Footprint {
+        let family_bits = super::addr::Family::of(ip).bits();
+        let length = length.min(family_bits);
+        let larger_than_a_unit = match self {
+            AnyAllocator::Addresses(_) => length < family_bits,
+            AnyAllocator::Prefixes(a) => ip.is_ipv6() && length < a.allocation_prefix_length(),
+        };
+        match Subnet::containing(ip, length).filter(|_| larger_than_a_unit) {
+            Some(block) => Footprint::Units(block),
+            None => Footprint::Unit(self.unit_of(ip)),
+        }
+    }
+
+    /// Records that every unit inside `block` (a [`Footprint::Units`]) that lies in the pool is
+    /// in use. Idempotent.
+    pub fn mark_block_used(&mut self, block: Subnet) {
+        match self {
+            AnyAllocator::Addresses(a) => a.mark_block_used(block),
+            AnyAllocator::Prefixes(a) => a.mark_block_used(block),
         }
     }
 

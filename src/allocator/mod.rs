@@ -139,7 +139,7 @@ mod slots;
 mod spec;
 
 pub use addr::{AddrRange, Family, Subnet, canonical};
-pub use any::{AnyAllocator, ParsedSpec};
+pub use any::{AnyAllocator, Footprint, ParsedSpec};
 pub use counts::{Counts, StatusCounts, saturating_i32, saturating_i64};
 pub use entry::{EntryError, parse_entry, parse_ip, parse_network};
 pub use error::{AllocError, Field, PrefixAllocError, SpecError, SpecErrors};

@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-use super::addr::{AddrRange, Family, from_bits, to_bits};
+use super::addr::{AddrRange, Family, Subnet, from_bits, to_bits};
 use super::counts::Counts;
 use super::error::AllocError;
 use super::set::AddressSet;
@@ -88,6 +88,16 @@ impl Allocator {
         match self.value(ip) {
             Some(value) => self.slots.mark_used(value),
             None => self.other_family.insert(to_bits(ip).1),
+        }
+    }
+
+    /// Records every address of `block` that lies in the pool as in use (a sub-prefix held
+    /// through an overlapping prefix pool); addresses outside the pool, and a block of the other
+    /// family, are not recorded.
+    pub fn mark_block_used(&mut self, block: Subnet) {
+        if block.family() == self.family() {
+            self.slots
+                .mark_interval_used(block.network_bits(), block.last_bits());
         }
     }
 

@@ -281,6 +281,19 @@ impl PrefixAllocator {
         Ok(self.slots.mark_used(self.block(sub_prefix)?))
     }
 
+    /// Records every sub-prefix of the pool inside `block`, a network shorter than the allocation
+    /// length (held through an overlapping pool of larger units), as in use; sub-prefixes outside
+    /// the pool are not recorded. A block of the allocation length or longer is one sub-prefix:
+    /// see [`PrefixAllocator::mark_used`].
+    pub fn mark_block_used(&mut self, block: Subnet) {
+        if block.family() != Family::V6 || block.prefix() >= self.allocation_prefix_length() {
+            return;
+        }
+        let shift = block_shift(self.allocation_prefix_length());
+        self.slots
+            .mark_interval_used(block.network_bits() >> shift, block.last_bits() >> shift);
+    }
+
     /// Gives `sub_prefix` back (an out-of-range one is forgotten); whether it was in use.
     pub fn release(&mut self, sub_prefix: Subnet) -> bool {
         self.block(sub_prefix)

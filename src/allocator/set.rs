@@ -125,12 +125,24 @@ impl AddressSet {
     /// Whether every address of `range` is in the set. O(log ranges).
     pub fn contains_range(&self, range: AddrRange) -> bool {
         let (first, last) = range.bounds();
+        self.first_interval_reaching(range)
+            .is_some_and(|(start, end)| start <= first && last <= end)
+    }
+
+    /// Whether the set shares an address with `range`. O(log ranges).
+    pub fn meets(&self, range: AddrRange) -> bool {
+        let (_, last) = range.bounds();
+        self.first_interval_reaching(range)
+            .is_some_and(|(start, _)| start <= last)
+    }
+
+    /// The lowest interval that ends at or after the start of `range` (of its family).
+    fn first_interval_reaching(&self, range: AddrRange) -> Option<(u128, u128)> {
+        let (first, _) = range.bounds();
         let index = self.intervals.partition_point(|&(_, end)| end < first);
-        range.family() == self.family
-            && self
-                .intervals
-                .get(index)
-                .is_some_and(|&(start, end)| start <= first && last <= end)
+        (range.family() == self.family)
+            .then(|| self.intervals.get(index).copied())
+            .flatten()
     }
 
     /// Addresses in both sets (empty if the families differ). O(n + m).

@@ -113,6 +113,23 @@ impl<P: Intervals> Slots<P> {
         }
     }
 
+    /// Records every pool value in `[first, last]` as used; values outside the pool are not
+    /// recorded (the caller marks a block that other pools hold, of which only the part inside
+    /// this pool matters). O(R + F + O): it is rebuilt, which is fine for what calls it (a block
+    /// larger than this pool's unit, held through an overlapping pool of another unit size).
+    pub(crate) fn mark_interval_used(&mut self, first: u128, last: u128)
+    where
+        P: Clone,
+    {
+        let inside = intersect(&[(first, last)], self.pool.intervals());
+        if inside.is_empty() {
+            return;
+        }
+        let mut used = self.used();
+        used.extend(inside);
+        *self = Slots::with_used(self.pool.clone(), &super::set::normalise(used));
+    }
+
     /// Frees a pool value (merging with free neighbours) or forgets an out-of-range one; whether
     /// it was used.
     pub(crate) fn release(&mut self, value: u128) -> bool {

@@ -26,6 +26,9 @@ use common::{
     Inpool, assert_invariants, claim, create, pool, ready_of, signal, wait_for, wait_reason,
 };
 
+// Overlapping pools of every shape under a burst.
+mod overlap;
+
 /// The control plane of this test binary, restartable.
 struct Plane {
     data_dir: PathBuf,

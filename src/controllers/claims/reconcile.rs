@@ -43,7 +43,7 @@ use crate::controllers::state::plan::{self, Step};
 use crate::controllers::state::reservation::{
     IPAddressReservation, hold_of, new_reservation, records_claim, release_patch,
 };
-use crate::controllers::state::{Change, Unready};
+use crate::controllers::state::{Change, HoldRecord, Unready};
 
 /// How often to try the next address when the API server says the chosen one is taken, before
 /// giving the watches time to catch up with another process.
@@ -248,7 +248,14 @@ async fn reserve(
     scope: &Scope,
 ) -> Result<Option<String>, Error> {
     let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
-    let reservation = new_reservation(scope, pool, key, claim.uid(), ip);
+    let reservation = new_reservation(
+        scope,
+        pool,
+        key,
+        claim.uid(),
+        ip,
+        held_length(ctx, pool, ip),
+    );
     let name = reservation.name_any();
     match reservations
         .create(&PostParams::default(), &reservation)
@@ -383,7 +390,14 @@ async fn adopt(
         }
     }
     let scope = ctx.registry().reservation_scope(pool, ip);
-    let reservation = new_reservation(&scope, pool, key, claim.uid(), ip);
+    let reservation = new_reservation(
+        &scope,
+        pool,
+        key,
+        claim.uid(),
+        ip,
+        held_length(ctx, pool, ip),
+    );
     let name = reservation.name_any();
     let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
     let holder = match reservations
@@ -417,6 +431,16 @@ async fn adopt(
 /// A prefix pool's `allocationPrefixLength`: the validated one of a ready pool, else the cached
 /// object's (a paused or deleting pool keeps its spec); `None` when the pool is not known or the
 /// length is out of range.
+/// The prefix length of what a claim of `pool` holds from `ip` on: its sub-prefix in a prefix
+/// pool, else the address.
+fn held_length(ctx: &Context, pool: &PoolKey, ip: IpAddr) -> u8 {
+    pool.kind
+        .is_prefix()
+        .then(|| allocation_length(ctx, pool))
+        .flatten()
+        .unwrap_or_else(|| HoldRecord::address_length(ip))
+}
+
 fn allocation_length(ctx: &Context, pool: &PoolKey) -> Option<u8> {
     if let Some((length, _)) = ctx.registry().network(pool) {
         return Some(length);

@@ -9,6 +9,9 @@ use crate::api::{
     IPAddress, IPPool, InClusterIPPoolSpec, InClusterPrefixPoolSpec, PAUSED_ANNOTATION, PoolKey,
     PoolSpecRef,
 };
+use std::net::IpAddr;
+
+use crate::controllers::state::reservation::held_length;
 use crate::controllers::state::{HoldRecord, Holder, QueuedClaim, Unready};
 
 /// What the pool can do now: its parsed spec, or why it cannot hand out addresses.
@@ -61,10 +64,18 @@ pub fn address_key(address: &IPAddress) -> ObjectKey {
 pub fn address_hold(address: &IPAddress) -> Option<HoldRecord> {
     let namespace = address.namespace().unwrap_or_default();
     let pool = PoolKey::from_ref(&address.spec.pool_ref, &namespace)?;
+    let ip: IpAddr = address.spec.address.parse().ok()?;
+    // An IP pool's `IPAddress` carries its subnet's prefix, but holds one address.
+    let length = if pool.kind.is_prefix() {
+        held_length(ip, Some(address.spec.prefix))
+    } else {
+        HoldRecord::address_length(ip)
+    };
     Some(HoldRecord {
         scope: pool.scope(),
         pool,
-        ip: address.spec.address.parse().ok()?,
+        ip,
+        length,
         holder: Holder::Claim(ObjectKey::new(&namespace, &address.spec.claim_ref.name)),
     })
 }

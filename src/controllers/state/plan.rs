@@ -118,6 +118,7 @@ mod tests {
         HoldRecord {
             pool: pool.clone(),
             ip: ip(address),
+            length: HoldRecord::address_length(ip(address)),
             holder: Holder::Claim(claim(name)),
             scope: pool.scope(),
         }

@@ -35,13 +35,15 @@ pub fn reservation_name(scope: &Scope, ip: IpAddr) -> String {
 }
 
 /// A reservation of `ip` in `scope` for the claim `claim` (with its UID: a claim deleted and
-/// created again under the same name is another claim).
+/// created again under the same name is another claim); in a prefix pool, of the sub-prefix of
+/// `length` from `ip` on.
 pub fn new_reservation(
     scope: &Scope,
     pool: &PoolKey,
     claim: &ObjectKey,
     claim_uid: Option<String>,
     ip: IpAddr,
+    length: u8,
 ) -> IPAddressReservation {
     let mut reservation = IPAddressReservation::new(
         &reservation_name(scope, ip),
@@ -53,6 +55,7 @@ pub fn new_reservation(
             claim_namespace: claim.namespace.to_string(),
             claim_name: claim.name.to_string(),
             claim_uid,
+            prefix_length: (length < HoldRecord::address_length(ip)).then_some(i32::from(length)),
         },
     );
     reservation.metadata.labels = Some(
@@ -83,6 +86,16 @@ pub fn records_claim(
             .is_none_or(|recorded| uid == Some(recorded))
 }
 
+/// The prefix length of the block an object holds from `ip` on: `prefix` when it is one for the
+/// address's family, else the address alone.
+pub fn held_length(ip: IpAddr, prefix: Option<i32>) -> u8 {
+    let address = HoldRecord::address_length(ip);
+    prefix
+        .and_then(|p| u8::try_from(p).ok())
+        .filter(|p| *p <= address)
+        .unwrap_or(address)
+}
+
 /// The merge patch that turns a claim's reservation into a released one, reusable after `until`.
 pub fn release_patch(until: Timestamp) -> serde_json::Value {
     serde_json::json!({ "metadata": {
@@ -104,9 +117,11 @@ pub fn hold_of(reservation: &IPAddressReservation) -> Option<HoldRecord> {
         Some((_, namespace)) => Scope::Namespace(Name::new(namespace)),
         None => Scope::Cluster,
     };
+    let ip: IpAddr = spec.address.parse().ok()?;
     Some(HoldRecord {
         pool,
-        ip: spec.address.parse().ok()?,
+        ip,
+        length: held_length(ip, spec.prefix_length),
         holder: if reservation.is_released() {
             Holder::Released
         } else {
@@ -139,7 +154,7 @@ mod tests {
         let pool = PoolKey::in_cluster("ns", "pool");
         let claim = ObjectKey::new("ns", "claim");
         let ip: IpAddr = "10.1.2.3".parse().unwrap();
-        let mut reservation = new_reservation(&pool.scope(), &pool, &claim, None, ip);
+        let mut reservation = new_reservation(&pool.scope(), &pool, &claim, None, ip, 32);
         assert!(!reservation.is_released());
         let until: Timestamp = "2026-11-30T12:00:05Z".parse().unwrap();
         let patch = release_patch(until);
@@ -180,6 +195,7 @@ mod tests {
             &claim,
             Some("uid-1".into()),
             ip,
+            32,
         ))
         .unwrap();
         assert_eq!(
@@ -187,6 +203,7 @@ mod tests {
             HoldRecord {
                 pool,
                 ip,
+                length: 32,
                 holder: Holder::Claim(claim),
                 scope
             }
@@ -198,8 +215,8 @@ mod tests {
         let pool = PoolKey::in_cluster("ns", "pool");
         let key = ObjectKey::new("ns", "claim");
         let ip: IpAddr = "10.1.2.3".parse().unwrap();
-        let with_uid = new_reservation(&pool.scope(), &pool, &key, Some("uid-1".into()), ip);
-        let without_uid = new_reservation(&pool.scope(), &pool, &key, None, ip);
+        let with_uid = new_reservation(&pool.scope(), &pool, &key, Some("uid-1".into()), ip, 32);
+        let without_uid = new_reservation(&pool.scope(), &pool, &key, None, ip, 32);
         assert!(records_claim(&with_uid, "ns", "claim", Some("uid-1")));
         assert!(
             records_claim(&without_uid, "ns", "claim", Some("uid-1")),
@@ -221,6 +238,7 @@ mod tests {
             &ObjectKey::new("ns", "other"),
             None,
             ip,
+            32,
         );
         assert!(!records_claim(&other, "ns", "claim", Some("uid-1")));
     }

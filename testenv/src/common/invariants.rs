@@ -5,8 +5,10 @@
 //! none panicked.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use inpool::allocator::{AddrRange, AddressSet, Family, PoolSpecInput, Subnet};
 use inpool::api::reservation::IPAddressReservation;
 use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool};
 use kube::api::{Api, ListParams};
@@ -67,18 +69,20 @@ pub fn violations(s: &Snapshot) -> Vec<String> {
     let address_of: BTreeMap<String, &IPAddress> =
         live_addresses.iter().map(|a| (a.name_any(), *a)).collect();
 
-    // No address held twice.
-    let mut holders: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for a in &live_addresses {
-        holders
-            .entry(&a.spec.address)
-            .or_default()
-            .push(a.name_any());
-    }
-    for (address, names) in holders.iter().filter(|(_, n)| n.len() > 1) {
-        found.push(format!(
-            "{address} is held by several IPAddresses: {names:?}"
-        ));
+    // No address held twice: no two live IPAddresses' blocks (an address, or a prefix pool's
+    // sub-prefix) share an address, whatever the shapes of their pools.
+    let mut blocks: Vec<(AddrRange, String)> = live_addresses
+        .iter()
+        .filter_map(|a| Some((block_of(a)?, a.name_any())))
+        .collect();
+    blocks.sort_by_key(|(block, _)| (block.family(), block.first()));
+    for pair in blocks.windows(2) {
+        let ((earlier, first), (later, second)) = (&pair[0], &pair[1]);
+        if earlier.family() == later.family() && earlier.contains(later.first()) {
+            found.push(format!(
+                "{earlier} of IPAddress {first} and {later} of IPAddress {second} share addresses"
+            ));
+        }
     }
     // Every claim has Ready; Ready=True only with its IPAddress.
     for (name, c) in &claims {
@@ -128,13 +132,12 @@ pub fn violations(s: &Snapshot) -> Vec<String> {
     for unreserved in held.difference(&reserved) {
         found.push(format!("IPAddress without its reservation: {unreserved:?}"));
     }
-    // Pool counts equal the live IPAddresses; nobody waits next to a free address.
+    // Pool counts equal the addresses the live IPAddresses use: the pool's own (out of range
+    // ones included), and those of its range inside a block of an overlapping pool; nobody waits
+    // next to a free address.
     for p in &s.pools {
         let name = p.name_any();
-        let used = live_addresses
-            .iter()
-            .filter(|a| a.spec.pool_ref.name == name)
-            .count() as i64;
+        let used = used_in_pool(p, &live_addresses, &blocks);
         let counts = p.status.as_ref().and_then(|s| s.ip_addresses.as_ref());
         match counts {
             Some(c) if c.used == used && c.free + c.used - c.out_of_range == c.total => {
@@ -150,11 +153,54 @@ pub fn violations(s: &Snapshot) -> Vec<String> {
                 }
             }
             other => found.push(format!(
-                "pool {name} counts {other:?}, but {used} IPAddresses are live"
+                "pool {name} counts {other:?}, but the live IPAddresses use {used} of its addresses"
             )),
         }
     }
     found
+}
+
+/// The addresses an `IPAddress` holds: its sub-prefix for a prefix pool, else its address.
+pub fn block_of(address: &IPAddress) -> Option<AddrRange> {
+    let ip: IpAddr = address.spec.address.parse().ok()?;
+    let length = if address.spec.pool_ref.kind.contains("Prefix") {
+        u8::try_from(address.spec.prefix).ok()?
+    } else {
+        Family::of(ip).bits()
+    };
+    Some(Subnet::containing(ip, length)?.range())
+}
+
+/// How many addresses of the namespaced IP pool `pool` are in use: its own `IPAddress`es
+/// outside its range, and every address of its range inside one of `blocks`.
+fn used_in_pool(pool: &InClusterIPPool, own: &[&IPAddress], blocks: &[(AddrRange, String)]) -> i64 {
+    let name = pool.name_any();
+    let spec = &pool.spec;
+    let Ok(parsed) = (PoolSpecInput {
+        addresses: spec.addresses.clone(),
+        prefix: i64::from(spec.prefix),
+        gateway: spec.gateway.clone(),
+        excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
+        allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
+    })
+    .parse() else {
+        return -1;
+    };
+    let range = parsed.allocatable();
+    let covered = AddressSet::from_ranges(
+        range.family(),
+        blocks
+            .iter()
+            .map(|(block, _)| *block)
+            .filter(|block| block.family() == range.family()),
+    )
+    .map_or(0, |covered| range.intersection(&covered).len());
+    let outside = own
+        .iter()
+        .filter(|a| a.spec.pool_ref.name == name && a.spec.pool_ref.kind == "InClusterIPPool")
+        .filter(|a| a.spec.address.parse().is_ok_and(|ip| !range.contains(ip)))
+        .count();
+    i64::try_from(covered).unwrap_or(i64::MAX) + outside as i64
 }
 
 /// Waits until every invariant holds (the processes may still be recovering), then checks the

@@ -894,6 +894,7 @@ async fn ideal_realise(
             claim_namespace: ns.into(),
             claim_name: name.clone(),
             claim_uid: None,
+            prefix_length: None,
         },
     );
     reservation.metadata.labels = Some(

@@ -2,7 +2,7 @@
 //! in flight until their reservation or `IPAddress` is known.
 use std::net::IpAddr;
 
-use super::{Registry, Unready};
+use super::{HoldRecord, Holder, Registry, Unready};
 use crate::api::{ObjectKey, PoolKey, Scope};
 
 /// A claim's place in a pool's queue: creation time (RFC 3339 text sorts chronologically as the
@@ -64,12 +64,25 @@ impl Registry {
                 ahead,
             };
         };
-        entry.in_flight.insert(ip);
+        let length = allocator.unit_length();
         entry.waiting.remove(&claim);
-        Allocation::Reserve {
+        let scope = self.reservation_scope(pool, ip);
+        self.start_in_flight(HoldRecord {
+            pool: pool.clone(),
             ip,
-            scope: self.reservation_scope(pool, ip),
-        }
+            length,
+            holder: Holder::Claim(claim.claim),
+            scope: scope.clone(),
+        });
+        Allocation::Reserve { ip, scope }
+    }
+
+    /// Holds an allocation in flight in every pool it touches, as a record would: an overlapping
+    /// pool of another unit size must not hand out the same space meanwhile, and only the
+    /// registry stands between them (their reservations have different names).
+    fn start_in_flight(&mut self, record: HoldRecord) {
+        self.hold_record(&record);
+        self.in_flight.push(record);
     }
 
     /// Drops queued claims that no longer exist (deleted without a final reconcile, e.g. when
@@ -87,34 +100,39 @@ impl Registry {
         }
     }
 
-    /// Holds a specific address in flight for a claim (adoption, crash recovery).
+    /// Holds a specific address in flight for a claim (adoption, crash recovery): one unit of
+    /// the pool (one address while the pool is not ready).
     pub fn hold_in_flight(&mut self, pool: &PoolKey, claim: &ObjectKey, ip: IpAddr) {
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
         entry.waiting.retain(|q| &q.claim != claim);
-        if let Some(allocator) = entry.allocator() {
-            allocator.mark_used(ip);
-        }
-        entry.in_flight.insert(ip);
+        let length = entry
+            .unit_length()
+            .unwrap_or_else(|| HoldRecord::address_length(ip));
+        self.start_in_flight(HoldRecord {
+            pool: pool.clone(),
+            ip,
+            length,
+            holder: Holder::Claim(claim.clone()),
+            scope: pool.scope(),
+        });
     }
 
     /// Ends an in-flight allocation: the address stays used only while a record (a reservation
     /// or an `IPAddress`, applied as a [`Change`](super::Change) by whoever learnt of it) holds it,
-    /// so nothing can keep an address used that no object holds. Returns the claims to wake when it
-    /// became free.
+    /// so nothing can keep an address used that no object holds. Returns the claims to wake where
+    /// it became free.
     pub fn finish(&mut self, pool: &PoolKey, ip: IpAddr) -> Vec<ObjectKey> {
         self.dirty.insert(pool.clone());
-        let entry = self.pool_entry(pool);
-        entry.in_flight.remove(&ip);
-        let unit = entry.unit(ip);
-        if entry.holds.contains_key(&unit) || entry.unit_in_flight(unit) {
+        let Some(index) = self
+            .in_flight
+            .iter()
+            .position(|r| &r.pool == pool && r.ip == ip)
+        else {
             return Vec::new();
-        }
-        if entry.allocator().is_some_and(|a| a.release(unit)) {
-            entry.wakeups()
-        } else {
-            Vec::new()
-        }
+        };
+        let record = self.in_flight.swap_remove(index);
+        self.release_record(&record)
     }
 
     /// The claim no longer waits in this pool (deleted, paused, adopted elsewhere).

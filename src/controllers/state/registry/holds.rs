@@ -3,6 +3,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use crate::allocator::{AddrRange, Subnet};
 use crate::api::{ObjectKey, PoolKey, Scope};
 
 /// What holds an address: a reservation object or an `IPAddress`.
@@ -10,9 +11,28 @@ use crate::api::{ObjectKey, PoolKey, Scope};
 pub struct HoldRecord {
     pub pool: PoolKey,
     pub ip: IpAddr,
+    /// The prefix length of the block held from `ip` on: the family's width for an address, the
+    /// allocation length for a prefix pool's sub-prefix. Overlapping pools of other unit sizes
+    /// count the whole block (see [`HoldRecord::block`]).
+    pub length: u8,
     pub holder: Holder,
     /// Where the hold is unique: the reservation's scope, or the pool's for an `IPAddress`.
     pub scope: Scope,
+}
+
+impl HoldRecord {
+    /// The prefix length that makes a record hold one address.
+    pub fn address_length(ip: IpAddr) -> u8 {
+        crate::allocator::Family::of(ip).bits()
+    }
+
+    /// Every address the record holds.
+    pub fn block(&self) -> AddrRange {
+        match Subnet::containing(self.ip, self.length) {
+            Some(block) => block.range(),
+            None => AddrRange::single(self.ip),
+        }
+    }
 }
 
 /// For whom an address is held.

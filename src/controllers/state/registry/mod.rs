@@ -26,7 +26,6 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::allocator::{AnyAllocator, ParsedSpec};
@@ -60,6 +59,10 @@ pub struct Registry {
     reservations_by_claim: HashMap<ObjectKey, ReservationNames>,
     /// `IPAddress` objects by namespace/name (the name is the claim's).
     addresses: HashMap<ObjectKey, HoldRecord>,
+    /// Allocations this process is in the middle of (see [`Registry::try_allocate`] and
+    /// [`Registry::finish`]): held like the records above, in every pool they touch, until the
+    /// reservation or `IPAddress` they become is known. A handful at a time (the concurrency).
+    in_flight: Vec<HoldRecord>,
     /// Pools whose status may have changed since the last [`Registry::take_dirty`].
     dirty: HashSet<PoolKey>,
 }
@@ -123,18 +126,22 @@ impl Registry {
 
     /// Counts again, from every record, the holds in one pool (its range changed).
     fn recompute_holds(&mut self, key: &PoolKey) {
-        let Some(entry) = self.pools.get(key) else {
+        let Some(entry) = self.pools.get_mut(key) else {
             return;
         };
-        let mut holds: HashMap<IpAddr, u32> = HashMap::new();
-        for record in self.reservations.values().chain(self.addresses.values()) {
+        entry.holds.clear();
+        entry.covering.clear();
+        entry.rebuild();
+        for record in self
+            .reservations
+            .values()
+            .chain(self.addresses.values())
+            .chain(self.in_flight.iter())
+        {
             if entry.is_held_by(key, record) {
-                *holds.entry(entry.unit(record.ip)).or_default() += 1;
+                entry.hold(record);
             }
         }
-        let entry = self.pools.get_mut(key).expect("checked above");
-        entry.holds = holds;
-        entry.remark();
     }
 
     /// Pools whose status may have changed since the last call.
@@ -148,19 +155,15 @@ impl Registry {
         self.pools.retain(|_, entry| !entry.is_forgettable());
     }
 
-    /// Checks every ready pool's allocator against its holds and allocations in flight, the only
-    /// things that may mark an address used, and rebuilds those that disagree. Returns the pools
+    /// Checks every ready pool's allocator against its holds (allocations in flight among them),
+    /// the only things that may mark an address used, and rebuilds those that disagree. Returns the pools
     /// that disagreed (a bug if ever non-empty; the audit counts them as drift).
     pub fn recount(&mut self) -> Vec<PoolKey> {
         let mut rebuilt = Vec::new();
         for (key, entry) in &mut self.pools {
-            let Some(Ok(allocator)) = &entry.state else {
+            let (Some(fresh), Some(Ok(allocator))) = (entry.allocator_of_holds(), &entry.state) else {
                 continue;
             };
-            let mut fresh = allocator.emptied();
-            for ip in entry.holds.keys().chain(entry.in_flight.iter()) {
-                fresh.mark_used(*ip);
-            }
             if fresh.counts() != allocator.counts() {
                 entry.state = Some(Ok(fresh));
                 rebuilt.push(key.clone());
@@ -262,7 +265,7 @@ impl Registry {
         self.pool_entry(&record.pool);
         for (key, entry) in &mut self.pools {
             if entry.is_held_by(key, record) {
-                entry.hold(record.ip);
+                entry.hold(record);
                 self.dirty.insert(key.clone());
             }
         }
@@ -275,7 +278,7 @@ impl Registry {
         for (key, entry) in &mut self.pools {
             if entry.is_held_by(key, record) {
                 self.dirty.insert(key.clone());
-                if entry.unhold(record.ip) {
+                if entry.unhold(record) {
                     woken.extend(entry.wakeups());
                 }
             }

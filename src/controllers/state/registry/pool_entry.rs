@@ -1,10 +1,10 @@
-//! One pool as the registry keeps it: its spec, its allocator, the holds counted in it, the
-//! allocations in flight and the claims waiting, in order.
-use std::collections::{BTreeSet, HashMap, HashSet};
+//! One pool as the registry keeps it: its spec, its allocator, the holds counted in it (the
+//! allocations in flight among them) and the claims waiting, in order.
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use super::{HoldRecord, QueuedClaim, Unready, scopes_meet};
-use crate::allocator::{AnyAllocator, ParsedSpec};
+use crate::allocator::{AnyAllocator, Footprint, ParsedSpec, Subnet};
 use crate::api::{ObjectKey, PoolKey};
 
 #[derive(Default)]
@@ -16,31 +16,32 @@ pub(super) struct PoolEntry {
     /// Prefix (an IP pool's subnet's, a prefix pool's allocation length) and gateway of a ready
     /// pool, copied onto every `IPAddress`.
     pub(super) network: Option<(u8, Option<IpAddr>)>,
-    /// Records holding each unit (see [`Self::unit`]).
+    /// Records (reservations, `IPAddress`es and allocations in flight) holding each unit (see
+    /// [`Footprint::Unit`]).
     pub(super) holds: HashMap<IpAddr, u32>,
-    /// Addresses being allocated by this process, as the caller gave them (not mapped to their
-    /// unit): [`super::Registry::finish`] then removes exactly what
-    /// [`super::Registry::hold_in_flight`] added, whatever the pool's state in between (a pool
-    /// paused meanwhile has no allocator to map with). Compare with [`Self::unit`] through
-    /// [`Self::unit_in_flight`].
-    pub(super) in_flight: HashSet<IpAddr>,
+    /// Records holding a block larger than one unit of this pool (see [`Footprint::Units`]): only
+    /// overlapping pools of another unit size make them, so there are few, and letting go of one
+    /// rebuilds the allocator.
+    pub(super) covering: HashMap<Subnet, u32>,
     pub(super) waiting: BTreeSet<QueuedClaim>,
 }
 
 impl PoolEntry {
-    /// The address that stands for what `ip` uses in this pool: `ip`, or in a prefix pool the
-    /// first address of its sub-prefix. Holds and allocations in flight are keyed by it, so that
-    /// two records inside one sub-prefix count as two holds of it.
-    pub(super) fn unit(&self, ip: IpAddr) -> IpAddr {
+    /// What a record's block uses in this pool. Without an allocator (the pool is not ready) a
+    /// record counts as its address: the holds are counted again when the pool's state changes.
+    pub(super) fn footprint(&self, record: &HoldRecord) -> Footprint {
         match &self.state {
-            Some(Ok(allocator)) => allocator.unit_of(ip),
-            _ => ip,
+            Some(Ok(allocator)) => allocator.footprint(record.ip, record.length),
+            _ => Footprint::Unit(record.ip),
         }
     }
 
-    /// Whether an allocation in flight uses the unit `unit` (an address from [`Self::unit`]).
-    pub(super) fn unit_in_flight(&self, unit: IpAddr) -> bool {
-        self.in_flight.iter().any(|ip| self.unit(*ip) == unit)
+    /// The prefix length of one unit of a ready pool.
+    pub(super) fn unit_length(&self) -> Option<u8> {
+        match &self.state {
+            Some(Ok(allocator)) => Some(allocator.unit_length()),
+            _ => None,
+        }
     }
 
     pub(super) fn allocator(&mut self) -> Option<&mut AnyAllocator> {
@@ -64,36 +65,55 @@ impl PoolEntry {
         }
     }
 
-    /// Whether `record` uses an address of this pool (see the module docs).
+    /// Whether `record` uses an address of this pool (see the module docs): it is the pool's own,
+    /// or its block shares an address with the pool's range and claims of one namespace can
+    /// reach both pools.
     pub(super) fn is_held_by(&self, key: &PoolKey, record: &HoldRecord) -> bool {
         record.pool == *key
             || (scopes_meet(&key.scope(), &record.scope)
-                && self.range().is_some_and(|r| r.contains(record.ip)))
+                && self.range().is_some_and(|r| r.meets(record.block())))
     }
 
-    pub(super) fn hold(&mut self, ip: IpAddr) {
-        let ip = self.unit(ip);
-        *self.holds.entry(ip).or_default() += 1;
-        if let Some(allocator) = self.allocator() {
-            allocator.mark_used(ip);
+    pub(super) fn hold(&mut self, record: &HoldRecord) {
+        match self.footprint(record) {
+            Footprint::Unit(unit) => {
+                *self.holds.entry(unit).or_default() += 1;
+                if let Some(allocator) = self.allocator() {
+                    allocator.mark_used(unit);
+                }
+            }
+            Footprint::Units(block) => {
+                *self.covering.entry(block).or_default() += 1;
+                if let Some(allocator) = self.allocator() {
+                    allocator.mark_block_used(block);
+                }
+            }
         }
     }
 
-    /// Returns true when the address became free.
-    pub(super) fn unhold(&mut self, ip: IpAddr) -> bool {
-        let ip = self.unit(ip);
-        let Some(count) = self.holds.get_mut(&ip) else {
-            return false;
-        };
-        *count -= 1;
-        if *count > 0 {
-            return false;
+    /// Takes one record's hold back; returns true when addresses became free.
+    pub(super) fn unhold(&mut self, record: &HoldRecord) -> bool {
+        match self.footprint(record) {
+            Footprint::Unit(unit) => {
+                if !release_one(&mut self.holds, unit) || self.is_covered(unit) {
+                    return false;
+                }
+                self.allocator().is_some_and(|a| a.release(unit))
+            }
+            Footprint::Units(block) => {
+                if !release_one(&mut self.covering, block) {
+                    return false;
+                }
+                let free = self.free();
+                self.rebuild();
+                self.free() > free
+            }
         }
-        self.holds.remove(&ip);
-        if self.unit_in_flight(ip) {
-            return false;
-        }
-        self.allocator().is_some_and(|a| a.release(ip))
+    }
+
+    /// Whether a block larger than one unit still holds `unit`.
+    fn is_covered(&self, unit: IpAddr) -> bool {
+        self.covering.keys().any(|block| block.contains(unit))
     }
 
     /// Whether the entry only remembers a pool that no longer exists (or never did) and nothing
@@ -101,22 +121,29 @@ impl PoolEntry {
     pub(super) fn is_forgettable(&self) -> bool {
         matches!(self.state, None | Some(Err(Unready::Missing)))
             && self.holds.is_empty()
-            && self.in_flight.is_empty()
+            && self.covering.is_empty()
             && self.waiting.is_empty()
     }
 
-    /// Re-marks every hold and in-flight address in a fresh allocator.
-    pub(super) fn remark(&mut self) {
-        let used: Vec<IpAddr> = self
-            .holds
-            .keys()
-            .chain(self.in_flight.iter())
-            .copied()
-            .collect();
-        if let Some(allocator) = self.allocator() {
-            for ip in used {
-                allocator.mark_used(ip);
-            }
+    /// A fresh allocator of the pool with every hold marked, or `None` if the pool is not ready.
+    pub(super) fn allocator_of_holds(&self) -> Option<AnyAllocator> {
+        let Some(Ok(allocator)) = &self.state else {
+            return None;
+        };
+        let mut fresh = allocator.emptied();
+        for unit in self.holds.keys() {
+            fresh.mark_used(*unit);
+        }
+        for block in self.covering.keys() {
+            fresh.mark_block_used(*block);
+        }
+        Some(fresh)
+    }
+
+    /// Replaces the allocator with one rebuilt from the holds.
+    pub(super) fn rebuild(&mut self) {
+        if let Some(fresh) = self.allocator_of_holds() {
+            self.state = Some(Ok(fresh));
         }
     }
 
@@ -134,4 +161,17 @@ impl PoolEntry {
             .map(|q| q.claim.clone())
             .collect()
     }
+}
+
+/// Takes one count of `key` back; whether none is left.
+fn release_one<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, u32>, key: K) -> bool {
+    let Some(count) = counts.get_mut(&key) else {
+        return false;
+    };
+    *count -= 1;
+    if *count > 0 {
+        return false;
+    }
+    counts.remove(&key);
+    true
 }

@@ -90,14 +90,11 @@ impl Registry {
     /// Whether anything still holds an address *for* this pool (its own reservations and
     /// addresses, or an allocation in flight): a pool is not let go while it does.
     pub fn has_own_holds(&self, pool: &PoolKey) -> bool {
-        self.pools
-            .get(pool)
-            .is_some_and(|e| !e.in_flight.is_empty())
-            || self
-                .reservations
-                .values()
-                .chain(self.addresses.values())
-                .any(|r| &r.pool == pool)
+        self.reservations
+            .values()
+            .chain(self.addresses.values())
+            .chain(self.in_flight.iter())
+            .any(|r| &r.pool == pool)
     }
 
     /// Every reservation that holds an address of `pool`, by name.

@@ -43,6 +43,7 @@ fn hold(name: &str, address: &str) -> HoldRecord {
     HoldRecord {
         pool: pool(),
         ip: ip(address),
+        length: HoldRecord::address_length(ip(address)),
         holder: Holder::Claim(ObjectKey::new("ns", name)),
         scope: pool().scope(),
     }
@@ -178,6 +179,7 @@ fn a_prefix_pool_takes_the_same_path_with_sub_prefixes() {
     let reserved = |name: &str, address: &str| HoldRecord {
         pool: key.clone(),
         ip: ip(address),
+        length: 64,
         holder: Holder::Claim(ObjectKey::new("ns", name)),
         scope: key.scope(),
     };
@@ -206,6 +208,7 @@ fn addresses_inside_one_sub_prefix_hold_it_until_the_last_goes() {
     let held = |name: &str, address: &str| HoldRecord {
         pool: addresses.clone(),
         ip: ip(address),
+        length: 128,
         holder: Holder::Claim(ObjectKey::new("ns", name)),
         scope: Scope::Cluster,
     };
@@ -612,4 +615,165 @@ fn recount_finds_nothing_after_any_sequence_of_changes() {
         2,
         "10.0.0.11 and out-of-range .30"
     );
+}
+
+/// Holds of a prefix pool's sub-prefix, as its reservation or `IPAddress` records it.
+fn sub_prefix_hold(pool: &PoolKey, name: &str, address: &str, length: u8) -> HoldRecord {
+    HoldRecord {
+        pool: pool.clone(),
+        ip: ip(address),
+        length,
+        holder: Holder::Claim(ObjectKey::new("ns", name)),
+        scope: pool.scope(),
+    }
+}
+
+#[test]
+fn a_sub_prefix_held_in_a_prefix_pool_removes_its_addresses_from_an_overlapping_ip_pool() {
+    let prefixes = PoolKey::global("v6-prefixes");
+    let addresses = PoolKey::global("v6-addresses");
+    let mut r = Registry::default();
+    r.set_pool(&prefixes, Ok(prefix_pool(&prefixes, &["fd00::/63"], 64)));
+    r.set_pool(
+        &addresses,
+        Ok(parsed(&["fd00::1-fd00::3", "fd00:0:0:1::1"], 63)),
+    );
+
+    // The prefix pool's allocation in flight already keeps the IP pool off its /64.
+    let a = allocated(r.try_allocate(&prefixes, queued("t1", "a")));
+    assert_eq!(a, Some(ip("fd00::")));
+    assert_eq!(r.counts(&addresses).map(|c| (c.used, c.free)), Some((3, 1)));
+    assert_eq!(
+        allocated(r.try_allocate(&addresses, queued("t2", "b"))),
+        Some(ip("fd00:0:0:1::1")),
+        "the only address outside the sub-prefix in flight"
+    );
+    // Their reservations hold them; the allocations in flight end.
+    r.apply(Change::Reservation(
+        "a".into(),
+        sub_prefix_hold(&prefixes, "a", "fd00::", 64),
+    ));
+    r.apply(Change::Reservation(
+        "b".into(),
+        sub_prefix_hold(&addresses, "b", "fd00:0:0:1::1", 128),
+    ));
+    r.finish(&prefixes, ip("fd00::"));
+    r.finish(&addresses, ip("fd00:0:0:1::1"));
+    assert_eq!(r.counts(&addresses).map(|c| (c.used, c.free)), Some((4, 0)));
+    assert_eq!(r.counts(&prefixes).map(|c| (c.used, c.free)), Some((2, 0)));
+    assert!(
+        r.recount().is_empty(),
+        "the counts agree with the holds: no drift"
+    );
+
+    // The sub-prefix goes: its three addresses are free again and the waiting claim is woken.
+    assert!(matches!(
+        r.try_allocate(&addresses, queued("t3", "c")),
+        Allocation::Exhausted { .. }
+    ));
+    assert_eq!(
+        r.apply(Change::ReservationGone("a".into())),
+        vec![ObjectKey::new("ns", "c"), ObjectKey::new("ns", "a")],
+        "c, which the addresses can serve, and a, which must reserve its sub-prefix again"
+    );
+    assert_eq!(r.counts(&addresses).map(|c| (c.used, c.free)), Some((1, 3)));
+    assert!(r.recount().is_empty());
+}
+
+#[test]
+fn an_address_held_in_an_ip_pool_removes_its_sub_prefix_from_an_overlapping_prefix_pool() {
+    let prefixes = PoolKey::global("v6-prefixes");
+    let addresses = PoolKey::global("v6-addresses");
+    let mut r = Registry::default();
+    r.set_pool(&prefixes, Ok(prefix_pool(&prefixes, &["fd00::/63"], 64)));
+    r.set_pool(&addresses, Ok(parsed(&["fd00::5"], 64)));
+    assert_eq!(
+        allocated(r.try_allocate(&addresses, queued("t1", "a"))),
+        Some(ip("fd00::5"))
+    );
+    assert_eq!(
+        allocated(r.try_allocate(&prefixes, queued("t2", "b"))),
+        Some(ip("fd00:0:0:1::")),
+        "the /64 with the address in flight is skipped"
+    );
+    assert!(matches!(
+        r.try_allocate(&prefixes, queued("t3", "c")),
+        Allocation::Exhausted { .. }
+    ));
+    // The address's allocation fails: its sub-prefix is free for the waiting claim.
+    assert_eq!(
+        r.finish(&addresses, ip("fd00::5")),
+        vec![ObjectKey::new("ns", "c")]
+    );
+    assert_eq!(r.counts(&prefixes).map(|c| c.free), Some(1));
+}
+
+#[test]
+fn prefix_pools_of_different_lengths_never_hand_out_the_same_space() {
+    let long = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "sixty-six").unwrap();
+    let short = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "sixty-four").unwrap();
+    let mut r = Registry::default();
+    r.set_pool(&long, Ok(prefix_pool(&long, &["fd00::/63"], 66)));
+    r.set_pool(&short, Ok(prefix_pool(&short, &["fd00::/63"], 64)));
+    assert_eq!(r.counts(&long).map(|c| c.total), Some(8));
+
+    // A /64 of the short pool covers four /66s of the long one.
+    r.apply(Change::Address(
+        ObjectKey::new("ns", "a"),
+        sub_prefix_hold(&short, "a", "fd00::", 64),
+    ));
+    assert_eq!(r.counts(&long).map(|c| (c.used, c.free)), Some((4, 4)));
+    assert_eq!(
+        allocated(r.try_allocate(&long, queued("t1", "b"))),
+        Some(ip("fd00:0:0:1::"))
+    );
+    r.apply(Change::Address(
+        ObjectKey::new("ns", "b"),
+        sub_prefix_hold(&long, "b", "fd00:0:0:1::", 66),
+    ));
+    r.finish(&long, ip("fd00:0:0:1::"));
+    // ... and a /66 of the long pool holds the /64 of the short one that contains it.
+    assert_eq!(r.counts(&short).map(|c| (c.used, c.free)), Some((2, 0)));
+    assert!(r.recount().is_empty());
+
+    // Two holds of one /66 (a duplicate left by a second writer): it stays used until both go.
+    r.apply(Change::Reservation(
+        "b-twin".into(),
+        sub_prefix_hold(&short, "twin", "fd00::", 64),
+    ));
+    r.apply(Change::AddressGone(ObjectKey::new("ns", "a")));
+    assert_eq!(r.counts(&long).map(|c| c.used), Some(5));
+    r.apply(Change::ReservationGone("b-twin".into()));
+    assert_eq!(r.counts(&long).map(|c| c.used), Some(1));
+    assert!(r.recount().is_empty());
+}
+
+#[test]
+fn an_address_covered_by_a_sub_prefix_stays_used_when_its_own_hold_goes() {
+    let prefixes = PoolKey::global("v6-prefixes");
+    let addresses = PoolKey::global("v6-addresses");
+    let mut r = Registry::default();
+    r.set_pool(&prefixes, Ok(prefix_pool(&prefixes, &["fd00::/64"], 64)));
+    r.set_pool(&addresses, Ok(parsed(&["fd00::5-fd00::6"], 64)));
+    r.apply(Change::Address(
+        ObjectKey::new("ns", "x"),
+        HoldRecord {
+            pool: addresses.clone(),
+            ip: ip("fd00::5"),
+            length: 128,
+            holder: Holder::Claim(ObjectKey::new("ns", "x")),
+            scope: Scope::Cluster,
+        },
+    ));
+    r.apply(Change::Address(
+        ObjectKey::new("ns", "y"),
+        sub_prefix_hold(&prefixes, "y", "fd00::", 64),
+    ));
+    assert_eq!(
+        r.apply(Change::AddressGone(ObjectKey::new("ns", "x"))),
+        vec![ObjectKey::new("ns", "x")],
+        "only x itself is woken: fd00::5 is still inside y's sub-prefix"
+    );
+    assert_eq!(r.counts(&addresses).map(|c| c.used), Some(2));
+    assert!(r.recount().is_empty());
 }
