@@ -28,7 +28,7 @@ use crate::api::{
 use crate::controllers::runtime::api_in;
 use crate::controllers::state::QueuedClaim;
 use crate::controllers::state::facts;
-use crate::controllers::state::reservation::IPAddressReservation;
+use crate::controllers::state::reservation::{IPAddressReservation, hold_of};
 
 /// One pool, as `kubectl inpool pools` shows it.
 #[derive(Clone, Debug, Serialize)]
@@ -520,6 +520,8 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Holder {
+    /// The address held: the one asked about, or the first address of a sub-prefix that
+    /// contains it.
     pub address: String,
     /// `Kind/name` of the pool.
     pub pool: String,
@@ -549,9 +551,11 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
         .await?
         .items;
     let mut holders: BTreeMap<(String, String, String), Holder> = BTreeMap::new();
+    // An address is held by the `IPAddress` or reservation of its own, or of a sub-prefix that
+    // contains it (a prefix pool's, which may overlap an IP pool).
     for a in addresses
         .iter()
-        .filter(|a| a.spec.address.parse::<IpAddr>().ok() == Some(address))
+        .filter(|a| facts::address_hold(a).is_some_and(|hold| hold.block().contains(address)))
     {
         let namespace = a.namespace().unwrap_or_default();
         let pool = format!("{}/{}", a.spec.pool_ref.kind, a.spec.pool_ref.name);
@@ -562,7 +566,7 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
                 pool.clone(),
             ),
             Holder {
-                address: address.to_string(),
+                address: a.spec.address.clone(),
                 pool,
                 namespace,
                 claim: a.spec.claim_ref.name.clone(),
@@ -577,7 +581,7 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
     }
     for r in reservations
         .iter()
-        .filter(|r| r.spec.address.parse::<IpAddr>().ok() == Some(address))
+        .filter(|r| hold_of(r).is_some_and(|hold| hold.block().contains(address)))
     {
         let pool = format!("{}/{}", r.spec.pool_kind, r.spec.pool_name);
         let holder = holders
@@ -587,7 +591,7 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
                 pool.clone(),
             ))
             .or_insert_with(|| Holder {
-                address: address.to_string(),
+                address: r.spec.address.clone(),
                 pool,
                 namespace: r.spec.claim_namespace.clone(),
                 claim: r.spec.claim_name.clone(),

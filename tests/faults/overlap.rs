@@ -242,6 +242,27 @@ async fn a_burst_on_overlapping_pools_of_every_shape_never_hands_out_space_twice
         (settled - burst_ended).as_secs_f64()
     );
 
+    // `kubectl inpool who-has` names the claim of a sub-prefix for an address inside it.
+    let sixteen = Api::<IPAddress>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|a| a.spec.pool_ref.name == "sixteens")
+        .expect("a sub-prefix of the /124 pool was handed out");
+    let inside = match sixteen.spec.address.parse::<IpAddr>().unwrap() {
+        IpAddr::V6(network) => IpAddr::V6(Ipv6Addr::from(u128::from(network) + 5)),
+        IpAddr::V4(_) => unreachable!("IPv6 only"),
+    };
+    let holders = inpool::inspect::who_has(&client, inside).await.unwrap();
+    assert!(
+        holders
+            .iter()
+            .any(|h| h.claim == sixteen.spec.claim_ref.name && h.reservation.is_some()),
+        "who-has {inside}: {holders:?}"
+    );
+
     // Releases hand the space to the waiting claims of every shape, never twice.
     let realised: Vec<String> = claims
         .list(&ListParams::default())

@@ -161,7 +161,8 @@ impl Registry {
     pub fn recount(&mut self) -> Vec<PoolKey> {
         let mut rebuilt = Vec::new();
         for (key, entry) in &mut self.pools {
-            let (Some(fresh), Some(Ok(allocator))) = (entry.allocator_of_holds(), &entry.state) else {
+            let (Some(fresh), Some(Ok(allocator))) = (entry.allocator_of_holds(), &entry.state)
+            else {
                 continue;
             };
             if fresh.counts() != allocator.counts() {
