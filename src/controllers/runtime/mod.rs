@@ -168,7 +168,7 @@ impl Context {
 
 /// Watcher configuration for namespaced objects that follow the provider's label filter.
 fn filtered(settings: &Settings) -> watcher::Config {
-    let config = watcher::Config::default().any_semantic();
+    let config = watch::watch_config();
     match &settings.watch_filter {
         Some(value) => config.labels(&format!("{}={value}", crate::api::WATCH_FILTER_LABEL)),
         None => config,
