@@ -177,6 +177,9 @@ pub struct Seen {
     pub resource: String,
     pub subresource: Option<String>,
     pub watch: bool,
+    /// A digest of the body: a client's retry of a request sends the same method, path and
+    /// body.
+    pub body_digest: u64,
     /// The fault applied, if any.
     pub fault: Option<Fault>,
     /// The status the API server answered, if the request was forwarded and answered.
@@ -184,7 +187,10 @@ pub struct Seen {
 }
 
 impl Seen {
-    fn new(method: &str, path: &str, query: &str) -> Seen {
+    fn new(method: &str, path: &str, query: &str, body: &[u8]) -> Seen {
+        use std::hash::{Hash as _, Hasher as _};
+        let mut digest = std::collections::hash_map::DefaultHasher::new();
+        body.hash(&mut digest);
         let (resource, subresource) = resource_of(path);
         Seen {
             at: Instant::now(),
@@ -196,9 +202,18 @@ impl Seen {
             watch: query
                 .split('&')
                 .any(|p| p == "watch=true" || p == "watch=1"),
+            body_digest: digest.finish(),
             fault: None,
             upstream_status: None,
         }
+    }
+
+    /// The same request as `other`: method, path, query and body.
+    pub fn same_request(&self, other: &Seen) -> bool {
+        self.method == other.method
+            && self.path == other.path
+            && self.query == other.query
+            && self.body_digest == other.body_digest
     }
 
     /// A write: POST, PUT, PATCH or DELETE.
@@ -598,11 +613,15 @@ async fn exchange(
     sender: Arc<tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<ProxyBody>>>,
     request: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, hyper::Error> {
-    let uri = request.uri().clone();
+    // Bodies of API requests are small objects: read whole, so that a retry is recognised by
+    // its digest.
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await?.to_bytes();
     let mut seen = Seen::new(
-        request.method().as_str(),
-        uri.path(),
-        uri.query().unwrap_or_default(),
+        parts.method.as_str(),
+        parts.uri.path(),
+        parts.uri.query().unwrap_or_default(),
+        &body,
     );
     let fault = {
         let mut state = shared.state();
@@ -639,8 +658,10 @@ async fn exchange(
         _ => {}
     }
 
-    let (parts, body) = request.into_parts();
-    let upstream_request = Request::from_parts(parts, body.boxed());
+    let upstream_request = Request::from_parts(
+        parts,
+        Full::new(body).map_err(|never| match never {}).boxed(),
+    );
     let response = {
         let mut sender = sender.lock().await;
         sender.ready().await?;

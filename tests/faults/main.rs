@@ -22,6 +22,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+mod http;
 mod proxy;
 
 use common::{
