@@ -249,7 +249,7 @@ struct ActiveRule {
 
 /// An exchange whose response is on its way (a watch while it streams).
 struct OpenExchange {
-    seen: usize,
+    seen: Seen,
     connection: u64,
     stalled: Arc<AtomicBool>,
 }
@@ -258,6 +258,9 @@ struct OpenExchange {
 struct State {
     rules: Vec<ActiveRule>,
     log: Vec<Seen>,
+    /// How many requests [`FaultProxy::take_requests`] took out of `log` so far: request
+    /// number `n` is at `log[n - taken]`.
+    taken: usize,
     connections: HashMap<u64, Arc<Notify>>,
     open: HashMap<u64, OpenExchange>,
     held: usize,
@@ -469,7 +472,7 @@ impl FaultProxy {
         let state = self.shared.state();
         let mut cut = 0;
         for open in state.open.values() {
-            if matches.matches(&state.log[open.seen])
+            if matches.matches(&open.seen)
                 && let Some(connection) = state.connections.get(&open.connection)
             {
                 connection.notify_one();
@@ -485,7 +488,7 @@ impl FaultProxy {
         let state = self.shared.state();
         let mut stalled = 0;
         for open in state.open.values() {
-            if matches.matches(&state.log[open.seen]) {
+            if matches.matches(&open.seen) {
                 open.stalled.store(true, Ordering::SeqCst);
                 stalled += 1;
             }
@@ -493,9 +496,17 @@ impl FaultProxy {
         stalled
     }
 
-    /// Every request received so far.
+    /// Every request received so far (since the last [`FaultProxy::take_requests`]).
     pub fn requests(&self) -> Vec<Seen> {
         self.shared.state().log.clone()
+    }
+
+    /// Every request received so far, removed from the log: a long run (the soak) keeps the
+    /// log short by taking it from time to time.
+    pub fn take_requests(&self) -> Vec<Seen> {
+        let mut state = self.shared.state();
+        state.taken += state.log.len();
+        std::mem::take(&mut state.log)
     }
 
     /// The requests received so far, counted by (method, resource).
@@ -525,7 +536,7 @@ impl FaultProxy {
         state
             .open
             .values()
-            .filter(|o| matches.matches(&state.log[o.seen]))
+            .filter(|o| matches.matches(&o.seen))
             .count()
     }
 }
@@ -627,8 +638,8 @@ async fn exchange(
         let mut state = shared.state();
         let picked = state.pick(&seen);
         seen.fault = picked.as_ref().map(|(_, f)| f.clone());
-        state.log.push(seen);
-        (state.log.len() - 1, picked)
+        state.log.push(seen.clone());
+        (state.taken + state.log.len() - 1, picked)
     };
     let (index, picked) = fault;
     let cut = || {
@@ -667,7 +678,13 @@ async fn exchange(
         sender.ready().await?;
         sender.send_request(upstream_request).await?
     };
-    shared.state().log[index].upstream_status = Some(response.status().as_u16());
+    {
+        let mut state = shared.state();
+        let taken = state.taken;
+        if let Some(logged) = index.checked_sub(taken).and_then(|i| state.log.get_mut(i)) {
+            logged.upstream_status = Some(response.status().as_u16());
+        }
+    }
     match picked {
         Some((_, Fault::StatusAfterForward(code))) => {
             // The answer is read to its end, so the connection stays usable upstream.
@@ -685,7 +702,7 @@ async fn exchange(
     shared.state().open.insert(
         open_id,
         OpenExchange {
-            seen: index,
+            seen,
             connection,
             stalled: stalled.clone(),
         },
