@@ -62,7 +62,7 @@ use crate::controllers::sources::pool_kinds::{EachKind, PoolLanes, PoolObject};
 use crate::controllers::state::facts;
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of, records_claim};
-use crate::controllers::state::{Change, HoldRecord, ListedHolds, Registry};
+use crate::controllers::state::{Change, HoldRecord, ListedHolds};
 
 /// How long the watches get to catch up with a list before a difference counts as drift.
 pub const SETTLE: Duration = Duration::from_secs(5);
@@ -126,11 +126,18 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
     } else {
         tokio::time::sleep(SETTLE).await;
         let second = Snapshot::take(ctx).await?;
-        for drift in first
+        let (confirmed, passing): (Vec<Change>, Vec<Change>) = first
             .differences
             .into_iter()
-            .filter(|c| second.differences.contains(c))
-        {
+            .partition(|c| second.differences.contains(c));
+        for change in passing {
+            tracing::debug!(
+                kind = change.kind(),
+                ?change,
+                "audit: a difference the second list did not confirm (the watches were behind)"
+            );
+        }
+        for drift in confirmed {
             tracing::warn!(kind = drift.kind(), change = ?drift, "state drift: the registry disagreed with the API server; corrected");
             ctx.metrics.state_drift(drift.kind());
             ctx.apply(drift);
@@ -138,8 +145,24 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
         }
         second
     };
-    for pool in ctx.update_registry(Registry::recount) {
-        tracing::warn!(%pool, "state drift: the pool's allocator disagreed with its holds; rebuilt");
+    let (before, rebuilt) = ctx.update_registry(|registry| {
+        let before: Vec<_> = registry
+            .pool_keys()
+            .into_iter()
+            .map(|pool| {
+                let counts = registry.counts(&pool);
+                (pool, counts)
+            })
+            .collect();
+        (before, registry.recount())
+    });
+    for pool in rebuilt {
+        let was = before
+            .iter()
+            .find(|(p, _)| *p == pool)
+            .and_then(|(_, c)| *c);
+        let now = ctx.registry().counts(&pool);
+        tracing::warn!(%pool, ?was, ?now, "state drift: the pool's allocator disagreed with its holds; rebuilt");
         ctx.metrics.state_drift("allocator");
         found.drift += 1;
     }
