@@ -292,7 +292,7 @@ async fn wait_for_signal() -> &'static str {
 /// merged), else in-cluster, else kube's usual inference (`~/.kube/config`); every request it
 /// sends is counted and timed in `metrics` (`rest_client_*`).
 async fn connect(kubeconfig: Option<&Path>, metrics: &Metrics) -> anyhow::Result<Client> {
-    let config = match kubeconfig.filter(|p| !p.as_os_str().is_empty()) {
+    let mut config = match kubeconfig.filter(|p| !p.as_os_str().is_empty()) {
         Some(paths) => {
             let mut merged: Option<Kubeconfig> = None;
             for path in std::env::split_paths(paths.as_os_str()) {
@@ -321,6 +321,11 @@ async fn connect(kubeconfig: Option<&Path>, metrics: &Metrics) -> anyhow::Result
             })?,
         },
     };
+    // A connection that delivers nothing for this long fails its request (a blackholed one
+    // waited forever); a write resets the timer, so an idle pooled connection's next request
+    // gets the whole bound.
+    config.read_timeout = Some(inpool::controllers::API_READ_TIMEOUT);
+    config.reset_reader_on_write = true;
     tracing::info!(server = %config.cluster_url, "connecting to the API server");
     let host = config
         .cluster_url

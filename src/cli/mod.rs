@@ -287,9 +287,10 @@ pub struct Args {
     )]
     pub audit_interval: Duration,
 
-    /// How old a reservation must be before the audit may delete it as stray (its claim is gone,
-    /// or holds another address). Longer than any gap between a reservation and its
-    /// `IPAddress` that a live process can have.
+    /// How long a reservation whose claim exists but has no `IPAddress` yet is left to the
+    /// process that made it, before the claim is woken to recover it. Longer than any gap between
+    /// a reservation and its `IPAddress` that a live process can have. Stray reservations (claim
+    /// gone, or realised with another address) are collected on evidence, without this wait.
     #[arg(
         long,
         env = "INPOOL_STRAY_RESERVATION_AGE",
@@ -359,7 +360,7 @@ pub struct Settings {
     pub concurrency: u16,
     /// Time between two audits (see `controllers::audit`).
     pub audit_interval: Duration,
-    /// Minimum age of a reservation the audit deletes as stray.
+    /// How long a reservation whose claim has no `IPAddress` yet is left to its writer.
     pub stray_reservation_age: Duration,
 }
 

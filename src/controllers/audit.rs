@@ -9,13 +9,24 @@
 //! they are made from ([`Registry::recount`](crate::controllers::state::Registry::recount)). In a
 //! healthy run the audit finds nothing; the test suites assert that.
 //!
-//! It also collects **stray reservations**: a reservation older than
-//! `--stray-reservation-age` whose claim is gone (or is another claim of the same name: the UID
-//! differs), or whose claim holds a different address. A process killed between creating a
-//! reservation and its `IPAddress`, or two processes racing for one claim, leave such
-//! reservations; each holds an address that no claim will ever use. Each one is confirmed
-//! against the API server (never the cache alone) and deleted with its UID and resourceVersion
-//! as preconditions, so a reservation that changed meanwhile is left alone.
+//! It also collects **stray reservations**, on evidence rather than on age: a reservation no live
+//! `IPAddress` holds, whose claim is gone (or is another claim of the same name: the UID
+//! differs), or whose claim's `IPAddress` holds a different address, can never become an
+//! `IPAddress`; it only keeps an address from every other claim. A process killed between
+//! creating a reservation and its `IPAddress`, or two processes racing for one claim, leave such
+//! reservations. Each one is confirmed against the API server (never the cache alone) and deleted
+//! with its UID and resourceVersion as preconditions, so a reservation that changed meanwhile is
+//! left alone. The evidence is looked at as soon as it can appear ([`StrayChecks`]): when the
+//! registry learns an `IPAddress` or reservation of a claim that also has a reservation of another
+//! address ([`look_for_strays`]), and when a claim of a pool is told the pool is exhausted (its
+//! free count may be short by a stray's address); and again at every audit, from fresh lists.
+//!
+//! The one case that needs patience is a reservation whose claim exists and has no `IPAddress`
+//! yet: a live writer may be between its two creates. Such a reservation is never deleted; its
+//! claim, if this process serves it, is woken to recover it: to create the `IPAddress` of that
+//! very address, which is safe beside a live writer doing the same (one create wins, the other
+//! adopts it). At once if the claim waits in its pool's queue here (no writer of this process is
+//! on it), otherwise once the reservation is older than `--stray-reservation-age`.
 //!
 //! It never deletes a reservation while a live `IPAddress` holds the same address in the same
 //! pool, whatever became of its claim: the reservation is what keeps the address unique between
@@ -48,9 +59,10 @@ use crate::controllers::runtime::error::Error;
 use crate::controllers::runtime::finalizers::{Outcome, remove_address_protection};
 use crate::controllers::runtime::{Context, scoped};
 use crate::controllers::sources::pool_kinds::{EachKind, PoolLanes, PoolObject};
+use crate::controllers::state::facts;
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of, records_claim};
-use crate::controllers::state::{Change, ListedHolds, Registry};
+use crate::controllers::state::{Change, HoldRecord, ListedHolds};
 
 /// How long the watches get to catch up with a list before a difference counts as drift.
 pub const SETTLE: Duration = Duration::from_secs(5);
@@ -58,14 +70,18 @@ pub const SETTLE: Duration = Duration::from_secs(5);
 /// After a re-list, the audit waits this long (other watches may be re-listing too).
 const AFTER_RELIST: Duration = Duration::from_secs(2);
 
-/// Runs audits until the future is dropped.
+/// Runs audits, and the stray checks that evidence asks for, until the future is dropped.
 pub async fn run(ctx: Arc<Context>) {
+    futures::join!(run_audits(&ctx), collect_strays_on_evidence(&ctx));
+}
+
+async fn run_audits(ctx: &Context) {
     loop {
         tokio::select! {
             () = tokio::time::sleep(ctx.settings.audit_interval) => {}
             () = ctx.stores.relisted.notified() => tokio::time::sleep(AFTER_RELIST).await,
         }
-        match audit(&ctx).await {
+        match audit(ctx).await {
             Ok(found) => {
                 ctx.metrics.audit_completed();
                 if found.is_clean() {
@@ -110,11 +126,18 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
     } else {
         tokio::time::sleep(SETTLE).await;
         let second = Snapshot::take(ctx).await?;
-        for drift in first
+        let (confirmed, passing): (Vec<Change>, Vec<Change>) = first
             .differences
             .into_iter()
-            .filter(|c| second.differences.contains(c))
-        {
+            .partition(|c| second.differences.contains(c));
+        for change in passing {
+            tracing::debug!(
+                kind = change.kind(),
+                ?change,
+                "audit: a difference the second list did not confirm (the watches were behind)"
+            );
+        }
+        for drift in confirmed {
             tracing::warn!(kind = drift.kind(), change = ?drift, "state drift: the registry disagreed with the API server; corrected");
             ctx.metrics.state_drift(drift.kind());
             ctx.apply(drift);
@@ -122,8 +145,24 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
         }
         second
     };
-    for pool in ctx.update_registry(Registry::recount) {
-        tracing::warn!(%pool, "state drift: the pool's allocator disagreed with its holds; rebuilt");
+    let (before, rebuilt) = ctx.update_registry(|registry| {
+        let before: Vec<_> = registry
+            .pool_keys()
+            .into_iter()
+            .map(|pool| {
+                let counts = registry.counts(&pool);
+                (pool, counts)
+            })
+            .collect();
+        (before, registry.recount())
+    });
+    for pool in rebuilt {
+        let was = before
+            .iter()
+            .find(|(p, _)| *p == pool)
+            .and_then(|(_, c)| *c);
+        let now = ctx.registry().counts(&pool);
+        tracing::warn!(%pool, ?was, ?now, "state drift: the pool's allocator disagreed with its holds; rebuilt");
         ctx.metrics.state_drift("allocator");
         found.drift += 1;
     }
@@ -146,8 +185,9 @@ struct Snapshot {
     differences: Vec<Change>,
     /// inpool's `IPAddress`es that are being deleted: the orphans among them are released.
     deleting: Vec<IPAddress>,
-    /// Reservations of this process's claims that may be stray: not released, old enough, and
-    /// no live `IPAddress` holds their address in their pool (in a healthy run, none).
+    /// Reservations of this process's claims that may be stray: not released, no live
+    /// `IPAddress` holds their address in their pool, and this process is not between their two
+    /// creates (in a healthy run, none but another process's between its two).
     unheld: Vec<IPAddressReservation>,
 }
 
@@ -211,8 +251,6 @@ impl Snapshot {
         .await?;
         differences.extend(ctx.registry().address_differences(addresses));
 
-        let now = Timestamp::now();
-        let min_age = settings.stray_reservation_age;
         let mut unheld = Vec::new();
         let mut reservations = ListedHolds::default();
         let api = Api::<IPAddressReservation>::all(client.clone());
@@ -226,10 +264,10 @@ impl Snapshot {
                         .namespace
                         .as_ref()
                         .is_none_or(|ns| *ns == r.spec.claim_namespace)
-                    && old_enough(&r, now, min_age)
-                    && !hold
-                        .as_ref()
-                        .is_some_and(|h| held.contains(&digest(&h.pool, h.ip)));
+                    && !hold.as_ref().is_some_and(|h| {
+                        held.contains(&digest(&h.pool, h.ip))
+                            || ctx.registry().is_in_flight(&h.pool, h.ip)
+                    });
                 if let Some(hold) = hold {
                     facts.push((r.name_any(), hold));
                 }
@@ -322,42 +360,257 @@ async fn release_deleted_orphan(
     }
 }
 
-/// Deletes the stray reservations (see the module docs); returns how many.
+/// Settles each reservation of the audit's lists that no live `IPAddress` holds (see the module
+/// docs); returns how many were stray and deleted.
 async fn collect_strays(ctx: &Context, snapshot: &Snapshot) -> Result<usize, Error> {
     let mut collected = 0;
     for reservation in &snapshot.unheld {
-        let claim = ObjectKey::new(
-            &reservation.spec.claim_namespace,
-            &reservation.spec.claim_name,
-        );
-        if !looks_stray(ctx, reservation, &claim) || !is_stray(ctx, reservation, &claim).await? {
-            continue;
-        }
-        let api: Api<IPAddressReservation> = Api::all(ctx.client.clone());
-        let preconditions = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: reservation.uid(),
-                resource_version: reservation.resource_version(),
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&reservation.name_any(), &preconditions).await {
-            Ok(_) => {
-                tracing::info!(
-                    reservation = %reservation.name_any(),
-                    address = %reservation.spec.address,
-                    %claim,
-                    "deleted a stray reservation: its claim is gone or holds another address"
-                );
-                ctx.metrics.stray_reservation_collected();
-                collected += 1;
-            }
-            // Gone already, or changed since it was listed: not ours to delete now.
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-            Err(e) => return Err(e.into()),
+        if settle_unheld(ctx, reservation, "audit").await? {
+            collected += 1;
         }
     }
     Ok(collected)
+}
+
+/// Pools in which a stray reservation may hold an address: evidence of one appeared, or a claim
+/// was told the pool is exhausted. [`collect_strays_on_evidence`] looks at them at once.
+#[derive(Default)]
+pub struct StrayChecks {
+    pools: std::sync::Mutex<HashSet<PoolKey>>,
+    requested: tokio::sync::Notify,
+}
+
+impl StrayChecks {
+    /// Asks for the reservations of `pool` that no `IPAddress` holds to be settled soon.
+    pub fn request(&self, pool: &PoolKey) {
+        let added = self
+            .pools
+            .lock()
+            .expect("stray checks lock")
+            .insert(pool.clone());
+        if added {
+            self.requested.notify_one();
+        }
+    }
+
+    fn take(&self) -> HashSet<PoolKey> {
+        std::mem::take(&mut *self.pools.lock().expect("stray checks lock"))
+    }
+}
+
+/// How long a stray check waits after it is asked for: the watches catch up with the writes
+/// that made the evidence, and requests for other pools made meanwhile join the same check.
+const EVIDENCE_SETTLE: Duration = Duration::from_secs(1);
+
+/// Settles the unheld reservations of the pools [`StrayChecks`] names, as they are named.
+async fn collect_strays_on_evidence(ctx: &Context) {
+    loop {
+        ctx.strays.requested.notified().await;
+        tokio::time::sleep(EVIDENCE_SETTLE).await;
+        let suspects: Vec<(String, HoldRecord)> = {
+            let pools = ctx.strays.take();
+            let registry = ctx.registry();
+            pools
+                .iter()
+                .flat_map(|pool| registry.unheld_reservations(pool))
+                .filter(|(_, record)| is_ours(ctx, record))
+                .collect()
+        };
+        for (name, _) in suspects {
+            let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+            let settled = match reservations.get_opt(&name).await {
+                Ok(Some(live)) if !live.is_released() => {
+                    settle_unheld(ctx, &live, "evidence").await.map(|_| ())
+                }
+                Ok(_) => Ok(()),
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = settled {
+                ctx.metrics.reconcile_error("audit", e.metric_label());
+                tracing::warn!(reservation = %name, error = %e, "could not settle a reservation no IPAddress holds; the audit tries again");
+            }
+        }
+    }
+}
+
+/// Whether the reservation's claim is one this process may judge (a namespace split leaves
+/// another process's claims to it).
+fn is_ours(ctx: &Context, record: &HoldRecord) -> bool {
+    let claim = record.holder.claim();
+    ctx.settings
+        .namespace
+        .as_ref()
+        .is_none_or(|ns| claim.is_some_and(|c| *c.namespace == **ns))
+}
+
+/// The registry learnt `change`: if it shows a claim with a reservation of another address than
+/// its `IPAddress` (one of them a stray), asks for a stray check of that reservation's pool; if it
+/// shows a reservation for a claim that waits in its pool's queue here without an `IPAddress`
+/// (another process reserved for it, and may have died before its `IPAddress`), wakes the claim,
+/// which recovers the reservation.
+pub(crate) fn look_for_strays(ctx: &Context, change: &Change) {
+    let claim = match change {
+        Change::Address(_, record) | Change::Reservation(_, record) => record.holder.claim(),
+        _ => None,
+    };
+    let Some(claim) = claim else {
+        return;
+    };
+    let mut wake = false;
+    let mut check = Vec::new();
+    {
+        let registry = ctx.registry();
+        let reservations = registry.reservations_of(claim);
+        if reservations.is_empty() {
+            return;
+        }
+        match registry.address_of(claim) {
+            Some(address) => check.extend(
+                reservations
+                    .into_iter()
+                    .filter(|(_, r)| (&r.pool, r.ip) != (&address.pool, address.ip))
+                    .map(|(_, r)| r.pool),
+            ),
+            None => {
+                if let Some(cached) = ctx.stores.claim(claim) {
+                    let queued = facts::queued(cached.creation_timestamp(), claim);
+                    wake = reservations
+                        .iter()
+                        .any(|(_, r)| registry.is_waiting(&r.pool, &queued));
+                }
+            }
+        }
+    }
+    for pool in check {
+        ctx.strays.request(&pool);
+    }
+    if wake {
+        ctx.wake([claim.clone()]);
+    }
+}
+
+/// What became of a reservation that no live `IPAddress` holds, as the API server tells it.
+enum Fate {
+    /// It can never become an `IPAddress`: delete it. Says why.
+    Stray(&'static str),
+    /// Its claim exists without an `IPAddress`: a live writer may be between its two creates, or
+    /// the claim may recover it.
+    Recoverable,
+    /// Its claim's `IPAddress` holds it.
+    Held,
+}
+
+/// Settles one reservation that no live `IPAddress` holds, found by `found_by` (see the module
+/// docs): deletes it if it is stray, wakes its claim if the claim should recover it. Returns
+/// whether it was deleted.
+async fn settle_unheld(
+    ctx: &Context,
+    reservation: &IPAddressReservation,
+    found_by: &'static str,
+) -> Result<bool, Error> {
+    let claim = ObjectKey::new(
+        &reservation.spec.claim_namespace,
+        &reservation.spec.claim_name,
+    );
+    match fate(ctx, reservation, &claim).await? {
+        Fate::Stray(why) => delete_stray(ctx, reservation, &claim, why, found_by).await,
+        Fate::Recoverable => {
+            if should_recover(ctx, reservation, &claim) {
+                ctx.wake([claim]);
+            }
+            Ok(false)
+        }
+        Fate::Held => Ok(false),
+    }
+}
+
+/// The authoritative test, against the API server.
+async fn fate(
+    ctx: &Context,
+    reservation: &IPAddressReservation,
+    claim: &ObjectKey,
+) -> Result<Fate, Error> {
+    let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace);
+    let Some(live) = claims.get_opt(&claim.name).await? else {
+        return Ok(Fate::Stray("its claim is gone"));
+    };
+    if !records_claim(
+        reservation,
+        &claim.namespace,
+        &claim.name,
+        live.uid().as_deref(),
+    ) {
+        return Ok(Fate::Stray(
+            "its claim is gone (another claim of the same name exists)",
+        ));
+    }
+    let addresses: Api<IPAddress> = ctx.namespaced(&claim.namespace);
+    let address = addresses
+        .get_opt(&claim.name)
+        .await?
+        .filter(|a| a.meta().deletion_timestamp.is_none());
+    let reserved = reservation.spec.address.parse::<IpAddr>().ok();
+    Ok(match address {
+        None => Fate::Recoverable,
+        Some(a) if a.spec.address.parse::<IpAddr>().ok() == reserved => Fate::Held,
+        Some(_) => Fate::Stray("its claim's IPAddress holds another address"),
+    })
+}
+
+/// Whether a claim that exists without an `IPAddress` should be woken to recover its
+/// reservation: it is served here and waits in its pool's queue (no writer of this process is on
+/// it), or the reservation is older than `--stray-reservation-age` (a live writer would have
+/// created the `IPAddress` by then).
+fn should_recover(ctx: &Context, reservation: &IPAddressReservation, claim: &ObjectKey) -> bool {
+    let Some(cached) = ctx.stores.claim(claim) else {
+        return false;
+    };
+    let waiting = hold_of(reservation).is_some_and(|hold| {
+        let queued = facts::queued(cached.creation_timestamp(), claim);
+        ctx.registry().is_waiting(&hold.pool, &queued)
+    });
+    waiting
+        || old_enough(
+            reservation,
+            Timestamp::now(),
+            ctx.settings.stray_reservation_age,
+        )
+}
+
+/// Deletes a stray reservation with its UID and resourceVersion as preconditions; returns
+/// whether it was deleted (not if it is gone already or changed since it was read).
+async fn delete_stray(
+    ctx: &Context,
+    reservation: &IPAddressReservation,
+    claim: &ObjectKey,
+    why: &'static str,
+    found_by: &'static str,
+) -> Result<bool, Error> {
+    let api: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+    let preconditions = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: reservation.uid(),
+            resource_version: reservation.resource_version(),
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&reservation.name_any(), &preconditions).await {
+        Ok(_) => {
+            tracing::info!(
+                reservation = %reservation.name_any(),
+                address = %reservation.spec.address,
+                %claim,
+                why,
+                found_by,
+                "deleted a stray reservation"
+            );
+            ctx.metrics.stray_reservation_collected();
+            Ok(true)
+        }
+        // Gone already, or changed since it was read: not ours to delete now.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn old_enough(object: &impl Resource, now: Timestamp, min_age: Duration) -> bool {
@@ -370,62 +623,6 @@ fn old_enough(object: &impl Resource, now: Timestamp, min_age: Duration) -> bool
                 .try_into()
                 .is_ok_and(|age: Duration| age >= min_age)
         })
-}
-
-/// The cheap test, from the caches: might this reservation be stray?
-fn looks_stray(ctx: &Context, reservation: &IPAddressReservation, claim: &ObjectKey) -> bool {
-    match ctx.stores.claim(claim) {
-        // Not in this process's cache: gone, or outside its watch filter. Ask the API server.
-        None => true,
-        Some(cached) => {
-            let address = ctx
-                .registry()
-                .address_of(claim)
-                .map(|hold| hold.ip.to_string());
-            !records_claim(
-                reservation,
-                cached.namespace(),
-                cached.name(),
-                cached.uid().as_deref(),
-            ) || holds_another_address(reservation, address.as_deref())
-        }
-    }
-}
-
-/// The authoritative test, against the API server.
-async fn is_stray(
-    ctx: &Context,
-    reservation: &IPAddressReservation,
-    claim: &ObjectKey,
-) -> Result<bool, Error> {
-    let claims: Api<IPAddressClaim> = ctx.namespaced(&claim.namespace);
-    let Some(live) = claims.get_opt(&claim.name).await? else {
-        return Ok(true);
-    };
-    if !records_claim(
-        reservation,
-        &claim.namespace,
-        &claim.name,
-        live.uid().as_deref(),
-    ) {
-        return Ok(true);
-    }
-    let addresses: Api<IPAddress> = ctx.namespaced(&claim.namespace);
-    let address = addresses
-        .get_opt(&claim.name)
-        .await?
-        .filter(|a| a.meta().deletion_timestamp.is_none());
-    Ok(holds_another_address(
-        reservation,
-        address.as_ref().map(|a| a.spec.address.as_str()),
-    ))
-}
-
-/// The claim's `IPAddress`, which gives `address` if it exists, holds a different address than
-/// the reservation.
-fn holds_another_address(reservation: &IPAddressReservation, address: Option<&str>) -> bool {
-    let reserved = reservation.spec.address.parse::<IpAddr>().ok();
-    address.is_some_and(|a| a.parse::<IpAddr>().ok() != reserved)
 }
 
 fn forget_what_is_gone(ctx: &Context) {

@@ -12,7 +12,8 @@
 //! - `runtime`: the shared `Context`, [`run`] (the wiring), the claim
 //!   runtime (its work queue and loop), errors and backoff, and Events.
 //!
-//! Only [`run`] and [`footprint`] (what the memory benchmark measures) are public: everything
+//! Only [`run`], [`footprint`] (what the memory benchmark measures) and the bound on a silent
+//! API connection the binary's client applies ([`API_READ_TIMEOUT`]) are public: everything
 //! else is the controller's own.
 pub(crate) mod audit;
 pub(crate) mod claims;
@@ -23,3 +24,4 @@ pub(crate) mod sources;
 pub(crate) mod state;
 
 pub use runtime::run;
+pub use sources::watch::API_READ_TIMEOUT;

@@ -17,10 +17,14 @@ use std::time::{Duration, Instant};
 
 use inpool::api::reservation::IPAddressReservation;
 use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool};
+use inpool_testenv::fault_proxy::{Fault, Match, Rule};
 use inpool_testenv::{common, support};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+mod http;
+mod proxy;
 
 use common::{
     Inpool, assert_invariants, claim, create, pool, ready_of, signal, wait_for, wait_reason,
@@ -359,6 +363,12 @@ async fn sigkill_at_random_moments_of_bursts_loses_and_duplicates_nothing() {
     );
 }
 
+/// Two providers on one pool; the second, B, reaches the API server through the fault proxy,
+/// which holds its `IPAddress` creates: B is SIGKILLed once it has created a reservation whose
+/// `IPAddress` create is held, exactly between its two writes. The survivor runs with the default
+/// `--stray-reservation-age` (2 min): what B left must be recovered (its claim creates the
+/// `IPAddress` of the reservation) or collected as stray (its claim was realised with another
+/// address) on evidence, within seconds, not after the age.
 #[tokio::test]
 async fn two_providers_with_one_killed_mid_burst_leave_no_stray_reservation() {
     let Scenario {
@@ -366,21 +376,40 @@ async fn two_providers_with_one_killed_mid_burst_leave_no_stray_reservation() {
         kubeconfig,
         client,
         ns,
-        mut moments,
         pools,
         claims,
+        ..
     } = Scenario::start().await;
     create(&pools, &pool("pool", &["10.2.0.1-10.2.0.30"], 24, None)).await;
+    let proxy = holding_ipaddress_creates(&kubeconfig).await;
 
-    let mut survivor = start_provider(&kubeconfig, &ns, "a");
-    let mut victim = start_provider(&kubeconfig, &ns, "b");
+    let mut survivor = Inpool::start(
+        env!("CARGO_BIN_EXE_inpool"),
+        "a",
+        &kubeconfig,
+        &[&format!("--namespace={ns}"), "--audit-interval=2s"],
+    );
+    let mut victim = start_provider(proxy.kubeconfig(), &ns, "b");
     let burst = create_claims_in_background(&claims, "pool", "c", 0..40);
-    tokio::time::sleep(moments.millis(300, 1500)).await;
+    // B creates an IPAddress right after each reservation it creates: once B has created one and
+    // as many of its IPAddress creates are held, B is between its two writes.
+    let reserved_by_victim = wait_for(
+        "B holds a reservation whose IPAddress create is held",
+        Duration::from_secs(60),
+        || async {
+            let reserved = reservations_created(&proxy);
+            (reserved >= 1 && proxy.held() >= reserved).then_some(reserved)
+        },
+    )
+    .await;
     victim.kill();
-    let fault_ended = Instant::now();
+    let killed = Instant::now();
+    let held_when_killed = proxy.held();
     burst.await.unwrap();
-    let recovered = assert_invariants(&client, &ns, &mut [&mut survivor]).await - fault_ended;
-    assert_eq!(realised_and_waiting(&claims).await, (30, 10));
+    wait_realised(&claims, 30, 10).await;
+    let realised = killed.elapsed();
+    let recovered = assert_invariants(&client, &ns, &mut [&mut survivor]).await - killed;
+    proxy.clear();
     // A release must reach the oldest waiting claim: no stray holds its address.
     claims
         .delete("c-0000", &DeleteParams::default())
@@ -388,9 +417,143 @@ async fn two_providers_with_one_killed_mid_burst_leave_no_stray_reservation() {
         .unwrap();
     wait_realised(&claims, 30, 9).await;
     assert_invariants(&client, &ns, &mut [&mut survivor]).await;
+    assert!(
+        realised < Duration::from_secs(60),
+        "the claims waited {:.1}s after the kill, as long as the old age guard",
+        realised.as_secs_f64()
+    );
+    let collected = survivor
+        .sample("inpool_stray_reservations_collected_total")
+        .await
+        .unwrap_or(0.0);
     println!(
-        "FAULTS two-providers: 40 claims, 1 of 2 providers SIGKILLed mid-burst; every invariant held {:.1}s after the last fault",
+        "FAULTS two-providers: 40 claims, B SIGKILLed between its reservation and its IPAddress \
+         ({reserved_by_victim} reservations created by B, {held_when_killed} IPAddress creates held); \
+         30 realised and 10 waiting {:.1}s after the kill, every invariant held {:.1}s after it; \
+         {collected} stray reservations collected",
+        realised.as_secs_f64(),
         recovered.as_secs_f64()
+    );
+}
+
+/// A fault proxy that holds every `IPAddress` create: a provider behind it stops between its
+/// reservation and its `IPAddress`.
+async fn holding_ipaddress_creates(kubeconfig: &Path) -> inpool_testenv::fault_proxy::FaultProxy {
+    let proxy = proxy::proxy_for(kubeconfig).await;
+    proxy.set(Rule::new(
+        Match::all().method("POST").path("/ipaddresses"),
+        Fault::Blackhole,
+    ));
+    proxy
+}
+
+/// Reservations created through the proxy (answered 201).
+fn reservations_created(proxy: &inpool_testenv::fault_proxy::FaultProxy) -> usize {
+    proxy
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.resource == "ipaddressreservations")
+        .filter(|r| r.upstream_status == Some(201))
+        .count()
+}
+
+/// A stray left by a provider killed between its two writes, whose claim was then realised with
+/// another address (here by hand, as another writer would): a claim waiting in the pool gets that
+/// address within seconds, found on evidence by the survivor, whose audit runs only every 30 s and
+/// whose `--stray-reservation-age` is the default 2 min.
+#[tokio::test]
+async fn a_stray_whose_claim_holds_another_address_is_collected_for_a_waiting_claim() {
+    let Scenario {
+        _turn,
+        kubeconfig,
+        client,
+        ns,
+        pools,
+        claims,
+        ..
+    } = Scenario::start().await;
+    create(&pools, &pool("pool", &["10.8.0.1-10.8.0.2"], 24, None)).await;
+    let proxy = holding_ipaddress_creates(&kubeconfig).await;
+    let mut victim = start_provider(proxy.kubeconfig(), &ns, "b");
+    create(&claims, &claim("c-0", "pool")).await;
+    wait_for(
+        "B holds a reservation whose IPAddress create is held",
+        Duration::from_secs(60),
+        || async { (reservations_created(&proxy) == 1 && proxy.held() == 1).then_some(()) },
+    )
+    .await;
+    victim.kill();
+    // Its held create is dropped with its connection, never forwarded.
+    wait_for(
+        "B's held create dropped",
+        Duration::from_secs(10),
+        || async { (proxy.held() == 0).then_some(()) },
+    )
+    .await;
+    proxy.clear();
+    // Another writer realises c-0 with the other address.
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), &ns);
+    let owner = claims.get("c-0").await.unwrap().uid().unwrap();
+    let mut by_hand: IPAddress = serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+        "kind": "IPAddress",
+        "metadata": {
+            "name": "c-0",
+            "namespace": ns,
+            "ownerReferences": [{
+                "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+                "kind": "IPAddressClaim",
+                "name": "c-0",
+                "uid": owner,
+                "controller": true,
+            }],
+        },
+        "spec": {
+            "address": "10.8.0.2",
+            "prefix": 24,
+            "claimRef": {"name": "c-0"},
+            "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "pool"},
+        },
+    }))
+    .unwrap();
+    by_hand = addresses
+        .create(&PostParams::default(), &by_hand)
+        .await
+        .unwrap();
+    assert_eq!(by_hand.spec.address, "10.8.0.2");
+
+    let mut survivor = Inpool::start(
+        env!("CARGO_BIN_EXE_inpool"),
+        "a",
+        &kubeconfig,
+        &[&format!("--namespace={ns}"), "--audit-interval=30s"],
+    );
+    let started = Instant::now();
+    create(&claims, &claim("c-1", "pool")).await;
+    wait_reason(&claims, "c-1", "AddressAllocated").await;
+    let realised = started.elapsed();
+    assert_eq!(
+        addresses.get("c-1").await.unwrap().spec.address,
+        "10.8.0.1",
+        "the stray's address"
+    );
+    assert_eq!(
+        survivor.sample("inpool_audits_total").await,
+        Some(0.0),
+        "found on evidence, before any audit"
+    );
+    assert_eq!(
+        survivor
+            .sample("inpool_stray_reservations_collected_total")
+            .await,
+        Some(1.0)
+    );
+    assert!(realised < Duration::from_secs(20), "{realised:?}");
+    assert_invariants(&client, &ns, &mut [&mut survivor]).await;
+    println!(
+        "FAULTS stray-on-evidence: the stray of a provider killed between its writes, its claim realised \
+         with another address; the waiting claim realised {:.1}s after the survivor started",
+        realised.as_secs_f64()
     );
 }
 

@@ -192,6 +192,8 @@ async fn realise(
                 return Ok(Action::requeue(Duration::from_millis(100)));
             }
             Allocation::Exhausted { total, .. } => {
+                // A stray reservation may be what keeps the claim waiting: look now.
+                ctx.strays.request(pool);
                 let message = exhausted_message(pool, total);
                 return fail(claim, ctx, REASON_POOL_EXHAUSTED, message).await;
             }

@@ -55,6 +55,8 @@ pub struct Context {
     pub retries: error::Retries,
     /// The pool kinds this run watches (see [`served`]).
     pub served: served::ServedKinds,
+    /// Pools where a stray reservation may hold an address (see [`audit`]).
+    pub strays: audit::StrayChecks,
 }
 
 /// The reference to the pool object `pool` names.
@@ -122,6 +124,8 @@ impl Context {
     /// paused and no longer is wakes its claims, which were not queued while it was paused and so
     /// are found in the claim store.
     pub fn apply(&self, change: Change) {
+        let probe =
+            matches!(change, Change::Address(..) | Change::Reservation(..)).then(|| change.clone());
         let woken = self.update_registry(|registry| {
             let unpaused = match &change {
                 Change::Pool(key, parsed) if !matches!(parsed, Err(Unready::Paused)) => {
@@ -142,6 +146,9 @@ impl Context {
         let deleting =
             |claim: &ObjectKey| self.stores.claim(claim).is_some_and(|c| c.is_deleting());
         self.wake(woken.into_iter().filter(|claim| !deleting(claim)));
+        if let Some(change) = probe {
+            audit::look_for_strays(self, &change);
+        }
     }
 
     /// Asks for a pool's status to be brought up to date.
@@ -168,7 +175,7 @@ impl Context {
 
 /// Watcher configuration for namespaced objects that follow the provider's label filter.
 fn filtered(settings: &Settings) -> watcher::Config {
-    let config = watcher::Config::default().any_semantic();
+    let config = watch::watch_config();
     match &settings.watch_filter {
         Some(value) => config.labels(&format!("{}={value}", crate::api::WATCH_FILTER_LABEL)),
         None => config,
@@ -239,6 +246,7 @@ pub async fn run(
         own_writes: Mutex::default(),
         retries: error::Retries::default(),
         served,
+        strays: audit::StrayChecks::default(),
     });
     // The feed is part of this future, not a detached task: when the future is dropped (lease
     // lost), the watches and the registry go with it.

@@ -14,6 +14,7 @@ use crate::api::{
     GlobalInClusterPrefixPool, IPAM_GROUP, InClusterPrefixPool, POOL_VERSION, PoolKind,
 };
 use crate::cli::Settings;
+use crate::controllers::runtime::error::backoff;
 use crate::telemetry::Metrics;
 
 /// The pool kinds this run watches and serves.
@@ -76,21 +77,24 @@ fn warning(kind: PoolKind, plural: &str, missing: &Missing) -> String {
     }
 }
 
+/// How many times the discovery request is sent when it fails on the way (a reset connection,
+/// `429`, `5xx`), [`backoff`] apart (1 s doubling: 15 s in all), before the run fails: one
+/// dropped connection at start must not cost a restart.
+const DISCOVERY_ATTEMPTS: u32 = 5;
+
 /// Finds which prefix kinds are served and allowed; sets `inpool_pool_kind_served` for every
-/// kind and warns about each one skipped. A failing discovery request (other than 404, which
-/// means the group version is not served at all) fails the run, which is retried like any
-/// start-up failure.
+/// kind and warns about each one skipped. A discovery request that keeps failing (other than
+/// with 404, which means the group version is not served at all) fails the run, which is retried
+/// like any start-up failure.
 pub async fn discover(
     client: &Client,
     settings: &Settings,
     metrics: &Metrics,
 ) -> anyhow::Result<ServedKinds> {
     let group_version = format!("{IPAM_GROUP}/{POOL_VERSION}");
-    let resources: Vec<String> = match client.list_api_group_resources(&group_version).await {
-        Ok(list) => list.resources.into_iter().map(|r| r.name).collect(),
-        Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
-        Err(e) => return Err(anyhow::anyhow!("discovering {group_version}: {e}")),
-    };
+    let resources = group_resources(client, &group_version)
+        .await
+        .map_err(|e| anyhow::anyhow!("discovering {group_version}: {e}"))?;
     let mut served = Vec::new();
     for kind in [PoolKind::InClusterPrefix, PoolKind::GlobalPrefix] {
         let plural = plural(kind);
@@ -118,6 +122,33 @@ pub async fn discover(
         metrics.pool_kind_served(kind, served.serves(kind));
     }
     Ok(served)
+}
+
+/// The resources of `group_version` (none when it is not served), the request sent again while
+/// it fails on the way.
+async fn group_resources(client: &Client, group_version: &str) -> Result<Vec<String>, kube::Error> {
+    let mut failures = 0;
+    loop {
+        match client.list_api_group_resources(group_version).await {
+            Ok(list) => return Ok(list.resources.into_iter().map(|r| r.name).collect()),
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Vec::new()),
+            Err(e) if failed_on_the_way(&e) && failures + 1 < DISCOVERY_ATTEMPTS => {
+                failures += 1;
+                let delay = backoff(failures);
+                tracing::warn!(error = %e, retry_in = ?delay, "discovering {group_version} failed; trying again");
+                tokio::time::sleep(delay).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A failure that says nothing about the request: the connection, throttling, the server.
+fn failed_on_the_way(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        _ => true,
+    }
 }
 
 /// The resource (plural) name of a prefix kind.

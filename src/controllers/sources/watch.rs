@@ -33,6 +33,7 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use futures::channel::mpsc;
 use futures::stream::{BoxStream, SelectAll};
@@ -56,6 +57,28 @@ use crate::controllers::runtime::{Context, error, scoped};
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of};
 use crate::controllers::state::{Change, HoldRecord, Unready};
+
+/// How long the API server keeps one watch open (its `timeoutSeconds`) before the watcher
+/// resumes it from the last resource version it saw, without a list. It also bounds a silent
+/// watch: kube-runtime gives a watch stream up when nothing arrived for this plus 5 s, so a watch
+/// whose connection is blackholed (open, but nothing comes) is restarted within 35 s; at the
+/// default (290 s) it went unnoticed for 5 minutes while its kind's changes were missed.
+pub const WATCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a connection to the API server may deliver nothing while a response is awaited
+/// before the request fails (kube's client has no limit by default: a blackholed request waited
+/// forever, and the claim with it). Longer than a quiet watch's [`WATCH_TIMEOUT`] and
+/// kube-runtime's 5 s margin, so that a healthy watch never reaches it; a failed request is
+/// retried with the reconcile's backoff.
+pub const API_READ_TIMEOUT: Duration = Duration::from_secs(WATCH_TIMEOUT.as_secs() + 15);
+
+/// Every watch's configuration: any resource version for the lists (the watch cache), and
+/// [`WATCH_TIMEOUT`].
+pub(crate) fn watch_config() -> watcher::Config {
+    watcher::Config::default()
+        .any_semantic()
+        .timeout(WATCH_TIMEOUT.as_secs() as u32)
+}
 
 /// Stores the reconciler reads, and a readiness latch for the feeds that have no store.
 #[derive(Clone)]
@@ -392,7 +415,7 @@ where
     K: serde::de::DeserializeOwned + 'static,
     T: Send + 'static,
 {
-    let events = watcher::watcher(api, watcher::Config::default().any_semantic())
+    let events = watcher::watcher(api, watch_config())
         .default_backoff()
         .modify(drop_managed_fields);
     let events = match store {

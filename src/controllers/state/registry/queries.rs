@@ -1,9 +1,10 @@
 //! What the registry answers: pool status (counts, queue, overlaps, out-of-range holds), a
 //! claim's holds, and where a new reservation is named.
+use std::collections::HashSet;
 use std::net::IpAddr;
 
 use super::pool_entry::PoolEntry;
-use super::{HoldRecord, Holder, Registry, ReservationNames, Unready, scopes_meet};
+use super::{HoldRecord, Holder, QueuedClaim, Registry, ReservationNames, Unready, scopes_meet};
 use crate::api::{ObjectKey, PoolKey};
 
 impl Registry {
@@ -109,5 +110,47 @@ impl Registry {
     /// Pools whose spec is known, for status reporting.
     pub fn pool_keys(&self) -> Vec<PoolKey> {
         self.pools.keys().cloned().collect()
+    }
+
+    /// Whether `claim` waits in the pool's queue.
+    pub fn is_waiting(&self, pool: &PoolKey, claim: &QueuedClaim) -> bool {
+        self.pools
+            .get(pool)
+            .is_some_and(|entry| entry.waiting.contains(claim))
+    }
+
+    /// Whether this process is allocating `ip` in `pool` now (between its reservation and its
+    /// `IPAddress`).
+    pub fn is_in_flight(&self, pool: &PoolKey, ip: IpAddr) -> bool {
+        self.pools
+            .get(pool)
+            .is_some_and(|entry| entry.unit_in_flight(entry.unit(ip)))
+    }
+
+    /// The reservations of `pool` that record a claim, that no `IPAddress` known here holds (the
+    /// same unit of the same pool) and that no allocation of this process is completing, by
+    /// name: where a stray reservation may be (see `controllers::audit`).
+    pub fn unheld_reservations(&self, pool: &PoolKey) -> Vec<(String, HoldRecord)> {
+        let Some(entry) = self.pools.get(pool) else {
+            return Vec::new();
+        };
+        let held: HashSet<IpAddr> = self
+            .addresses
+            .values()
+            .filter(|a| &a.pool == pool)
+            .map(|a| entry.unit(a.ip))
+            .collect();
+        let mut unheld: Vec<(String, HoldRecord)> = self
+            .reservations
+            .iter()
+            .filter(|(_, r)| &r.pool == pool && r.holder.claim().is_some())
+            .filter(|(_, r)| {
+                let unit = entry.unit(r.ip);
+                !held.contains(&unit) && !entry.unit_in_flight(unit)
+            })
+            .map(|(name, r)| (name.to_string(), r.clone()))
+            .collect();
+        unheld.sort_by(|a, b| a.0.cmp(&b.0));
+        unheld
     }
 }
