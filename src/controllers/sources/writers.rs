@@ -5,12 +5,13 @@
 //!
 //! - **Foreign `IPAddress`es.** An `IPAddress` of an inpool pool that inpool did not write and
 //!   that is not a leftover to adopt: none of its `managedFields` entries is inpool's (every
-//!   write inpool makes carries the field manager [`MANAGER`]) and it was created after this run
-//!   of the controllers started (what existed before is a migration leftover, adopted as
-//!   docs/operations.md describes). Its address is held like any other (the registry counts every
-//!   `IPAddress` of a pool); the pool gets `ForeignAddresses=True` naming it and its manager, a
-//!   Warning Event, and the gauge `inpool_foreign_addresses`, until it is gone. Objects
-//!   `clusterctl move` recreates are moves, not allocations, and are never foreign.
+//!   write inpool makes carries the field manager [`MANAGER`]), and both created and last written
+//!   after this run of the controllers started (what existed before is a migration leftover,
+//!   adopted as docs/operations.md describes; `clusterctl move` recreates objects with their
+//!   `managedFields`, times included, so a moved leftover stays one). Its address is held like
+//!   any other (the registry counts every `IPAddress` of a pool); the pool gets
+//!   `ForeignAddresses=True` naming it and its manager, a Warning Event, and the gauge
+//!   `inpool_foreign_addresses`, until it is gone.
 //! - **The reference provider's leader election Lease** ([`REFERENCE_LEASE`], looked for in every
 //!   namespace every [`LEASE_LOOK_INTERVAL`]). While one is held and renewed, inpool logs an error
 //!   naming it and allocates nothing (claims wait, `Ready=False`/`AllocationFailed` naming the
@@ -39,9 +40,6 @@ pub const REFERENCE_LEASE: &str = "7bb7acb4.ipam.cluster.x-k8s.io";
 /// How often the reference provider's Lease is looked for.
 pub const LEASE_LOOK_INTERVAL: Duration = Duration::from_secs(5);
 
-/// The field manager of `clusterctl`, whose `move` recreates objects on the target cluster.
-const MOVER: &str = "clusterctl";
-
 /// How many foreign `IPAddress`es a pool condition names.
 const LISTED: usize = 10;
 
@@ -52,6 +50,8 @@ pub struct Creator {
     /// The first field manager its `managedFields` name.
     pub manager: String,
     pub created: Option<Timestamp>,
+    /// The last write its `managedFields` record (`None` when they record no time).
+    pub written: Option<Timestamp>,
     pub pool: PoolKey,
     pub address: String,
 }
@@ -68,17 +68,20 @@ pub fn creator(address: &IPAddress) -> Option<Creator> {
     Some(Creator {
         manager: managers[0].to_string(),
         created: address.creation_timestamp().map(|t| t.0),
+        written: fields.iter().filter_map(|f| Some(f.time.as_ref()?.0)).max(),
         pool: PoolKey::from_ref(&address.spec.pool_ref, &namespace)?,
         address: address.spec.address.clone(),
     })
 }
 
 impl Creator {
-    /// Whether it shows a second writer at work since `since`: created after it, by anyone but
-    /// `clusterctl move`. (`creationTimestamp` has whole seconds: an object created in the
-    /// second the run started counts as a leftover.)
+    /// Whether it shows a second writer at work since `since`: created after it, and written
+    /// after it too (`clusterctl move` creates a copy now whose writes are those of the
+    /// original). Both times have whole seconds: an object created in the second the run started
+    /// counts as a leftover.
     fn is_foreign(&self, since: Timestamp) -> bool {
-        self.manager != MOVER && self.created.is_some_and(|created| created > since)
+        self.created.is_some_and(|created| created > since)
+            && self.written.is_none_or(|written| written > since)
     }
 }
 
@@ -361,7 +364,7 @@ pub async fn keep_looking_for_lease(ctx: Arc<Context>) {
 mod tests {
     use super::*;
     use k8s_openapi::api::coordination::v1::LeaseSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, MicroTime};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, MicroTime, Time};
 
     fn lease(holder: Option<&str>, renewed: &str, seconds: i32) -> Lease {
         let mut lease = Lease::default();
@@ -403,7 +406,13 @@ mod tests {
         );
     }
 
+    /// An `IPAddress` created at `created`, written by each manager then.
     fn address(managers: &[&str], created: &str) -> IPAddress {
+        moved(managers, created, created)
+    }
+
+    /// An `IPAddress` created at `created` whose managers last wrote it at `written`.
+    fn moved(managers: &[&str], created: &str, written: &str) -> IPAddress {
         let mut address: IPAddress = serde_json::from_value(serde_json::json!({
             "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
             "kind": "IPAddress",
@@ -418,6 +427,7 @@ mod tests {
             .iter()
             .map(|m| ManagedFieldsEntry {
                 manager: Some(m.to_string()),
+                time: Some(Time(written.parse().unwrap())),
                 ..ManagedFieldsEntry::default()
             })
             .collect();
@@ -439,7 +449,10 @@ mod tests {
             !foreign(&address(&["manager"], "2026-12-03T10:00:00Z")),
             "a leftover from before the start"
         );
-        assert!(!foreign(&address(&["clusterctl"], after)), "a move");
+        assert!(
+            !foreign(&moved(&["manager"], after, "2026-12-03T09:00:00Z")),
+            "a leftover moved here by clusterctl, its managedFields with it"
+        );
         assert!(
             !foreign(&address(&[], after)),
             "no managers: nothing to tell"
