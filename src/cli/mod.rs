@@ -300,6 +300,23 @@ pub struct Args {
     )]
     pub stray_reservation_age: Duration,
 
+    /// Allocate even while the reference IPAM provider's leader election Lease
+    /// (`7bb7acb4.ipam.cluster.x-k8s.io`, any namespace) is held and renewed. Without it inpool
+    /// logs an error naming the Lease and allocates nothing until it is gone or expired: the
+    /// reference would hand out addresses inpool holds.
+    #[arg(
+        long,
+        env = "INPOOL_IGNORE_REFERENCE_PROVIDER_LEASE",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value = "false",
+        value_parser = parse_go_bool,
+        action = ArgAction::Set
+    )]
+    pub ignore_reference_provider_lease: bool,
+
     /// Cluster API feature gates, `Name=true,Other=false`; inpool has none.
     #[arg(long, value_name = "GATES", value_parser = parse_feature_gates, help_heading = WITHOUT_EFFECT)]
     pub feature_gates: Option<FeatureGates>,
@@ -362,6 +379,9 @@ pub struct Settings {
     pub audit_interval: Duration,
     /// How long a reservation whose claim has no `IPAddress` yet is left to its writer.
     pub stray_reservation_age: Duration,
+    /// Allocate even while the reference provider's Lease is live (see
+    /// `controllers::sources::writers`).
+    pub ignore_reference_provider_lease: bool,
 }
 
 impl Default for Settings {
@@ -373,6 +393,7 @@ impl Default for Settings {
             concurrency: 16,
             audit_interval: Duration::from_secs(600),
             stray_reservation_age: Duration::from_secs(120),
+            ignore_reference_provider_lease: false,
         }
     }
 }
@@ -657,6 +678,7 @@ impl From<&Args> for Settings {
             concurrency: args.ipaddressclaim_concurrency.unwrap_or(args.concurrency),
             audit_interval: args.audit_interval,
             stray_reservation_age: args.stray_reservation_age,
+            ignore_reference_provider_lease: args.ignore_reference_provider_lease,
         }
     }
 }

@@ -88,6 +88,7 @@ fn defaults_without_flags_or_environment() {
         identity: None,
         audit_interval: Duration::from_secs(600),
         stray_reservation_age: Duration::from_secs(120),
+        ignore_reference_provider_lease: false,
         feature_gates: None,
         sync_period: None,
         profiler_address: None,
@@ -247,6 +248,24 @@ fn flags_win_over_environment() {
         "{parsed}"
     );
     assert!(parsed.contains("log_level: Some(\"warn\")"), "{parsed}");
+}
+
+#[test]
+fn the_reference_provider_lease_is_ignored_only_when_asked() {
+    let ignores = |argv: &[&str]| {
+        Args::try_parse_checked(std::iter::once("inpool").chain(argv.iter().copied()))
+            .unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+            .settings()
+            .ignore_reference_provider_lease
+    };
+    assert!(!ignores(&[]));
+    assert!(ignores(&["--ignore-reference-provider-lease"]));
+    assert!(ignores(&["--ignore-reference-provider-lease=true"]));
+    assert!(!ignores(&["--ignore-reference-provider-lease=false"]));
+    assert!(
+        parse_in_child(&[], &[("INPOOL_IGNORE_REFERENCE_PROVIDER_LEASE", "true")])
+            .contains("ignore_reference_provider_lease: true")
+    );
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //! | `inpool_pool_free` | gauge | same |
 //! | `inpool_pool_out_of_range` | gauge | same |
 //! | `inpool_pool_waiting_claims` | gauge | same |
+//! | `inpool_foreign_addresses` | gauge | same |
 //! | `inpool_allocations_total` | counter | same |
 //! | `inpool_releases_total` | counter | same |
 //! | `inpool_claim_failures_total` | counter | `reason` |
@@ -17,6 +18,7 @@
 //! | `inpool_pool_kind_served` | gauge | `pool_kind` |
 //! | `inpool_claims_watched` | gauge | — |
 //! | `inpool_leader` | gauge | — |
+//! | `inpool_reference_provider_lease` | gauge | — |
 //! | `inpool_build_info` | info | `version` |
 //!
 //! `pool_namespace` is `""` for a global pool (`GlobalInClusterIPPool`,
@@ -108,6 +110,7 @@ struct Inner {
     pool_free: Family<PoolLabels, U64Gauge>,
     pool_out_of_range: Family<PoolLabels, U64Gauge>,
     pool_waiting_claims: Family<PoolLabels, U64Gauge>,
+    foreign_addresses: Family<PoolLabels, U64Gauge>,
     pool_kind_served: Family<PoolKindLabels, Gauge>,
     allocations: Family<PoolLabels, Counter>,
     releases: Family<PoolLabels, Counter>,
@@ -121,6 +124,7 @@ struct Inner {
     audits: Counter,
     claims_watched: U64Gauge,
     leader: Gauge,
+    reference_provider_lease: Gauge,
 }
 
 /// The kinds of drift the audit reports (`controllers::state::Change::kind`, and the
@@ -155,6 +159,7 @@ impl Metrics {
         let pool_free = Family::<PoolLabels, U64Gauge>::default();
         let pool_out_of_range = Family::<PoolLabels, U64Gauge>::default();
         let pool_waiting_claims = Family::<PoolLabels, U64Gauge>::default();
+        let foreign_addresses = Family::<PoolLabels, U64Gauge>::default();
         let pool_kind_served = Family::<PoolKindLabels, Gauge>::default();
         let allocations = Family::<PoolLabels, Counter>::default();
         let releases = Family::<PoolLabels, Counter>::default();
@@ -199,6 +204,11 @@ impl Metrics {
             "pool_waiting_claims",
             "Claims of the pool waiting for an address",
             pool_waiting_claims.clone(),
+        );
+        registry.register(
+            "foreign_addresses",
+            "IPAddresses of the pool created by another writer (not inpool) since inpool's controllers started: another IPAM provider allocates from the pool",
+            foreign_addresses.clone(),
         );
         registry.register(
             "pool_kind_served",
@@ -255,6 +265,12 @@ impl Metrics {
             "1 while this process holds the leader election lease (or runs without leader election), else 0",
             leader.clone(),
         );
+        let reference_provider_lease = Gauge::default();
+        registry.register(
+            "reference_provider_lease",
+            "1 while the reference IPAM provider's leader election Lease is held and renewed (another provider runs beside inpool), else 0",
+            reference_provider_lease.clone(),
+        );
         registry.register(
             "build",
             "inpool's version",
@@ -273,6 +289,7 @@ impl Metrics {
                 pool_free,
                 pool_out_of_range,
                 pool_waiting_claims,
+                foreign_addresses,
                 pool_kind_served,
                 allocations,
                 releases,
@@ -286,6 +303,7 @@ impl Metrics {
                 audits,
                 claims_watched,
                 leader,
+                reference_provider_lease,
             }),
         }
     }
@@ -325,6 +343,19 @@ impl Metrics {
             .set(waiting);
     }
 
+    /// Sets how many foreign `IPAddress`es the pool has (see `controllers::sources::writers`).
+    pub fn foreign_addresses(&self, pool: &PoolKey, count: u64) {
+        self.inner
+            .foreign_addresses
+            .get_or_create(&PoolLabels::from(pool))
+            .set(count);
+    }
+
+    /// Sets whether the reference provider's leader election Lease is live.
+    pub fn reference_provider_lease(&self, live: bool) {
+        self.inner.reference_provider_lease.set(i64::from(live));
+    }
+
     /// Drops a deleted pool's gauges. Its allocation and release counters stay (counters must not
     /// go backwards while the process runs).
     pub fn forget_pool(&self, pool: &PoolKey) {
@@ -336,12 +367,13 @@ impl Metrics {
             &i.pool_free,
             &i.pool_out_of_range,
             &i.pool_waiting_claims,
+            &i.foreign_addresses,
         ] {
             family.remove(&labels);
         }
     }
 
-    /// Drops every pool's gauges: when this process stops running the controllers (lost the
+    /// Drops every pool's gauges (and the reference Lease's): when this process stops running the controllers (lost the
     /// lease, shutting down), so that only the leader exports pool state and a former leader
     /// leaves no stale series behind.
     pub fn clear_pools(&self) {
@@ -352,9 +384,11 @@ impl Metrics {
             &i.pool_free,
             &i.pool_out_of_range,
             &i.pool_waiting_claims,
+            &i.foreign_addresses,
         ] {
             family.clear();
         }
+        i.reference_provider_lease.set(0);
     }
 
     /// Counts one address allocated from the pool.

@@ -386,6 +386,37 @@ async fn clusterctl_init_installs_inpool_and_move_keeps_every_address() {
     )
     .await;
     assert_eq!(names::<InClusterIPPool>(&dst, ns).await, ["pool"]);
+    // clusterctl recreates each object with its managedFields: the moved addresses are still
+    // inpool's writes, not another writer's (see `sources::writers`), and the target's pool
+    // reports no foreign address.
+    for moved in Api::<IPAddress>::namespaced(dst.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        let managers: Vec<_> = moved
+            .managed_fields()
+            .iter()
+            .map(|f| f.manager.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(managers, ["inpool"], "{}", moved.name_any());
+    }
+    wait_for(
+        "the target's pool to report no foreign address",
+        Duration::from_secs(30),
+        || async {
+            let pool = Api::<InClusterIPPool>::namespaced(dst.clone(), ns)
+                .get("pool")
+                .await
+                .ok()?;
+            let conditions = pool.status?.conditions?;
+            conditions
+                .iter()
+                .any(|c| c.type_ == "ForeignAddresses" && c.status == "False")
+                .then_some(())
+        },
+    )
+    .await;
     let global_pools: Api<GlobalInClusterIPPool> = Api::all(dst.clone());
     assert!(global_pools.get_opt("shared").await.unwrap().is_some());
     assert_eq!(names::<Cluster>(&dst, ns).await, ["c1"]);

@@ -29,6 +29,8 @@ fn exported_samples() -> Vec<String> {
     let pool = PoolKey::in_cluster("ns", "p");
     metrics.pool_capacity(&pool, 10, 1, 9, 0);
     metrics.pool_waiting_claims(&pool, 0);
+    metrics.foreign_addresses(&pool, 1);
+    metrics.reference_provider_lease(true);
     metrics.allocation(&pool);
     metrics.release(&pool);
     metrics.failure("PoolExhausted");
@@ -435,7 +437,7 @@ fn the_alert_rules_name_only_metrics_inpool_exports() {
         .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
         .map(|r| r["expr"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(exprs.len(), 6, "{exprs:?}");
+    assert_eq!(exprs.len(), 8, "{exprs:?}");
     assert_exported("config/prometheus/prometheusrule.yaml", &exprs);
 }
 
@@ -506,7 +508,7 @@ fn every_alert_has_a_runbook_url_to_its_own_section_of_the_runbooks() {
     let text = std::fs::read_to_string(support::repo_root().join("docs/runbooks.md")).unwrap();
     let sections = anchors(&text);
     let alerts = alerts();
-    assert_eq!(alerts.len(), 6, "{alerts:?}");
+    assert_eq!(alerts.len(), 8, "{alerts:?}");
     for rule in alerts {
         let alert = rule["alert"].as_str().unwrap();
         let url = rule["annotations"]["runbook_url"]

@@ -4,7 +4,8 @@
 //! Prometheus scrape (`diagnostics`), Cluster API's controller-runtime dashboard and inpool's own
 //! over inpool's metrics (`dashboard`, `inpool_dashboard`), the rendered components and their
 //! RBAC (`packaging`), real claims as the ServiceAccount (`service_account`) and two processes
-//! sharing the claims (`scale_out`).
+//! sharing the claims (`scale_out`), and a second IPAM provider beside inpool
+//! (`second_writer`).
 //!
 //! A bed of its own: a process that runs the controllers cluster-wide acts on every namespace's
 //! pools and claims, so it must not share a control plane with tests that expect only their own
@@ -17,4 +18,5 @@ mod image;
 mod inpool_dashboard;
 mod packaging;
 mod scale_out;
+mod second_writer;
 mod service_account;

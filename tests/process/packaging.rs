@@ -109,6 +109,8 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
     ),
     ("cluster.x-k8s.io", "clusters", &["get", "list", "watch"]),
     ("events.k8s.io", "events", &["create", "patch"]),
+    // The reference IPAM provider's leader election Lease, looked for by name in every namespace.
+    ("coordination.k8s.io", "leases", &["list"]),
     // The secure diagnostics: who is calling /metrics, and may they.
     ("authentication.k8s.io", "tokenreviews", &["create"]),
     ("authorization.k8s.io", "subjectaccessreviews", &["create"]),
@@ -144,7 +146,7 @@ const DENIED: &[(&str, &str, &str, &str)] = &[
     ("", "coordination.k8s.io", "leases", "get"),
     ("default", "coordination.k8s.io", "leases", "create"),
     (SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "delete"),
-    (SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "list"),
+    ("", "coordination.k8s.io", "leases", "watch"),
     (SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "update"),
     (
         "",

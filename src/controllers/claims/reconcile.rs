@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
@@ -36,7 +36,9 @@ use crate::controllers::runtime::controller::Action;
 use crate::controllers::runtime::error::{Error, retry_delay, settle_named};
 use crate::controllers::runtime::events::EventType;
 use crate::controllers::runtime::finalizers;
-use crate::controllers::runtime::{Context, MANAGER, delete_if_present};
+use crate::controllers::runtime::{
+    Context, MANAGER, create_params, delete_if_present, patch_params,
+};
 use crate::controllers::state::Allocation;
 use crate::controllers::state::facts::{self, address_hold, address_key};
 use crate::controllers::state::plan::{self, Step};
@@ -144,6 +146,12 @@ async fn realise(
     let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
     if let Some(existing) = addresses.get_opt(&key.name).await? {
         return adopt(claim, key, pool, ctx, &existing).await;
+    }
+    if let Some(lease) = ctx.writers.holding_lease() {
+        let message = format!(
+            "no address is allocated while another IPAM provider runs: its leader election {lease} is held and renewed, and it would hand out addresses inpool holds; the claim is served once the Lease is gone or expired"
+        );
+        return fail(claim, ctx, REASON_ALLOCATION_FAILED, message).await;
     }
     let queued = facts::queued(claim.creation_timestamp(), key);
     let mut rejected = Vec::new();
@@ -259,10 +267,7 @@ async fn reserve(
         held_length(ctx, pool, ip),
     );
     let name = reservation.name_any();
-    match reservations
-        .create(&PostParams::default(), &reservation)
-        .await
-    {
+    match reservations.create(&create_params(), &reservation).await {
         Ok(created) => {
             learn_reservation(ctx, &created);
             Ok(Some(name))
@@ -295,7 +300,7 @@ async fn create_address(
         }
     };
     let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
-    match addresses.create(&PostParams::default(), &address).await {
+    match addresses.create(&create_params(), &address).await {
         Ok(created) => {
             learn_address(ctx, &created);
             ctx.metrics.allocation(pool);
@@ -402,10 +407,7 @@ async fn adopt(
     );
     let name = reservation.name_any();
     let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
-    let holder = match reservations
-        .create(&PostParams::default(), &reservation)
-        .await
-    {
+    let holder = match reservations.create(&create_params(), &reservation).await {
         Ok(created) => {
             learn_reservation(ctx, &created);
             None
@@ -668,7 +670,7 @@ async fn keep_released(
         .unwrap_or(k8s_openapi::jiff::Timestamp::MAX);
     let patch = release_patch(until);
     match reservations
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(name, &patch_params(), &Patch::Merge(&patch))
         .await
     {
         Ok(_) => Ok(()),

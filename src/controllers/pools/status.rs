@@ -28,6 +28,7 @@ use crate::controllers::runtime::metered::{self, Metered};
 use crate::controllers::runtime::{Context, MANAGER, delete_if_present, finalizers};
 use crate::controllers::sources::pool_kinds::PoolObject;
 use crate::controllers::sources::watch::Subscription;
+use crate::controllers::sources::writers::{Foreign, foreign_message};
 use crate::controllers::state::facts::pool_state;
 use crate::controllers::state::reservation::IPAddressReservation;
 use crate::controllers::state::{Holder, Unready};
@@ -43,6 +44,10 @@ pub const OVERLAP_CONDITION: &str = "Overlap";
 /// `False` when allocated addresses lie outside `spec.addresses` (after a shrink); the message
 /// names them and their claims.
 pub const ADDRESSES_IN_RANGE_CONDITION: &str = "AddressesInRange";
+
+/// `True` while `IPAddress`es of the pool were created by another writer since inpool started
+/// (another IPAM provider allocates from it); the message names them and their field managers.
+pub const FOREIGN_ADDRESSES_CONDITION: &str = "ForeignAddresses";
 
 /// How many out-of-range addresses or overlapping pools a message lists.
 const LISTED: usize = 10;
@@ -178,6 +183,7 @@ pub fn desired_status<P: IPPool>(pool: &P, key: &PoolKey, ctx: &Context) -> InCl
         .filter(|_| key.kind.is_prefix())
         .map(|(length, _)| length);
     drop(registry);
+    let foreign = ctx.writers.foreign_in(key);
 
     let generation = pool.meta().generation;
     let (_, units) = units(key);
@@ -204,6 +210,7 @@ pub fn desired_status<P: IPPool>(pool: &P, key: &PoolKey, ctx: &Context) -> InCl
         desired.push(overlap_condition(&overlaps));
         desired.push(in_range_condition(key, sub_prefix_length, &out_of_range));
     }
+    desired.push(foreign_condition(&foreign));
     let current = pool
         .pool_status()
         .and_then(|s| s.conditions.clone())
@@ -298,6 +305,24 @@ fn overlap_condition(overlaps: &[(PoolKey, crate::allocator::AddrRange)]) -> Des
             "shares addresses with {}; a shared address is still handed out only once",
             listed.join(", ")
         ),
+    )
+}
+
+fn foreign_condition(foreign: &[Foreign]) -> DesiredCondition {
+    if foreign.is_empty() {
+        return condition(
+            FOREIGN_ADDRESSES_CONDITION,
+            ConditionStatus::False,
+            "NoForeignAddresses",
+            "no IPAddress of the pool was created by another writer since inpool started"
+                .to_string(),
+        );
+    }
+    condition(
+        FOREIGN_ADDRESSES_CONDITION,
+        ConditionStatus::True,
+        "AnotherWriter",
+        foreign_message(foreign),
     )
 }
 

@@ -11,7 +11,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 
 /// Whether an Event reports something normal or a problem.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +56,7 @@ impl Events {
             Timestamp::now(),
         );
         Api::<Event>::namespaced(self.client.clone(), &namespace)
-            .create(&PostParams::default(), &event)
+            .create(&super::create_params(), &event)
             .await
             .map(drop)
     }

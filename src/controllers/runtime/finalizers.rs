@@ -7,8 +7,9 @@
 //! runs the reconcile inside it; inpool's writers add and remove at different steps of their own
 //! lifecycles, so this helper only writes.
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 
+use super::patch_params;
 use crate::api::{ADDRESS_FINALIZER, IPAddress};
 use serde_json::json;
 
@@ -52,7 +53,7 @@ where
         "resourceVersion": resource_version,
     }});
     match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(name, &patch_params(), &Patch::Merge(&patch))
         .await
     {
         Ok(written) => Ok(Outcome::Written(written)),

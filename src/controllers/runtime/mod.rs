@@ -28,15 +28,34 @@ use self::controller::ClaimController;
 use super::claims::cache::{CacheWriter, ClaimCache};
 use super::claims::cached_claim::WatchedClaim;
 use super::claims::own_writes::OwnWrites;
-use super::sources::{served, watch};
+use super::sources::{served, watch, writers};
 use super::state::{Change, Registry, Unready};
 use super::{audit, claims, pools};
 use crate::api::{ObjectKey, PoolKey};
 use crate::cli::Settings;
 use crate::telemetry::{HealthState, Metrics};
 
-/// Field manager of every write inpool makes.
+/// Field manager of every write inpool makes, creates included: an object's `managedFields` then
+/// tell inpool's writes from any other writer's (see `sources::writers`). The name of the binary,
+/// as controller-runtime derives a provider's manager from it.
 pub const MANAGER: &str = "inpool";
+
+/// Parameters of every create inpool makes: its field manager, [`MANAGER`].
+pub fn create_params() -> kube::api::PostParams {
+    kube::api::PostParams {
+        field_manager: Some(MANAGER.into()),
+        ..kube::api::PostParams::default()
+    }
+}
+
+/// Parameters of every merge or JSON patch inpool makes: its field manager, [`MANAGER`]
+/// (server-side applies use `PatchParams::apply(MANAGER)`).
+pub fn patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..kube::api::PatchParams::default()
+    }
+}
 
 /// Shared state of the controllers.
 pub struct Context {
@@ -57,6 +76,8 @@ pub struct Context {
     pub served: served::ServedKinds,
     /// Pools where a stray reservation may hold an address (see [`audit`]).
     pub strays: audit::StrayChecks,
+    /// Other writers on the pools: foreign `IPAddress`es, the reference provider's Lease.
+    pub writers: writers::Writers,
 }
 
 /// The reference to the pool object `pool` names.
@@ -247,6 +268,7 @@ pub async fn run(
         retries: error::Retries::default(),
         served,
         strays: audit::StrayChecks::default(),
+        writers: writers::Writers::new(settings.ignore_reference_provider_lease),
     });
     // The feed is part of this future, not a detached task: when the future is dropped (lease
     // lost), the watches and the registry go with it.
@@ -256,6 +278,8 @@ pub async fn run(
         // Allocating before every held address is known could pick one that is taken. The
         // claim watch opens only now too (see [`controller`]).
         ctx.stores.wait_until_ready().await?;
+        // Nothing is allocated before the first look for another provider's Lease.
+        let looking = writers::look_for_lease(&ctx).await;
         health.set_caches_synced(true);
         tracing::info!(
             seconds = started.elapsed().as_secs_f64(),
@@ -298,7 +322,12 @@ pub async fn run(
                 ),
         );
         let audits = audit::run(ctx.clone());
-        futures::join!(claims, pools, released, audits);
+        let lease_looks = async {
+            if looking {
+                writers::keep_looking_for_lease(ctx.clone()).await;
+            }
+        };
+        futures::join!(claims, pools, released, audits, lease_looks);
         anyhow::Ok(())
     };
     tokio::select! {

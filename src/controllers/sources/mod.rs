@@ -7,7 +7,10 @@
 //! - [`pool_kinds`]: the four pool kinds, listed once: each kind's store, pool controller
 //!   wake-ups and API;
 //! - [`served`]: which pool kinds this run serves (a prefix kind without its CRD or RBAC is
-//!   skipped, with a warning).
+//!   skipped, with a warning);
+//! - [`writers`]: other writers on inpool's pools (a second IPAM provider): foreign
+//!   `IPAddress`es, and the reference provider's leader election Lease.
 pub(crate) mod pool_kinds;
 pub(crate) mod served;
 pub(crate) mod watch;
+pub(crate) mod writers;

@@ -10,7 +10,7 @@
 //! - `Cluster`: the store, and the pause record (claims are woken only when a pause changes);
 //! - `IPAddressReservation`: the registry, and the reuse-grace controller (the released ones,
 //!   kept in a store of their own);
-//! - `IPAddress`: the registry;
+//! - `IPAddress`: the registry, and who wrote each one ([`super::writers`]);
 //! - `IPAddressClaim`: the store and the claim controller, its only reader (opened in
 //!   `runtime::run`, where the controller drives it).
 //!
@@ -48,6 +48,7 @@ use tokio::sync::Notify;
 
 use super::pool_kinds::{CachedPool, PoolInputs, PoolLanes};
 use super::served::ServedKinds;
+use super::writers::{Creator, creator};
 use crate::allocator::ParsedSpec;
 use crate::api::{Cluster, IPAddress, IPPool, ObjectKey, PAUSED_ANNOTATION, PoolKey};
 use crate::cli::Settings;
@@ -225,6 +226,12 @@ enum Fed {
     Clusters {
         seen: Vec<(ObjectKey, Option<bool>)>,
         complete: bool,
+    },
+    /// An `IPAddress` update: its registry change, then who wrote each object it names.
+    Addresses {
+        change: Change,
+        relisted: bool,
+        creators: Update<(ObjectKey, Option<Creator>)>,
     },
 }
 
@@ -415,9 +422,16 @@ where
     K: serde::de::DeserializeOwned + 'static,
     T: Send + 'static,
 {
+    // Kept objects lose their managedFields; a watch that keeps only the facts `project` takes
+    // hands it the whole object (who wrote an `IPAddress` is read from them).
+    let keeps_objects = store.is_some() || subscriber.is_some();
     let events = watcher::watcher(api, watch_config())
         .default_backoff()
-        .modify(drop_managed_fields);
+        .modify(move |object| {
+            if keeps_objects {
+                drop_managed_fields(object);
+            }
+        });
     let events = match store {
         Some(writer) => events.reflect(writer).left_stream(),
         None => events.right_stream(),
@@ -509,14 +523,57 @@ fn reservation_change(update: Update<(String, Option<HoldRecord>)>) -> Fed {
     })
 }
 
-/// What the registry keeps of an `IPAddress`: its key and what it holds, if anything.
-fn address_facts(address: &IPAddress) -> (ObjectKey, Option<HoldRecord>) {
-    (address_key(address), address_hold(address))
+/// What is kept of an `IPAddress`: its key, what it holds, if anything, and who wrote it when
+/// that was not inpool.
+type AddressFacts = (ObjectKey, Option<HoldRecord>, Option<Creator>);
+
+fn address_facts(address: &IPAddress) -> AddressFacts {
+    (
+        address_key(address),
+        address_hold(address),
+        creator(address),
+    )
+}
+
+/// The registry change for an `IPAddress` update, and who wrote the objects it names.
+fn address_change(update: Update<AddressFacts>) -> Fed {
+    let (holds, creators) = match update {
+        Update::Applied((key, hold, creator)) => (
+            Update::Applied((key.clone(), hold)),
+            Update::Applied((key, creator)),
+        ),
+        Update::Deleted((key, hold, creator)) => (
+            Update::Deleted((key.clone(), hold)),
+            Update::Deleted((key, creator)),
+        ),
+        Update::Listed { items, first } => {
+            let (holds, creators) = items
+                .into_iter()
+                .map(|(key, hold, creator)| ((key.clone(), hold), (key, creator)))
+                .unzip();
+            (
+                Update::Listed {
+                    items: holds,
+                    first,
+                },
+                Update::Listed {
+                    items: creators,
+                    first,
+                },
+            )
+        }
+    };
+    let (change, relisted) = address_hold_change(holds);
+    Fed::Addresses {
+        change,
+        relisted,
+        creators,
+    }
 }
 
 /// The registry change for an `IPAddress` update.
-fn address_change(update: Update<(ObjectKey, Option<HoldRecord>)>) -> Fed {
-    registry(match update {
+fn address_hold_change(update: Update<(ObjectKey, Option<HoldRecord>)>) -> (Change, bool) {
+    match update {
         Update::Applied((key, Some(hold))) => (Change::Address(key, hold), false),
         Update::Applied((key, None)) | Update::Deleted((key, _)) => {
             (Change::AddressGone(key), false)
@@ -530,7 +587,7 @@ fn address_change(update: Update<(ObjectKey, Option<HoldRecord>)>) -> Fed {
             ),
             !first,
         ),
-    })
+    }
 }
 
 /// The controllers that share the watches instead of opening their own.
@@ -625,8 +682,9 @@ where
     (store, subscription)
 }
 
-/// Cached objects keep everything but `metadata.managedFields`: nothing here reads them, and
-/// a claim carries one entry per writer. Dropping them took the scale harness's 2,000-claim run
+/// Cached objects keep everything but `metadata.managedFields`: no reader of a cached object
+/// reads them (who wrote an `IPAddress` is taken before, from the watch event), and a claim
+/// carries one entry per writer. Dropping them took the scale harness's 2,000-claim run
 /// from 51 to 33 MiB peak memory (docs/performance.md).
 pub fn drop_managed_fields<K: ResourceExt>(object: &mut K) {
     object.managed_fields_mut().clear();
@@ -663,6 +721,15 @@ fn apply(ctx: &Context, fed: Fed) {
             return;
         }
         Fed::Registry { change, relisted } => (change, relisted),
+        Fed::Addresses {
+            change,
+            relisted,
+            creators,
+        } => {
+            apply(ctx, Fed::Registry { change, relisted });
+            ctx.writers.observe(ctx, creators);
+            return;
+        }
     };
     let listed = match &change {
         Change::ReservationsListed(_) => Some(&ctx.stores.holds_listed.reservations),

@@ -36,6 +36,15 @@ impl PoolEntry {
         }
     }
 
+    /// The address that stands for the unit `ip` uses in this pool: `ip`, or in a prefix pool the
+    /// first address of its sub-prefix (`ip` while the pool is not ready).
+    pub(super) fn unit(&self, ip: IpAddr) -> IpAddr {
+        match &self.state {
+            Some(Ok(allocator)) => allocator.unit_of(ip),
+            _ => ip,
+        }
+    }
+
     /// The prefix length of one unit of a ready pool.
     pub(super) fn unit_length(&self) -> Option<u8> {
         match &self.state {

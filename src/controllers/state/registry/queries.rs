@@ -124,7 +124,14 @@ impl Registry {
     pub fn is_in_flight(&self, pool: &PoolKey, ip: IpAddr) -> bool {
         self.pools
             .get(pool)
-            .is_some_and(|entry| entry.unit_in_flight(entry.unit(ip)))
+            .is_some_and(|entry| self.unit_in_flight(pool, entry, entry.unit(ip)))
+    }
+
+    /// Whether an allocation of this process in `pool` uses the unit `unit` of `entry`.
+    fn unit_in_flight(&self, pool: &PoolKey, entry: &PoolEntry, unit: IpAddr) -> bool {
+        self.in_flight
+            .iter()
+            .any(|r| &r.pool == pool && entry.unit(r.ip) == unit)
     }
 
     /// The reservations of `pool` that record a claim, that no `IPAddress` known here holds (the
@@ -146,7 +153,7 @@ impl Registry {
             .filter(|(_, r)| &r.pool == pool && r.holder.claim().is_some())
             .filter(|(_, r)| {
                 let unit = entry.unit(r.ip);
-                !held.contains(&unit) && !entry.unit_in_flight(unit)
+                !held.contains(&unit) && !self.unit_in_flight(pool, entry, unit)
             })
             .map(|(name, r)| (name.to_string(), r.clone()))
             .collect();

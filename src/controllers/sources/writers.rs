@@ -1,0 +1,465 @@
+//! Other writers on the pools inpool serves: a second IPAM provider (the reference, left running
+//! during a migration or by mistake) allocates without knowing inpool's reservations, so it hands
+//! out addresses inpool holds. inpool cannot stop it; it looks for the two signs of one, says so,
+//! and never makes it worse.
+//!
+//! - **Foreign `IPAddress`es.** An `IPAddress` of an inpool pool that inpool did not write and
+//!   that is not a leftover to adopt: none of its `managedFields` entries is inpool's (every
+//!   write inpool makes carries the field manager [`MANAGER`]), and both created and last written
+//!   after this run of the controllers started (what existed before is a migration leftover,
+//!   adopted as docs/operations.md describes; `clusterctl move` recreates objects with their
+//!   `managedFields`, times included, so a moved leftover stays one). Its address is held like
+//!   any other (the registry counts every `IPAddress` of a pool); the pool gets
+//!   `ForeignAddresses=True` naming it and its manager, a Warning Event, and the gauge
+//!   `inpool_foreign_addresses`, until it is gone.
+//! - **The reference provider's leader election Lease** ([`REFERENCE_LEASE`], looked for in every
+//!   namespace every [`LEASE_LOOK_INTERVAL`]). While one is held and renewed, inpool logs an error
+//!   naming it and allocates nothing (claims wait, `Ready=False`/`AllocationFailed` naming the
+//!   Lease), unless `--ignore-reference-provider-lease`; claims are woken once it is gone or
+//!   expired. The look needs `list` on Leases cluster-wide; without it inpool says so once and
+//!   allocates.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+
+use super::watch::Update;
+use crate::api::{IPAM_GROUP, IPAddress, ObjectKey, POOL_VERSION, PoolKey};
+use crate::controllers::runtime::events::EventType;
+use crate::controllers::runtime::{Context, MANAGER};
+
+/// The name of the reference provider's leader election Lease (cluster-api-ipam-provider-in-cluster,
+/// `LeaderElectionID` in its `main.go`), in whatever namespace it is installed.
+pub const REFERENCE_LEASE: &str = "7bb7acb4.ipam.cluster.x-k8s.io";
+
+/// How often the reference provider's Lease is looked for.
+pub const LEASE_LOOK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How many foreign `IPAddress`es a pool condition names.
+const LISTED: usize = 10;
+
+/// Who wrote an `IPAddress` of an inpool pool, when it was not inpool: the facts the address
+/// watch keeps of it (nothing for inpool's own objects).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Creator {
+    /// The first field manager its `managedFields` name.
+    pub manager: String,
+    pub created: Option<Timestamp>,
+    /// The last write its `managedFields` record (`None` when they record no time).
+    pub written: Option<Timestamp>,
+    pub pool: PoolKey,
+    pub address: String,
+}
+
+/// The writer of `address` when it is not inpool; `None` when inpool wrote any of it, when it
+/// records no field manager (nothing to tell), or when its pool is not one of inpool's kinds.
+pub fn creator(address: &IPAddress) -> Option<Creator> {
+    let fields = address.managed_fields();
+    let managers: Vec<&str> = fields.iter().filter_map(|f| f.manager.as_deref()).collect();
+    if managers.is_empty() || managers.contains(&MANAGER) {
+        return None;
+    }
+    let namespace = address.namespace().unwrap_or_default();
+    Some(Creator {
+        manager: managers[0].to_string(),
+        created: address.creation_timestamp().map(|t| t.0),
+        written: fields.iter().filter_map(|f| Some(f.time.as_ref()?.0)).max(),
+        pool: PoolKey::from_ref(&address.spec.pool_ref, &namespace)?,
+        address: address.spec.address.clone(),
+    })
+}
+
+impl Creator {
+    /// Whether it shows a second writer at work since `since`: created after it, and written
+    /// after it too (`clusterctl move` creates a copy now whose writes are those of the
+    /// original). Both times have whole seconds: an object created in the second the run started
+    /// counts as a leftover.
+    fn is_foreign(&self, since: Timestamp) -> bool {
+        self.created.is_some_and(|created| created > since)
+            && self.written.is_none_or(|written| written > since)
+    }
+}
+
+/// A foreign `IPAddress`, as a pool condition names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Foreign {
+    pub key: ObjectKey,
+    pub address: String,
+    pub manager: String,
+}
+
+/// A live Lease of the reference provider, as logs and claim conditions name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveLease {
+    /// `namespace/name`.
+    pub name: String,
+    pub holder: String,
+}
+
+impl std::fmt::Display for LiveLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Lease {} (held by {})", self.name, self.holder)
+    }
+}
+
+/// What this run knows of other writers.
+pub struct Writers {
+    /// When this run of the controllers started, in whole seconds.
+    since: Timestamp,
+    /// `--ignore-reference-provider-lease`.
+    ignore_lease: bool,
+    foreign: Mutex<HashMap<ObjectKey, Creator>>,
+    lease: Mutex<Option<LiveLease>>,
+}
+
+impl Writers {
+    /// Starts counting from now: what exists before is a leftover.
+    pub fn new(ignore_lease: bool) -> Writers {
+        let now = Timestamp::now();
+        Writers {
+            since: Timestamp::from_second(now.as_second()).unwrap_or(now),
+            ignore_lease,
+            foreign: Mutex::default(),
+            lease: Mutex::default(),
+        }
+    }
+
+    /// The foreign `IPAddress`es of `pool`, by namespace and name.
+    pub fn foreign_in(&self, pool: &PoolKey) -> Vec<Foreign> {
+        let mut found: Vec<Foreign> = self
+            .foreign
+            .lock()
+            .expect("foreign addresses lock")
+            .iter()
+            .filter(|(_, c)| &c.pool == pool)
+            .map(|(key, c)| Foreign {
+                key: key.clone(),
+                address: c.address.clone(),
+                manager: c.manager.clone(),
+            })
+            .collect();
+        found.sort_by(|a, b| a.key.cmp(&b.key));
+        found
+    }
+
+    /// The reference provider's live Lease that holds allocation back, unless overridden.
+    pub fn holding_lease(&self) -> Option<LiveLease> {
+        if self.ignore_lease {
+            return None;
+        }
+        self.lease.lock().expect("lease lock").clone()
+    }
+
+    /// Takes in what the `IPAddress` watch saw of who wrote each object: records the foreign
+    /// ones, announces each new one (log, Event on its pool), forgets those gone, and wakes the
+    /// pools whose foreign addresses changed.
+    pub(crate) fn observe(&self, ctx: &Context, update: Update<(ObjectKey, Option<Creator>)>) {
+        let foreign = |creator: Option<Creator>| creator.filter(|c| c.is_foreign(self.since));
+        let (added, removed) = {
+            let mut known = self.foreign.lock().expect("foreign addresses lock");
+            let mut added = Vec::new();
+            let mut removed = Vec::new();
+            let mut set = |known: &mut HashMap<ObjectKey, Creator>,
+                           key: ObjectKey,
+                           creator: Option<Creator>| match creator {
+                Some(creator) => {
+                    if known.insert(key.clone(), creator.clone()).is_none() {
+                        added.push((key, creator));
+                    }
+                }
+                None => removed.extend(known.remove(&key)),
+            };
+            match update {
+                Update::Applied((key, creator)) => set(&mut known, key.clone(), foreign(creator)),
+                Update::Deleted((key, _)) => set(&mut known, key.clone(), None),
+                Update::Listed { items, .. } => {
+                    let listed: HashMap<ObjectKey, Creator> = items
+                        .into_iter()
+                        .filter_map(|(key, creator)| Some((key, foreign(creator)?)))
+                        .collect();
+                    let gone: Vec<ObjectKey> = known
+                        .keys()
+                        .filter(|k| !listed.contains_key(*k))
+                        .cloned()
+                        .collect();
+                    for key in gone {
+                        set(&mut known, key, None);
+                    }
+                    for (key, creator) in listed {
+                        set(&mut known, key, Some(creator));
+                    }
+                }
+            }
+            (added, removed)
+        };
+        let mut pools: Vec<PoolKey> = added
+            .iter()
+            .map(|(_, c)| &c.pool)
+            .chain(removed.iter().map(|c| &c.pool))
+            .cloned()
+            .collect();
+        pools.sort();
+        pools.dedup();
+        for pool in &pools {
+            let count = self.foreign_in(pool).len();
+            ctx.metrics.foreign_addresses(pool, count as u64);
+            ctx.wake_pool(pool);
+        }
+        for (key, creator) in added {
+            announce(ctx, &key, creator);
+        }
+    }
+
+    /// Records what the last look found; returns whether allocation was held back and no
+    /// longer is.
+    fn set_lease(&self, found: Option<LiveLease>) -> bool {
+        let mut lease = self.lease.lock().expect("lease lock");
+        let change = (lease.clone(), found.clone());
+        *lease = found;
+        drop(lease);
+        let opened = matches!(change, (Some(_), None)) && !self.ignore_lease;
+        match change {
+            (None, Some(live)) if self.ignore_lease => tracing::error!(
+                lease = %live.name,
+                holder = %live.holder,
+                "another IPAM provider is running: its leader election Lease {live} is held and renewed; it hands out addresses without knowing inpool's reservations. Allocating anyway (--ignore-reference-provider-lease)"
+            ),
+            (None, Some(live)) => tracing::error!(
+                lease = %live.name,
+                holder = %live.holder,
+                "another IPAM provider is running: its leader election Lease {live} is held and renewed; it hands out addresses without knowing inpool's reservations. inpool allocates nothing until the Lease is gone or expires (stop that provider; --ignore-reference-provider-lease overrides this)"
+            ),
+            (Some(was), None) => tracing::info!(
+                lease = %was.name,
+                "the other IPAM provider's Lease {} is gone or expired; allocating",
+                was.name
+            ),
+            _ => {}
+        }
+        opened
+    }
+}
+
+/// Logs a foreign `IPAddress` and publishes a Warning Event on its pool.
+fn announce(ctx: &Context, key: &ObjectKey, creator: Creator) {
+    tracing::warn!(
+        pool = %creator.pool,
+        object = %key,
+        address = %creator.address,
+        manager = %creator.manager,
+        "an IPAddress of the pool was created by another writer after inpool started: another IPAM provider allocates from it"
+    );
+    let Some(pool) = ctx.stores.pool(&creator.pool) else {
+        return;
+    };
+    let regarding = ObjectReference {
+        api_version: Some(format!("{IPAM_GROUP}/{POOL_VERSION}")),
+        kind: Some(creator.pool.kind.name().to_string()),
+        name: Some(creator.pool.name.to_string()),
+        namespace: creator.pool.namespace.as_deref().map(str::to_string),
+        uid: pool.meta().uid.clone(),
+        ..ObjectReference::default()
+    };
+    let note = format!(
+        "IPAddress {} ({}) was created by field manager {:?}, not inpool, after inpool started: another IPAM provider allocates from this pool. inpool never hands out an address it sees held, but the other provider can hand out addresses inpool holds; stop it",
+        key, creator.address, creator.manager
+    );
+    let events = ctx.events.clone();
+    tokio::spawn(async move {
+        if let Err(e) = events
+            .publish(regarding, EventType::Warning, "ForeignAddress", note)
+            .await
+        {
+            tracing::debug!(error = %e, "could not publish an event");
+        }
+    });
+}
+
+/// The condition message naming a pool's foreign `IPAddress`es.
+pub fn foreign_message(foreign: &[Foreign]) -> String {
+    let listed: Vec<String> = foreign
+        .iter()
+        .take(LISTED)
+        .map(|f| format!("{} {} (field manager {:?})", f.key, f.address, f.manager))
+        .collect();
+    format!(
+        "{} IPAddress{} created by another writer since inpool started: {}{}; another IPAM provider allocates from this pool. inpool never hands out an address it sees held, but the other provider can hand out addresses inpool holds: stop it",
+        foreign.len(),
+        if foreign.len() == 1 { "" } else { "es" },
+        listed.join(", "),
+        if foreign.len() > LISTED { ", ..." } else { "" }
+    )
+}
+
+/// The reference provider's Lease among `leases` that is held and renewed as of `now`.
+pub fn live_lease(leases: &[Lease], now: Timestamp) -> Option<LiveLease> {
+    leases.iter().find_map(|lease| {
+        let spec = lease.spec.as_ref()?;
+        let holder = spec.holder_identity.as_deref().filter(|h| !h.is_empty())?;
+        let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?.0;
+        let valid = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds?));
+        let until = renewed.checked_add(valid).ok()?;
+        (until > now).then(|| LiveLease {
+            name: format!(
+                "{}/{}",
+                lease.namespace().unwrap_or_default(),
+                lease.name_any()
+            ),
+            holder: holder.to_string(),
+        })
+    })
+}
+
+/// Looks for the reference provider's Lease once; returns whether to keep looking (no when this
+/// process may not list Leases).
+pub async fn look_for_lease(ctx: &Context) -> bool {
+    let leases: Api<Lease> = Api::all(ctx.client.clone());
+    // Served from the API server's watch cache: there may be a Lease per node.
+    let params = ListParams::default()
+        .fields(&format!("metadata.name={REFERENCE_LEASE}"))
+        .match_any();
+    match leases.list(&params).await {
+        Ok(list) => {
+            let found = live_lease(&list.items, Timestamp::now());
+            ctx.metrics.reference_provider_lease(found.is_some());
+            if ctx.writers.set_lease(found) {
+                ctx.wake(
+                    ctx.stores
+                        .claims
+                        .keys_where(|c| c.address_ref().is_none() && !c.is_deleting()),
+                );
+            }
+            true
+        }
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            tracing::warn!(
+                lease = REFERENCE_LEASE,
+                "may not list Leases cluster-wide: cannot tell whether the reference IPAM provider runs beside inpool (config/rbac grants it)"
+            );
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, lease = REFERENCE_LEASE, "could not look for the reference provider's Lease");
+            true
+        }
+    }
+}
+
+/// Looks for the reference provider's Lease every [`LEASE_LOOK_INTERVAL`] until the run ends.
+pub async fn keep_looking_for_lease(ctx: Arc<Context>) {
+    loop {
+        tokio::time::sleep(LEASE_LOOK_INTERVAL).await;
+        if !look_for_lease(&ctx).await {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, MicroTime, Time};
+
+    fn lease(holder: Option<&str>, renewed: &str, seconds: i32) -> Lease {
+        let mut lease = Lease::default();
+        lease.metadata.name = Some(REFERENCE_LEASE.into());
+        lease.metadata.namespace = Some("capi-ipam-in-cluster-system".into());
+        lease.spec = Some(LeaseSpec {
+            holder_identity: holder.map(str::to_string),
+            renew_time: Some(MicroTime(renewed.parse().unwrap())),
+            lease_duration_seconds: Some(seconds),
+            ..LeaseSpec::default()
+        });
+        lease
+    }
+
+    #[test]
+    fn a_lease_is_live_while_held_and_renewed_within_its_duration() {
+        let now: Timestamp = "2026-12-03T10:00:00Z".parse().unwrap();
+        let renewed = |at| vec![lease(Some("ref-1"), at, 15)];
+        assert_eq!(
+            live_lease(&renewed("2026-12-03T09:59:50Z"), now),
+            Some(LiveLease {
+                name: format!("capi-ipam-in-cluster-system/{REFERENCE_LEASE}"),
+                holder: "ref-1".into()
+            })
+        );
+        assert_eq!(
+            live_lease(&renewed("2026-12-03T09:59:44Z"), now),
+            None,
+            "expired"
+        );
+        assert_eq!(
+            live_lease(&[lease(Some(""), "2026-12-03T09:59:59Z", 15)], now),
+            None,
+            "released"
+        );
+        assert_eq!(
+            live_lease(&[lease(None, "2026-12-03T09:59:59Z", 15)], now),
+            None
+        );
+    }
+
+    /// An `IPAddress` created at `created`, written by each manager then.
+    fn address(managers: &[&str], created: &str) -> IPAddress {
+        moved(managers, created, created)
+    }
+
+    /// An `IPAddress` created at `created` whose managers last wrote it at `written`.
+    fn moved(managers: &[&str], created: &str, written: &str) -> IPAddress {
+        let mut address: IPAddress = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+            "kind": "IPAddress",
+            "metadata": {"name": "m-0", "namespace": "ns", "creationTimestamp": created},
+            "spec": {
+                "address": "10.0.0.5", "prefix": 24, "claimRef": {"name": "m-0"},
+                "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "p"}
+            }
+        }))
+        .unwrap();
+        *address.managed_fields_mut() = managers
+            .iter()
+            .map(|m| ManagedFieldsEntry {
+                manager: Some(m.to_string()),
+                time: Some(Time(written.parse().unwrap())),
+                ..ManagedFieldsEntry::default()
+            })
+            .collect();
+        address
+    }
+
+    #[test]
+    fn an_address_is_foreign_when_another_writer_created_it_after_the_start() {
+        let since: Timestamp = "2026-12-03T10:00:00Z".parse().unwrap();
+        let after = "2026-12-03T10:00:01Z";
+        let foreign = |a: &IPAddress| creator(a).is_some_and(|c| c.is_foreign(since));
+        assert!(foreign(&address(&["manager"], after)));
+        assert!(!foreign(&address(&["inpool"], after)), "inpool's own");
+        assert!(
+            !foreign(&address(&["manager", "inpool"], after)),
+            "inpool wrote to it"
+        );
+        assert!(
+            !foreign(&address(&["manager"], "2026-12-03T10:00:00Z")),
+            "a leftover from before the start"
+        );
+        assert!(
+            !foreign(&moved(&["manager"], after, "2026-12-03T09:00:00Z")),
+            "a leftover moved here by clusterctl, its managedFields with it"
+        );
+        assert!(
+            !foreign(&address(&[], after)),
+            "no managers: nothing to tell"
+        );
+        assert_eq!(
+            creator(&address(&["manager"], after)).map(|c| (c.manager, c.address)),
+            Some(("manager".into(), "10.0.0.5".into()))
+        );
+    }
+}
