@@ -12,6 +12,8 @@
 //!   handing a test its own namespace.
 //! - [`common`]: what the integration tests share: object builders, waits, reads, invariants, an
 //!   in-process controller and the `inpool` binary as a process.
+//! - [`fault_proxy`]: an HTTPS proxy in front of the API server that injects HTTP-level faults
+//!   (throttling, errors, resets, delays, blackholes) on command, for the fault suite.
 //! - [`scale`]: the scale harness's engine (the example `scale` in the root package runs it).
 //! - `src/bin/demo.rs`: the demo (`cargo run --bin demo`).
 //!
@@ -39,6 +41,7 @@ use kube::{Client, Config};
 pub mod capi;
 pub mod capv;
 pub mod common;
+pub mod fault_proxy;
 pub mod kustomize;
 pub mod operator;
 pub mod release;

@@ -22,6 +22,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+mod proxy;
+
 use common::{
     Inpool, assert_invariants, claim, create, pool, ready_of, signal, wait_for, wait_reason,
 };
