@@ -143,19 +143,7 @@ impl Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    match runtime.block_on(run(args)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    inpool_testenv::scale::main(run(Args::parse()))
 }
 
 /// CAPI's CRDs (from the Cluster API Go module) and inpool's own, as the tests install them.

@@ -17,6 +17,7 @@
 //! | `inpool_reconcile_errors_total` | counter | `controller`, `error` |
 //! | `inpool_pool_kind_served` | gauge | `pool_kind` |
 //! | `inpool_claims_watched` | gauge | — |
+//! | `inpool_registry_entries` | gauge | `map` |
 //! | `inpool_leader` | gauge | — |
 //! | `inpool_reference_provider_lease` | gauge | — |
 //! | `inpool_build_info` | info | `version` |
@@ -92,7 +93,27 @@ struct BuildLabels {
     version: String,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct MapLabels {
+    map: String,
+}
+
 type U64Gauge = Gauge<u64, AtomicU64>;
+
+/// How many entries each map of the registry holds (`inpool_registry_entries{map}`): under
+/// steady churn every one stays flat; one that grows is a leak.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegistrySizes {
+    pub pools: usize,
+    pub reservations: usize,
+    /// Claims with at least one reservation recorded.
+    pub claims_reserved: usize,
+    pub addresses: usize,
+    /// Allocations between their decision and their reservation's watch event.
+    pub in_flight: usize,
+    /// Claims queued for an address, over all pools.
+    pub waiting: usize,
+}
 
 /// Upper bounds (seconds) of the claim-to-Ready latency buckets: from an immediate allocation
 /// (tens of milliseconds) to a claim that waited minutes for a pool to grow.
@@ -123,6 +144,7 @@ struct Inner {
     orphan_addresses: Counter,
     audits: Counter,
     claims_watched: U64Gauge,
+    registry_entries: Family<MapLabels, U64Gauge>,
     leader: Gauge,
     reference_provider_lease: Gauge,
 }
@@ -260,6 +282,12 @@ impl Metrics {
             "IPAddressClaims in this process's cache (its --namespace and --watch-filter): its memory grows with this number",
             claims_watched.clone(),
         );
+        let registry_entries = Family::<MapLabels, U64Gauge>::default();
+        registry.register(
+            "registry_entries",
+            "Entries in each map of the allocation registry (pools, reservations, claims_reserved, addresses, in_flight, waiting), as of the last pool status published: flat under steady churn",
+            registry_entries.clone(),
+        );
         registry.register(
             "leader",
             "1 while this process holds the leader election lease (or runs without leader election), else 0",
@@ -302,6 +330,7 @@ impl Metrics {
                 orphan_addresses,
                 audits,
                 claims_watched,
+                registry_entries,
                 leader,
                 reference_provider_lease,
             }),
@@ -473,6 +502,24 @@ impl Metrics {
     /// How many claims the claim watch's cache holds.
     pub fn claims_watched(&self, claims: usize) {
         self.inner.claims_watched.set(claims as u64);
+    }
+
+    /// Sets `inpool_registry_entries`.
+    pub fn registry_sizes(&self, sizes: &RegistrySizes) {
+        let maps = [
+            ("pools", sizes.pools),
+            ("reservations", sizes.reservations),
+            ("claims_reserved", sizes.claims_reserved),
+            ("addresses", sizes.addresses),
+            ("in_flight", sizes.in_flight),
+            ("waiting", sizes.waiting),
+        ];
+        for (map, entries) in maps {
+            self.inner
+                .registry_entries
+                .get_or_create(&MapLabels { map: map.into() })
+                .set(entries as u64);
+        }
     }
 
     /// Sets `inpool_leader` and, once this process elects on a Lease
@@ -656,6 +703,30 @@ mod tests {
                 samples.contains(&line.as_str()),
                 "{line} missing in\n{text}"
             );
+        }
+    }
+
+    #[test]
+    fn registry_sizes_are_one_gauge_per_map() {
+        let m = Metrics::new();
+        m.registry_sizes(&RegistrySizes {
+            pools: 1,
+            reservations: 10,
+            claims_reserved: 9,
+            addresses: 8,
+            in_flight: 2,
+            waiting: 3,
+        });
+        let text = m.encode();
+        for line in [
+            r#"inpool_registry_entries{map="pools"} 1"#,
+            r#"inpool_registry_entries{map="reservations"} 10"#,
+            r#"inpool_registry_entries{map="claims_reserved"} 9"#,
+            r#"inpool_registry_entries{map="addresses"} 8"#,
+            r#"inpool_registry_entries{map="in_flight"} 2"#,
+            r#"inpool_registry_entries{map="waiting"} 3"#,
+        ] {
+            assert!(samples(&text).contains(&line), "{line} missing in\n{text}");
         }
     }
 

@@ -41,6 +41,7 @@ fn exported_samples() -> Vec<String> {
     metrics.orphan_address_released();
     metrics.stray_reservation_collected();
     metrics.audit_completed();
+    metrics.registry_sizes(&inpool::telemetry::metrics::RegistrySizes::default());
     metrics.elect_on("inpool-leader");
     metrics.set_leader(true);
     let controller = metrics.controller("ipaddressclaim", 16);

@@ -422,9 +422,13 @@ fn publish_metrics(ctx: &Context, key: &PoolKey, counts: Option<&IPAddressesStat
             clamp(c.out_of_range),
         );
     }
-    let waiting = ctx.registry().waiting(key);
+    let (waiting, sizes) = {
+        let registry = ctx.registry();
+        (registry.waiting(key), registry.sizes())
+    };
     ctx.metrics
         .pool_waiting_claims(key, u64::try_from(waiting).unwrap_or(u64::MAX));
+    ctx.metrics.registry_sizes(&sizes);
 }
 
 #[cfg(test)]

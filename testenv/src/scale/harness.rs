@@ -502,7 +502,7 @@ fn already_exists(e: &kube::Error) -> bool {
 
 /// Runs `f` until it succeeds or fails for good (10 attempts on transient errors). A 409 after a
 /// retry is reported as `Ok(None)`: the earlier attempt went through.
-async fn with_retries<T, F, Fut>(
+pub async fn with_retries<T, F, Fut>(
     retries: &Retries,
     what: &str,
     mut f: F,
@@ -574,7 +574,7 @@ fn pool_object(name: &str, net: &IpNet) -> InClusterIPPool {
     )
 }
 
-pub(crate) fn claim_object(
+pub fn claim_object(
     name: &str,
     group: &str,
     kind: &str,

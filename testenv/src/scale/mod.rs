@@ -6,9 +6,30 @@
 //!   claims in M pools against a provider process), the Ready tracker and the end-of-run check;
 //! - [`atsize`]: restart, idle and trickle at size;
 //! - [`apimetrics`]: requests counted from the API server's own `/metrics`;
-//! - [`process`]: the provider under test as a process, with its resource use from `/proc`.
+//! - [`process`]: the provider under test as a process, with its resource use from `/proc`;
+//! - [`soak`]: what the soak run (`examples/soak.rs`) computes: slopes, duplicates, its picture.
 
 pub mod apimetrics;
 pub mod atsize;
 pub mod harness;
 pub mod process;
+pub mod soak;
+
+/// The examples' `main`: runs `run` on a multi-threaded runtime; success when it returns
+/// `Ok(true)`, failure (with the error printed) otherwise.
+pub fn main(
+    run: impl std::future::Future<Output = anyhow::Result<bool>>,
+) -> std::process::ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run) {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -32,6 +32,18 @@ impl Registry {
         }
     }
 
+    /// How many entries each of the registry's maps holds: what its memory grows with.
+    pub fn sizes(&self) -> crate::telemetry::metrics::RegistrySizes {
+        crate::telemetry::metrics::RegistrySizes {
+            pools: self.pools.len(),
+            reservations: self.reservations.len(),
+            claims_reserved: self.reservations_by_claim.len(),
+            addresses: self.addresses.len(),
+            in_flight: self.in_flight.len(),
+            waiting: self.pools.values().map(|e| e.waiting.len()).sum(),
+        }
+    }
+
     pub fn waiting(&self, key: &PoolKey) -> usize {
         self.pools.get(key).map_or(0, |e| e.waiting.len())
     }
