@@ -62,7 +62,7 @@ use crate::controllers::sources::pool_kinds::{EachKind, PoolLanes, PoolObject};
 use crate::controllers::state::facts;
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of, records_claim};
-use crate::controllers::state::{Change, HoldRecord, ListedHolds};
+use crate::controllers::state::{Change, HoldRecord, ListedHolds, Registry};
 
 /// How long the watches get to catch up with a list before a difference counts as drift.
 pub const SETTLE: Duration = Duration::from_secs(5);
@@ -443,50 +443,45 @@ fn is_ours(ctx: &Context, record: &HoldRecord) -> bool {
         .is_none_or(|ns| claim.is_some_and(|c| *c.namespace == **ns))
 }
 
-/// The registry learnt `change`: if it shows a claim with a reservation of another address than
+/// The registry learnt a hold of `claim`: if it shows the claim with a reservation of another address than
 /// its `IPAddress` (one of them a stray), asks for a stray check of that reservation's pool; if it
 /// shows a reservation for a claim that waits in its pool's queue here without an `IPAddress`
 /// (another process reserved for it, and may have died before its `IPAddress`), wakes the claim,
 /// which recovers the reservation.
-pub(crate) fn look_for_strays(ctx: &Context, change: &Change) {
-    let claim = match change {
-        Change::Address(_, record) | Change::Reservation(_, record) => record.holder.claim(),
-        _ => None,
-    };
-    let Some(claim) = claim else {
-        return;
-    };
-    let mut wake = false;
-    let mut check = Vec::new();
-    {
-        let registry = ctx.registry();
-        let reservations = registry.reservations_of(claim);
-        if reservations.is_empty() {
-            return;
-        }
-        match registry.address_of(claim) {
-            Some(address) => check.extend(
-                reservations
-                    .into_iter()
-                    .filter(|(_, r)| (&r.pool, r.ip) != (&address.pool, address.ip))
-                    .map(|(_, r)| r.pool),
-            ),
-            None => {
-                if let Some(cached) = ctx.stores.claim(claim) {
-                    let queued = facts::queued(cached.creation_timestamp(), claim);
-                    wake = reservations
-                        .iter()
-                        .any(|(_, r)| registry.is_waiting(&r.pool, &queued));
-                }
+pub(crate) fn look_for_strays(
+    ctx: &Context,
+    registry: &Registry,
+    claim: &ObjectKey,
+) -> StrayEvidence {
+    let mut evidence = StrayEvidence::default();
+    let reservations = registry.reservations_of(claim);
+    if reservations.is_empty() {
+        return evidence;
+    }
+    match registry.address_of(claim) {
+        Some(address) => evidence.pools.extend(
+            reservations
+                .into_iter()
+                .filter(|(_, r)| (&r.pool, r.ip) != (&address.pool, address.ip))
+                .map(|(_, r)| r.pool),
+        ),
+        None => {
+            if let Some(cached) = ctx.stores.claim(claim) {
+                let queued = facts::queued(cached.creation_timestamp(), claim);
+                evidence.wake = reservations
+                    .iter()
+                    .any(|(_, r)| registry.is_waiting(&r.pool, &queued));
             }
         }
     }
-    for pool in check {
-        ctx.strays.request(&pool);
-    }
-    if wake {
-        ctx.wake([claim.clone()]);
-    }
+    evidence
+}
+
+/// What [`look_for_strays`] found: the pools to check for strays, and whether to wake the claim.
+#[derive(Default)]
+pub(crate) struct StrayEvidence {
+    pub pools: Vec<PoolKey>,
+    pub wake: bool,
 }
 
 /// What became of a reservation that no live `IPAddress` holds, as the API server tells it.

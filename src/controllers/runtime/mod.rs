@@ -145,9 +145,13 @@ impl Context {
     /// paused and no longer is wakes its claims, which were not queued while it was paused and so
     /// are found in the claim store.
     pub fn apply(&self, change: Change) {
-        let probe =
-            matches!(change, Change::Address(..) | Change::Reservation(..)).then(|| change.clone());
-        let woken = self.update_registry(|registry| {
+        let learnt = match &change {
+            Change::Address(_, record) | Change::Reservation(_, record) => {
+                record.holder.claim().cloned()
+            }
+            _ => None,
+        };
+        let (woken, strays) = self.update_registry(|registry| {
             let unpaused = match &change {
                 Change::Pool(key, parsed) if !matches!(parsed, Err(Unready::Paused)) => {
                     registry.is_paused(key).then(|| key.clone())
@@ -159,7 +163,10 @@ impl Context {
             if let Some(pool) = unpaused {
                 woken.extend(self.stores.claims_of_pool(&pool));
             }
-            woken
+            let strays = learnt
+                .as_ref()
+                .map(|claim| (claim, audit::look_for_strays(self, registry, claim)));
+            (woken, strays)
         });
         // A deleting claim waits for nothing and has nothing to heal: its own release deletes its
         // IPAddress and reservations, and waking it for that would run the release again (one more
@@ -167,8 +174,13 @@ impl Context {
         let deleting =
             |claim: &ObjectKey| self.stores.claim(claim).is_some_and(|c| c.is_deleting());
         self.wake(woken.into_iter().filter(|claim| !deleting(claim)));
-        if let Some(change) = probe {
-            audit::look_for_strays(self, &change);
+        if let Some((claim, evidence)) = strays {
+            for pool in &evidence.pools {
+                self.strays.request(pool);
+            }
+            if evidence.wake {
+                self.wake([claim.clone()]);
+            }
         }
     }
 
