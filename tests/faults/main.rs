@@ -363,10 +363,11 @@ async fn sigkill_at_random_moments_of_bursts_loses_and_duplicates_nothing() {
     );
 }
 
-/// Two providers on one pool; the second, B, reaches the API server through the fault proxy,
-/// which holds its `IPAddress` creates: B is SIGKILLed once it has created a reservation whose
-/// `IPAddress` create is held, exactly between its two writes. The survivor runs with the default
-/// `--stray-reservation-age` (2 min): what B left must be recovered (its claim creates the
+/// Two providers on one pool; the victim, B, reaches the API server through the fault proxy,
+/// which holds its `IPAddress` creates. B takes the burst first, so that it is certain to stop
+/// between its two writes (a reservation created, its `IPAddress` create held); the survivor, A,
+/// joins while B is stuck there, and B is SIGKILLed once both serve the pool. A runs with the
+/// default `--stray-reservation-age` (2 min): what B left must be recovered (its claim creates the
 /// `IPAddress` of the reservation) or collected as stray (its claim was realised with another
 /// address) on evidence, within seconds, not after the age.
 #[tokio::test]
@@ -383,13 +384,8 @@ async fn two_providers_with_one_killed_mid_burst_leave_no_stray_reservation() {
     create(&pools, &pool("pool", &["10.2.0.1-10.2.0.30"], 24, None)).await;
     let proxy = holding_ipaddress_creates(&kubeconfig).await;
 
-    let mut survivor = Inpool::start(
-        env!("CARGO_BIN_EXE_inpool"),
-        "a",
-        &kubeconfig,
-        &[&format!("--namespace={ns}"), "--audit-interval=2s"],
-    );
     let mut victim = start_provider(proxy.kubeconfig(), &ns, "b");
+    victim.wait_ready(Duration::from_secs(60)).await;
     let burst = create_claims_in_background(&claims, "pool", "c", 0..40);
     // B creates an IPAddress right after each reservation it creates: once B has created one and
     // as many of its IPAddress creates are held, B is between its two writes.
@@ -402,6 +398,13 @@ async fn two_providers_with_one_killed_mid_burst_leave_no_stray_reservation() {
         },
     )
     .await;
+    let mut survivor = Inpool::start(
+        env!("CARGO_BIN_EXE_inpool"),
+        "a",
+        &kubeconfig,
+        &[&format!("--namespace={ns}"), "--audit-interval=2s"],
+    );
+    survivor.wait_ready(Duration::from_secs(60)).await;
     victim.kill();
     let killed = Instant::now();
     let held_when_killed = proxy.held();

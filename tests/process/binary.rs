@@ -100,10 +100,7 @@ async fn the_binary_serves_health_and_metrics_and_exits_0_on_sigterm() {
 
     // Ready once the controllers' caches synced: every list and watch they need is allowed
     // to the ServiceAccount.
-    wait_for("/readyz to answer 200", Duration::from_secs(30), || async {
-        inpool.get("/readyz").await.filter(|r| r.status == 200)
-    })
-    .await;
+    inpool.wait_ready(Duration::from_secs(30)).await;
     assert!(
         !inpool.logs().to_lowercase().contains("forbidden"),
         "an API request was forbidden to the ServiceAccount:\n{}",
@@ -129,10 +126,7 @@ async fn without_leader_election_it_leads_at_once_and_exits_0_on_sigint() {
         inpool.leader().await.filter(|l| *l)
     })
     .await;
-    wait_for("/readyz to answer 200", Duration::from_secs(30), || async {
-        inpool.get("/readyz").await.filter(|r| r.status == 200)
-    })
-    .await;
+    inpool.wait_ready(Duration::from_secs(30)).await;
     let code = inpool.stop_with("INT");
     assert_eq!(
         code,

@@ -228,10 +228,7 @@ async fn the_release_binary_runs_static_as_uid_65532_on_a_read_only_root() {
         ],
     );
     let pid = inpool.pid();
-    wait_for("/readyz to answer 200", Duration::from_secs(60), || async {
-        inpool.get("/readyz").await.filter(|r| r.status == 200)
-    })
-    .await;
+    inpool.wait_ready(Duration::from_secs(60)).await;
 
     // The process is inpool's, as 65532 with no groups, no capabilities, no-new-privileges.
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();

@@ -41,10 +41,7 @@ async fn as_its_service_account_inpool_realises_and_releases_claims() {
     let _turn = one_inpool_test_at_a_time().await;
     let (client, ns) = support::env().namespace().await;
     let mut inpool = start_inpool("claims");
-    wait_for("/readyz to answer 200", Duration::from_secs(30), || async {
-        inpool.get("/readyz").await.filter(|r| r.status == 200)
-    })
-    .await;
+    inpool.wait_ready(Duration::from_secs(30)).await;
 
     create_cluster(&client, &ns, "workload").await;
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);

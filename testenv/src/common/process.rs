@@ -218,6 +218,15 @@ impl Inpool {
         https_get(self.diagnostics_addr, path, token).await
     }
 
+    /// Waits until `/readyz` answers 200 (the controllers' caches have synced, or this process
+    /// knows it is a standby), or panics after `timeout`.
+    pub async fn wait_ready(&self, timeout: Duration) {
+        super::wait::wait_for("/readyz to answer 200", timeout, || async {
+            self.get("/readyz").await.filter(|r| r.status == 200)
+        })
+        .await;
+    }
+
     /// The `/metrics` exposition, if it answers 200.
     pub async fn metrics(&self) -> Option<String> {
         let response = self.get("/metrics").await?;
