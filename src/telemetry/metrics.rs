@@ -113,6 +113,8 @@ pub struct RegistrySizes {
     pub in_flight: usize,
     /// Claims queued for an address, over all pools.
     pub waiting: usize,
+    /// Deletions remembered while reconciles had requests on the way.
+    pub deletions: usize,
 }
 
 /// Upper bounds (seconds) of the claim-to-Ready latency buckets: from an immediate allocation
@@ -513,6 +515,7 @@ impl Metrics {
             ("addresses", sizes.addresses),
             ("in_flight", sizes.in_flight),
             ("waiting", sizes.waiting),
+            ("deletions", sizes.deletions),
         ];
         for (map, entries) in maps {
             self.inner
@@ -716,6 +719,7 @@ mod tests {
             addresses: 8,
             in_flight: 2,
             waiting: 3,
+            deletions: 4,
         });
         let text = m.encode();
         for line in [
@@ -725,6 +729,7 @@ mod tests {
             r#"inpool_registry_entries{map="addresses"} 8"#,
             r#"inpool_registry_entries{map="in_flight"} 2"#,
             r#"inpool_registry_entries{map="waiting"} 3"#,
+            r#"inpool_registry_entries{map="deletions"} 4"#,
         ] {
             assert!(samples(&text).contains(&line), "{line} missing in\n{text}");
         }

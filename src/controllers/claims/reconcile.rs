@@ -37,7 +37,7 @@ use crate::controllers::runtime::error::{Error, retry_delay, settle_named};
 use crate::controllers::runtime::events::EventType;
 use crate::controllers::runtime::finalizers;
 use crate::controllers::runtime::{
-    Context, MANAGER, create_params, delete_if_present, patch_params,
+    Context, Learning, MANAGER, create_params, delete_if_present, patch_params,
 };
 use crate::controllers::state::Allocation;
 use crate::controllers::state::facts::{self, address_hold, address_key};
@@ -143,9 +143,10 @@ async fn realise(
         // hand), and allocating for it would create an address no claim will ever release.
         return Ok(Action::await_change());
     }
+    let learning = ctx.learning();
     let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
     if let Some(existing) = addresses.get_opt(&key.name).await? {
-        return adopt(claim, key, pool, ctx, &existing).await;
+        return adopt(claim, key, pool, ctx, &learning, &existing).await;
     }
     if let Some(lease) = ctx.writers.holding_lease() {
         let message = format!(
@@ -169,7 +170,7 @@ async fn realise(
                         if !is_claims_reservation(claim, ctx, &reservation).await? {
                             return Ok(None);
                         }
-                        create_address(claim, key, pool, ctx, ip, &reservation)
+                        create_address(claim, key, pool, ctx, &learning, ip, &reservation)
                             .await
                             .map(Some)
                     })
@@ -182,11 +183,12 @@ async fn realise(
             Allocation::Reserve { ip, scope } => {
                 let realised = ctx
                     .in_flight(pool, ip, async {
-                        let Some(reservation) = reserve(claim, key, pool, ctx, ip, &scope).await?
+                        let Some(reservation) =
+                            reserve(claim, key, pool, ctx, &learning, ip, &scope).await?
                         else {
                             return Ok(None);
                         };
-                        create_address(claim, key, pool, ctx, ip, &reservation)
+                        create_address(claim, key, pool, ctx, &learning, ip, &reservation)
                             .await
                             .map(Some)
                     })
@@ -254,6 +256,7 @@ async fn reserve(
     key: &ObjectKey,
     pool: &PoolKey,
     ctx: &Context,
+    learning: &Learning<'_>,
     ip: IpAddr,
     scope: &Scope,
 ) -> Result<Option<String>, Error> {
@@ -269,14 +272,14 @@ async fn reserve(
     let name = reservation.name_any();
     match reservations.create(&create_params(), &reservation).await {
         Ok(created) => {
-            learn_reservation(ctx, &created);
+            learn_reservation(learning, &created);
             Ok(Some(name))
         }
         Err(kube::Error::Api(status)) if status.code == 409 => {
             // Taken by a holder the watch has not shown yet: learn it now, so that the address
             // stays used exactly as long as that holder exists.
             if let Some(holder) = reservations.get_opt(&name).await? {
-                learn_reservation(ctx, &holder);
+                learn_reservation(learning, &holder);
             }
             Ok(None)
         }
@@ -289,6 +292,7 @@ async fn create_address(
     key: &ObjectKey,
     pool: &PoolKey,
     ctx: &Context,
+    learning: &Learning<'_>,
     ip: IpAddr,
     reservation: &str,
 ) -> Result<Action, Error> {
@@ -302,7 +306,7 @@ async fn create_address(
     let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
     match addresses.create(&create_params(), &address).await {
         Ok(created) => {
-            learn_address(ctx, &created);
+            learn_address(learning, &created);
             ctx.metrics.allocation(pool);
             ready(claim, ctx, pool, ip).await
         }
@@ -313,7 +317,7 @@ async fn create_address(
             let existing = addresses.get_opt(&key.name).await;
             let same_address = match &existing {
                 Ok(Some(a)) => {
-                    learn_address(ctx, a);
+                    learn_address(learning, a);
                     a.spec.address.parse::<IpAddr>().ok() == Some(ip)
                 }
                 _ => false,
@@ -350,6 +354,7 @@ async fn adopt(
     key: &ObjectKey,
     pool: &PoolKey,
     ctx: &Context,
+    learning: &Learning<'_>,
     existing: &IPAddress,
 ) -> Result<Action, Error> {
     let conflict = if existing.spec.pool_ref != CachedClaim::pool_ref(pool) {
@@ -409,20 +414,20 @@ async fn adopt(
     let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
     let holder = match reservations.create(&create_params(), &reservation).await {
         Ok(created) => {
-            learn_reservation(ctx, &created);
+            learn_reservation(learning, &created);
             None
         }
         Err(kube::Error::Api(status)) if status.code == 409 => {
             let live = reservations.get_opt(&name).await?;
             if let Some(live) = &live {
-                learn_reservation(ctx, live);
+                learn_reservation(learning, live);
             }
             live.map(|r| ObjectKey::new(&r.spec.claim_namespace, &r.spec.claim_name))
                 .filter(|holder| holder != key)
         }
         Err(e) => return Err(e.into()),
     };
-    learn_address(ctx, existing);
+    learn_address(learning, existing);
     if let Some(holder) = holder {
         let message = format!(
             "IPAddress {key} holds {ip}, but that address is reserved for claim {holder}; one of the two must go"
@@ -567,18 +572,18 @@ async fn delete_address(addresses: &Api<IPAddress>, address: &IPAddress) -> Resu
     Ok(delete_if_present(addresses, &address.name_any()).await?)
 }
 
-/// Applies a reservation this process has just read or written, before its watch event comes
+/// Applies a reservation this reconcile has just read or written, before its watch event comes
 /// (the event is then a no-op): an address is marked used only through such a record.
-fn learn_reservation(ctx: &Context, reservation: &IPAddressReservation) {
+fn learn_reservation(learning: &Learning<'_>, reservation: &IPAddressReservation) {
     if let Some(hold) = hold_of(reservation) {
-        ctx.apply(Change::Reservation(reservation.name_any(), hold));
+        learning.learn(Change::Reservation(reservation.name_any(), hold));
     }
 }
 
 /// The same for an `IPAddress`.
-fn learn_address(ctx: &Context, address: &IPAddress) {
+fn learn_address(learning: &Learning<'_>, address: &IPAddress) {
     if let Some(hold) = address_hold(address) {
-        ctx.apply(Change::Address(address_key(address), hold));
+        learning.learn(Change::Address(address_key(address), hold));
     }
 }
 

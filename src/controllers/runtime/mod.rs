@@ -29,7 +29,7 @@ use super::claims::cache::{CacheWriter, ClaimCache};
 use super::claims::cached_claim::WatchedClaim;
 use super::claims::own_writes::OwnWrites;
 use super::sources::{served, watch, writers};
-use super::state::{Change, Registry, Unready};
+use super::state::{Change, Registry, Ticket, Unready};
 use super::{audit, claims, pools};
 use crate::api::{ObjectKey, PoolKey};
 use crate::cli::Settings;
@@ -78,6 +78,28 @@ pub struct Context {
     pub strays: audit::StrayChecks,
     /// Other writers on the pools: foreign `IPAddress`es, the reference provider's Lease.
     pub writers: writers::Writers,
+}
+
+/// A reconcile's ticket for what it learns from its own requests (see [`Context::learning`]).
+pub struct Learning<'a> {
+    ctx: &'a Context,
+    ticket: Ticket,
+}
+
+impl Learning<'_> {
+    /// Applies an object this reconcile has just read or written, before its watch event comes
+    /// (the event is then a no-op), unless its deletion was applied meanwhile.
+    pub fn learn(&self, change: Change) {
+        self.ctx.apply_unless_stale(change, Some(self.ticket));
+    }
+}
+
+impl Drop for Learning<'_> {
+    fn drop(&mut self) {
+        let ticket = self.ticket;
+        self.ctx
+            .update_registry(|registry| registry.close_ticket(ticket));
+    }
 }
 
 /// The reference to the pool object `pool` names.
@@ -141,10 +163,23 @@ impl Context {
         self.own_writes.lock().expect("own-writes lock")
     }
 
+    /// Opens a ticket for the objects a reconcile is about to read or write and apply to the
+    /// registry ([`Learning::learn`]); closed when dropped.
+    pub fn learning(&self) -> Learning<'_> {
+        let ticket = self.update_registry(Registry::open_ticket);
+        Learning { ctx: self, ticket }
+    }
+
     /// Applies one change to the registry and wakes the claims it concerns; a pool that was
     /// paused and no longer is wakes its claims, which were not queued while it was paused and so
     /// are found in the claim store.
     pub fn apply(&self, change: Change) {
+        self.apply_unless_stale(change, None);
+    }
+
+    /// [`Context::apply`]; with a ticket, only if the registry has not applied a deletion of the
+    /// object since the ticket was opened (see `state::registry::learning`).
+    fn apply_unless_stale(&self, change: Change, ticket: Option<Ticket>) {
         let learnt = match &change {
             Change::Address(_, record) | Change::Reservation(_, record) => {
                 record.holder.claim().cloned()
@@ -159,7 +194,13 @@ impl Context {
                 Change::PoolGone(key) => registry.is_paused(key).then(|| key.clone()),
                 _ => None,
             };
-            let mut woken = registry.apply(change);
+            let mut woken = match ticket {
+                Some(ticket) => match registry.learn(change, ticket) {
+                    Some(woken) => woken,
+                    None => return (Vec::new(), None),
+                },
+                None => registry.apply(change),
+            };
             if let Some(pool) = unpaused {
                 woken.extend(self.stores.claims_of_pool(&pool));
             }

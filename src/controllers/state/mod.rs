@@ -12,5 +12,5 @@ pub(crate) mod registry;
 pub(crate) mod reservation;
 
 pub(crate) use registry::{
-    Allocation, Change, HoldRecord, Holder, ListedHolds, QueuedClaim, Registry, Unready,
+    Allocation, Change, HoldRecord, Holder, ListedHolds, QueuedClaim, Registry, Ticket, Unready,
 };

@@ -37,6 +37,7 @@ mod allocation;
 mod change;
 mod diff;
 mod holds;
+mod learning;
 mod pool_entry;
 mod queries;
 #[cfg(test)]
@@ -47,6 +48,7 @@ pub use change::{Change, Unready};
 pub use diff::ListedHolds;
 pub use holds::{HoldRecord, Holder};
 use holds::{ReservationNames, scopes_meet};
+pub use learning::Ticket;
 use pool_entry::PoolEntry;
 
 /// The picture itself (see the module).
@@ -65,12 +67,15 @@ pub struct Registry {
     in_flight: Vec<HoldRecord>,
     /// Pools whose status may have changed since the last [`Registry::take_dirty`].
     dirty: HashSet<PoolKey>,
+    /// Deletions applied while reconciles had requests on the way (see [`learning`]).
+    deletions: learning::Deletions,
 }
 
 impl Registry {
     /// Applies one fact from the API and returns the claims to wake: those the freed or added
     /// capacity can serve, and the claim of an `IPAddress` that vanished (it must get it back).
     pub fn apply(&mut self, change: Change) -> Vec<ObjectKey> {
+        self.deletions.record(&change);
         match change {
             Change::Pool(key, parsed) => self.set_pool(&key, parsed),
             Change::PoolGone(key) => {
@@ -94,6 +99,26 @@ impl Registry {
                 woken
             }
         }
+    }
+
+    /// Opens a ticket before requests whose answers will be learnt (see [`learning`]); every
+    /// ticket opened must be closed with [`Registry::close_ticket`].
+    pub fn open_ticket(&mut self) -> Ticket {
+        self.deletions.open()
+    }
+
+    pub fn close_ticket(&mut self, ticket: Ticket) {
+        self.deletions.close(ticket);
+    }
+
+    /// Applies an object read or written since `ticket` was opened, as [`Registry::apply`] does,
+    /// unless the registry has applied a deletion of that object since: the answer may then be
+    /// older than the deletion, and the object gone. Returns `None` when it was not applied.
+    pub fn learn(&mut self, change: Change, ticket: Ticket) -> Option<Vec<ObjectKey>> {
+        if self.deletions.is_stale(&change, ticket) {
+            return None;
+        }
+        Some(self.apply(change))
     }
 
     /// Records a pool's spec (parsed, or why not) and returns the claims to wake. Every pool is

@@ -41,6 +41,7 @@ impl Registry {
             addresses: self.addresses.len(),
             in_flight: self.in_flight.len(),
             waiting: self.pools.values().map(|e| e.waiting.len()).sum(),
+            deletions: self.deletions.len(),
         }
     }
 
