@@ -55,6 +55,7 @@ type ProxyBody = BoxBody<Bytes, hyper::Error>;
 pub struct Match {
     methods: Option<Vec<String>>,
     path: Option<String>,
+    query: Option<String>,
     watch: Option<bool>,
 }
 
@@ -86,6 +87,12 @@ impl Match {
         self
     }
 
+    /// Only requests whose query contains `part` (e.g. `"limit="`: pages of a paged list).
+    pub fn query(mut self, part: &str) -> Match {
+        self.query = Some(part.to_string());
+        self
+    }
+
     /// Only watches (`?watch=true`).
     pub fn watches(mut self) -> Match {
         self.watch = Some(true);
@@ -103,6 +110,7 @@ impl Match {
             .as_ref()
             .is_none_or(|m| m.contains(&seen.method))
             && self.path.as_ref().is_none_or(|p| seen.path.contains(p))
+            && self.query.as_ref().is_none_or(|q| seen.query.contains(q))
             && self.watch.is_none_or(|w| w == seen.watch)
     }
 }
