@@ -4,8 +4,10 @@
 //! registry listed again, the audit lists pools, reservations and `IPAddress`es and compares
 //! them with the registry ([`Registry::diff`](crate::controllers::state::Registry::diff)). The
 //! watches are a little behind a fresh list, so a difference counts only when a second list, taken
-//! [`SETTLE`] later, shows the very same difference: then it is drift, which is corrected, logged
-//! and counted in `inpool_state_drift_total{kind}`. The allocators are checked against the holds
+//! [`SETTLE`] later, shows the very same difference against the very same record of the registry
+//! (not another object made since under the same name): then it is drift, which is corrected
+//! (if the registry still keeps that record), logged and counted in
+//! `inpool_state_drift_total{kind}`. The allocators are checked against the holds
 //! they are made from ([`Registry::recount`](crate::controllers::state::Registry::recount)). In a
 //! healthy run the audit finds nothing; the test suites assert that.
 //!
@@ -126,22 +128,43 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
     } else {
         tokio::time::sleep(SETTLE).await;
         let second = Snapshot::take(ctx).await?;
-        let (confirmed, passing): (Vec<Change>, Vec<Change>) = first
+        // The same difference, with the same record kept: a record the watches replaced between
+        // the two lists (an object deleted and made again under the same name) is not drift.
+        let (confirmed, passing): (Vec<Difference>, Vec<Difference>) = first
             .differences
             .into_iter()
-            .partition(|c| second.differences.contains(c));
-        for change in passing {
+            .partition(|d| second.differences.contains(d));
+        for Difference { change, .. } in passing {
             tracing::debug!(
                 kind = change.kind(),
                 ?change,
                 "audit: a difference the second list did not confirm (the watches were behind)"
             );
         }
-        for drift in confirmed {
-            tracing::warn!(kind = drift.kind(), change = ?drift, "state drift: the registry disagreed with the API server; corrected");
-            ctx.metrics.state_drift(drift.kind());
-            ctx.apply(drift);
-            found.drift += 1;
+        for Difference { change, kept } in confirmed {
+            let kind = change.kind();
+            let described = format!("{change:?}");
+            // Corrected only while the registry keeps the record both lists were compared with:
+            // a watch event applied since has brought it up to date already.
+            let corrected = ctx.apply_if(change, |registry, change| {
+                registry.record_of(change) == kept.as_ref()
+            });
+            if corrected {
+                tracing::warn!(
+                    kind,
+                    change = described,
+                    ?kept,
+                    "state drift: the registry disagreed with the API server; corrected"
+                );
+                ctx.metrics.state_drift(kind);
+                found.drift += 1;
+            } else {
+                tracing::debug!(
+                    kind,
+                    change = described,
+                    "audit: a difference the watches settled before its correction"
+                );
+            }
         }
         second
     };
@@ -182,7 +205,7 @@ struct Snapshot {
     /// What would make the registry agree with the lists ([`Registry::diff`] of each).
     ///
     /// [`Registry::diff`]: crate::controllers::state::Registry::diff
-    differences: Vec<Change>,
+    differences: Vec<Difference>,
     /// inpool's `IPAddress`es that are being deleted: the orphans among them are released.
     deleting: Vec<IPAddress>,
     /// Reservations of this process's claims that may be stray: not released, no live
@@ -259,7 +282,9 @@ impl Snapshot {
         let mut pools = ListedPools(Vec::new());
         PoolLanes::each_served(client, settings, &ctx.served, &mut pools).await?;
         for listed in pools.0 {
-            differences.extend(ctx.registry().diff(listed));
+            differences.extend(Difference::of(&ctx.registry(), |registry| {
+                registry.diff(listed)
+            }));
         }
 
         // Addresses first: a reservation is a stray suspect only if no live one holds its address.
@@ -290,7 +315,9 @@ impl Snapshot {
             ctx.registry().compare_addresses(facts, &mut addresses);
         })
         .await?;
-        differences.extend(ctx.registry().address_differences(addresses));
+        differences.extend(Difference::of(&ctx.registry(), |registry| {
+            registry.address_differences(addresses)
+        }));
 
         let mut unheld = Vec::new();
         let mut reservations = ListedHolds::default();
@@ -320,13 +347,36 @@ impl Snapshot {
                 .compare_reservations(facts, &mut reservations);
         })
         .await?;
-        differences.extend(ctx.registry().reservation_differences(reservations));
+        differences.extend(Difference::of(&ctx.registry(), |registry| {
+            registry.reservation_differences(reservations)
+        }));
 
         Ok(Snapshot {
             differences,
             deleting,
             unheld,
         })
+    }
+}
+
+/// A change that would make the registry agree with a list, and the record the registry kept
+/// of its object when they were compared.
+#[derive(Debug, PartialEq)]
+struct Difference {
+    change: Change,
+    kept: Option<HoldRecord>,
+}
+
+impl Difference {
+    /// The changes `diff` finds, each with the record the registry keeps of its object.
+    fn of(registry: &Registry, diff: impl FnOnce(&Registry) -> Vec<Change>) -> Vec<Difference> {
+        diff(registry)
+            .into_iter()
+            .map(|change| Difference {
+                kept: registry.record_of(&change).cloned(),
+                change,
+            })
+            .collect()
     }
 }
 

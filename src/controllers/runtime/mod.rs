@@ -90,7 +90,10 @@ impl Learning<'_> {
     /// Applies an object this reconcile has just read or written, before its watch event comes
     /// (the event is then a no-op), unless its deletion was applied meanwhile.
     pub fn learn(&self, change: Change) {
-        self.ctx.apply_unless_stale(change, Some(self.ticket));
+        let ticket = self.ticket;
+        self.ctx.apply_if(change, |registry, change| {
+            !registry.is_stale(change, ticket)
+        });
     }
 }
 
@@ -174,19 +177,26 @@ impl Context {
     /// paused and no longer is wakes its claims, which were not queued while it was paused and so
     /// are found in the claim store.
     pub fn apply(&self, change: Change) {
-        self.apply_unless_stale(change, None);
+        self.apply_if(change, |_, _| true);
     }
 
-    /// [`Context::apply`]; with a ticket, only if the registry has not applied a deletion of the
-    /// object since the ticket was opened (see `state::registry::learning`).
-    fn apply_unless_stale(&self, change: Change, ticket: Option<Ticket>) {
+    /// [`Context::apply`], if `condition` holds of the registry and the change, under the same
+    /// lock; returns whether it held.
+    pub fn apply_if(
+        &self,
+        change: Change,
+        condition: impl FnOnce(&Registry, &Change) -> bool,
+    ) -> bool {
         let learnt = match &change {
             Change::Address(_, record) | Change::Reservation(_, record) => {
                 record.holder.claim().cloned()
             }
             _ => None,
         };
-        let (woken, strays) = self.update_registry(|registry| {
+        let applied = self.update_registry(|registry| {
+            if !condition(registry, &change) {
+                return None;
+            }
             let unpaused = match &change {
                 Change::Pool(key, parsed) if !matches!(parsed, Err(Unready::Paused)) => {
                     registry.is_paused(key).then(|| key.clone())
@@ -194,21 +204,18 @@ impl Context {
                 Change::PoolGone(key) => registry.is_paused(key).then(|| key.clone()),
                 _ => None,
             };
-            let mut woken = match ticket {
-                Some(ticket) => match registry.learn(change, ticket) {
-                    Some(woken) => woken,
-                    None => return (Vec::new(), None),
-                },
-                None => registry.apply(change),
-            };
+            let mut woken = registry.apply(change);
             if let Some(pool) = unpaused {
                 woken.extend(self.stores.claims_of_pool(&pool));
             }
             let strays = learnt
                 .as_ref()
                 .map(|claim| (claim, audit::look_for_strays(self, registry, claim)));
-            (woken, strays)
+            Some((woken, strays))
         });
+        let Some((woken, strays)) = applied else {
+            return false;
+        };
         // A deleting claim waits for nothing and has nothing to heal: its own release deletes its
         // IPAddress and reservations, and waking it for that would run the release again (one more
         // finalizer patch and Event per claim, measured by the scale harness).
@@ -223,6 +230,7 @@ impl Context {
                 self.wake([claim.clone()]);
             }
         }
+        true
     }
 
     /// Asks for a pool's status to be brought up to date.

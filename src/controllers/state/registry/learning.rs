@@ -146,6 +146,11 @@ mod tests {
         }
     }
 
+    /// Applies `change` as the reconciler's learning does: unless it is stale.
+    fn learn(registry: &mut Registry, change: Change, ticket: Ticket) -> Option<Vec<ObjectKey>> {
+        (!registry.is_stale(&change, ticket)).then(|| registry.apply(change))
+    }
+
     fn reservation(claim: &str) -> Change {
         Change::Reservation("10-0-0-10".into(), held_by(claim))
     }
@@ -174,7 +179,7 @@ mod tests {
         r.apply(reservation("a"));
         r.apply(Change::ReservationGone("10-0-0-10".into()));
         // The GET's answer arrives last: the object it shows is gone.
-        assert_eq!(r.learn(reservation("a"), ticket), None);
+        assert_eq!(learn(&mut r, reservation("a"), ticket), None);
         assert!(
             is_free(&mut r),
             "the address of a deleted reservation is free"
@@ -191,19 +196,36 @@ mod tests {
         r.apply(Change::ReservationGone("10-0-0-10".into()));
         // Read after the deletion was applied: the object it shows is a new one of that name.
         let ticket = r.open_ticket();
-        assert!(r.learn(reservation("b"), ticket).is_some());
+        assert!(learn(&mut r, reservation("b"), ticket).is_some());
         assert!(!is_free(&mut r));
         // The older ticket, whose requests started before the deletion, must not learn it.
         assert_eq!(
-            r.learn(
+            learn(
+                &mut r,
                 Change::Address(ObjectKey::new("ns", "x"), held_by("x")),
                 older
             ),
             Some(Vec::new())
         );
-        assert_eq!(r.learn(reservation("a"), older), None);
+        assert_eq!(learn(&mut r, reservation("a"), older), None);
         r.close_ticket(older);
         r.close_ticket(ticket);
+    }
+
+    #[test]
+    fn the_record_kept_is_the_one_of_the_object_a_change_is_about() {
+        let mut r = one_address();
+        let gone = Change::ReservationGone("10-0-0-10".into());
+        assert_eq!(r.record_of(&gone), None);
+        r.apply(reservation("a"));
+        assert_eq!(r.record_of(&gone), Some(&held_by("a")));
+        // The same name, made again for another claim: another record.
+        r.apply(reservation("b"));
+        assert_eq!(r.record_of(&reservation("a")), Some(&held_by("b")));
+        let address = Change::AddressGone(ObjectKey::new("ns", "a"));
+        assert_eq!(r.record_of(&address), None);
+        r.apply(Change::Address(ObjectKey::new("ns", "a"), held_by("a")));
+        assert_eq!(r.record_of(&address), Some(&held_by("a")));
     }
 
     #[test]
@@ -226,9 +248,9 @@ mod tests {
         r.close_ticket(first);
         assert_eq!(r.sizes().deletions, 1);
         let address = |name| Change::Address(ObjectKey::new("ns", name), held_by(name));
-        assert!(r.learn(address("a"), second).is_some());
+        assert!(learn(&mut r, address("a"), second).is_some());
         r.apply(Change::AddressGone(ObjectKey::new("ns", "a")));
-        assert_eq!(r.learn(address("b"), second), None);
+        assert_eq!(learn(&mut r, address("b"), second), None);
         r.close_ticket(second);
         assert_eq!(r.sizes().deletions, 0);
     }

@@ -111,14 +111,22 @@ impl Registry {
         self.deletions.close(ticket);
     }
 
-    /// Applies an object read or written since `ticket` was opened, as [`Registry::apply`] does,
-    /// unless the registry has applied a deletion of that object since: the answer may then be
-    /// older than the deletion, and the object gone. Returns `None` when it was not applied.
-    pub fn learn(&mut self, change: Change, ticket: Ticket) -> Option<Vec<ObjectKey>> {
-        if self.deletions.is_stale(&change, ticket) {
-            return None;
+    /// Whether `change`, an object read or written since `ticket` was opened, must not be
+    /// applied: the registry has applied a deletion of that object since, so the answer may be
+    /// older than the deletion, and the object gone.
+    pub fn is_stale(&self, change: &Change, ticket: Ticket) -> bool {
+        self.deletions.is_stale(change, ticket)
+    }
+
+    /// The record the registry keeps of the reservation or `IPAddress` a change is about (`None`
+    /// for a pool, or when it keeps none): the audit corrects a difference only while the record
+    /// it found is still there.
+    pub fn record_of(&self, change: &Change) -> Option<&HoldRecord> {
+        match change.subject() {
+            change::Subject::Reservation(name) => self.reservations.get(name),
+            change::Subject::Address(key) => self.addresses.get(key),
+            _ => None,
         }
-        Some(self.apply(change))
     }
 
     /// Records a pool's spec (parsed, or why not) and returns the claims to wake. Every pool is
