@@ -387,17 +387,7 @@ async fn two_providers_with_one_killed_mid_burst_leave_no_stray_reservation() {
     let mut victim = start_provider(proxy.kubeconfig(), &ns, "b");
     victim.wait_ready(Duration::from_secs(60)).await;
     let burst = create_claims_in_background(&claims, "pool", "c", 0..40);
-    // B creates an IPAddress right after each reservation it creates: once B has created one and
-    // as many of its IPAddress creates are held, B is between its two writes.
-    let reserved_by_victim = wait_for(
-        "B holds a reservation whose IPAddress create is held",
-        Duration::from_secs(60),
-        || async {
-            let reserved = reservations_created(&proxy);
-            (reserved >= 1 && proxy.held() >= reserved).then_some(reserved)
-        },
-    )
-    .await;
+    let reserved_by_victim = between_its_two_writes(&proxy).await;
     let mut survivor = Inpool::start(
         env!("CARGO_BIN_EXE_inpool"),
         "a",
@@ -450,6 +440,22 @@ async fn holding_ipaddress_creates(kubeconfig: &Path) -> inpool_testenv::fault_p
     proxy
 }
 
+/// Waits until the provider behind `proxy` (a [`holding_ipaddress_creates`] one) is between its
+/// two writes: it creates an `IPAddress` right after each reservation it creates, so once it has
+/// created one and as many of its `IPAddress` creates are held, it is. Returns how many
+/// reservations it created.
+async fn between_its_two_writes(proxy: &inpool_testenv::fault_proxy::FaultProxy) -> usize {
+    wait_for(
+        "B holds a reservation whose IPAddress create is held",
+        Duration::from_secs(60),
+        || async {
+            let reserved = reservations_created(proxy);
+            (reserved >= 1 && proxy.held() >= reserved).then_some(reserved)
+        },
+    )
+    .await
+}
+
 /// Reservations created through the proxy (answered 201).
 fn reservations_created(proxy: &inpool_testenv::fault_proxy::FaultProxy) -> usize {
     proxy
@@ -479,12 +485,8 @@ async fn a_stray_whose_claim_holds_another_address_is_collected_for_a_waiting_cl
     let proxy = holding_ipaddress_creates(&kubeconfig).await;
     let mut victim = start_provider(proxy.kubeconfig(), &ns, "b");
     create(&claims, &claim("c-0", "pool")).await;
-    wait_for(
-        "B holds a reservation whose IPAddress create is held",
-        Duration::from_secs(60),
-        || async { (reservations_created(&proxy) == 1 && proxy.held() == 1).then_some(()) },
-    )
-    .await;
+    assert_eq!(between_its_two_writes(&proxy).await, 1);
+    assert_eq!(proxy.held(), 1);
     victim.kill();
     // Its held create is dropped with its connection, never forwarded.
     wait_for(
