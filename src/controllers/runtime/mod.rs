@@ -307,7 +307,7 @@ pub async fn run(
             );
         // The pool and reuse-grace controllers share the feed's watches (see `watch`).
         let pools = subscriptions.pools.run(&ctx);
-        let reservations = metered::Metered::new(&ctx.metrics, "ipaddressreservation");
+        let reservations = metered::Metered::new(&ctx.metrics, "ipaddressreservation", 0);
         let triggered = reservations.clone();
         let reconciled = reservations.clone();
         let released = error::drain(
