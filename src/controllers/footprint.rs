@@ -88,6 +88,17 @@ impl RegistryFootprint {
         }
         recorded
     }
+
+    /// Takes back what [`RegistryFootprint::hold`] recorded, as the watches do when the objects
+    /// are deleted.
+    pub fn let_go(&mut self, reservations: &[IPAddressReservation], addresses: &[IPAddress]) {
+        for name in reservations.iter().filter_map(|r| r.metadata.name.clone()) {
+            self.0.apply(Change::ReservationGone(name));
+        }
+        for address in addresses {
+            self.0.apply(Change::AddressGone(address_key(address)));
+        }
+    }
 }
 
 /// The metrics of `pools` as the pool controller and the claims leave them: each pool's capacity
