@@ -73,18 +73,21 @@ fn main() {
     for pools in [100, 1_000, 5_000] {
         let fleet: Vec<InClusterIPPool> = (0..pools).map(pool).collect();
         let (reservations, addresses) = objects(pools);
-        group.bench_function(format!("{CLAIMS} claims held and let go, {pools} pools"), |b| {
-            b.iter_batched_ref(
-                || RegistryFootprint::with_pools(&fleet),
-                |registry| {
-                    let held = registry.hold(&reservations, &addresses);
-                    assert_eq!(held, 2 * CLAIMS);
-                    registry.let_go(&reservations, &addresses);
-                    black_box(registry);
-                },
-                BatchSize::LargeInput,
-            );
-        });
+        group.bench_function(
+            format!("{CLAIMS} claims held and let go, {pools} pools"),
+            |b| {
+                b.iter_batched_ref(
+                    || RegistryFootprint::with_pools(&fleet),
+                    |registry| {
+                        let held = registry.hold(&reservations, &addresses);
+                        assert_eq!(held, 2 * CLAIMS);
+                        registry.let_go(&reservations, &addresses);
+                        black_box(registry);
+                    },
+                    BatchSize::LargeInput,
+                );
+            },
+        );
     }
     group.finish();
     criterion.final_summary();
