@@ -199,4 +199,74 @@ fn main() {
         );
     }
     black_box((cache, registry));
+    pools_section();
+}
+
+/// Pools measured: `INPOOL_BENCH_POOLS`, else 1,000.
+fn pools_count() -> usize {
+    std::env::var("INPOOL_BENCH_POOLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000)
+}
+
+/// Pool `j` of a fleet: one namespace each, a /64 each, its status as inpool writes it.
+fn fleet_pool(j: usize) -> InClusterIPPool {
+    let condition = |type_: &str, reason: &str, message: &str| {
+        json!({"type": type_, "status": "True", "reason": reason, "message": message,
+            "lastTransitionTime": "2026-11-30T10:00:01Z", "observedGeneration": 1})
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+        "metadata": {"name": format!("pool-{j:04}"), "namespace": format!("fleet-edge-{j:04}"),
+            "uid": format!("7e1c2b9e-0d4a-4b8e-9c3f-{j:012}"), "resourceVersion": format!("{}", 200_000 + j),
+            "generation": 1, "creationTimestamp": "2026-11-30T10:00:00Z",
+            "finalizers": ["ipam.cluster.x-k8s.io/ProtectPool"]},
+        "spec": {"addresses": [format!("fd00:0:0:{j:x}::/64")], "prefix": 64},
+        "status": {"ipAddresses": {"total": i64::MAX, "used": 10, "free": i64::MAX, "outOfRange": 0},
+            "conditions": [
+                condition("Ready", "Ready", "the spec is valid; addresses are handed out"),
+                condition("AddressesAvailable", "AddressesAvailable", "18446744073709551606 of 18446744073709551616 addresses are free"),
+                condition("Overlap", "NoOverlap", "no other pool reachable from the same claims shares an address"),
+                condition("AddressesInRange", "AllAddressesInRange", ""),
+                condition("ForeignAddresses", "NoForeignAddresses", "no IPAddress of the pool was created by another writer since inpool started")]}
+    }))
+    .expect("a valid pool")
+}
+
+/// Live heap per pool of what inpool keeps for each pool it serves, over a fleet of small pools.
+fn pools_section() {
+    let count = pools_count();
+    let pools: Vec<InClusterIPPool> = (0..count).map(fleet_pool).collect();
+    let (store, kept_store) = per_claim(count, || {
+        let mut writer = Writer::<InClusterIPPool>::default();
+        writer.apply_watcher_event(&Event::Init);
+        for p in &pools {
+            writer.apply_watcher_event(&Event::InitApply(p.clone()));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        writer
+    });
+    let (registry, kept_registry) = per_claim(count, || RegistryFootprint::with_pools(&pools));
+    let (metrics, kept_metrics) = per_claim(count, || footprint::pool_metrics(&pools));
+    let lines = [
+        ("pool store (the watch's objects)", store),
+        ("registry (entry, allocator, index)", registry),
+        ("metrics (a pool's series)", metrics),
+    ];
+    println!("live heap per pool, over {count} pools: bytes, allocations");
+    let total = lines.iter().fold(
+        PerClaim {
+            bytes: 0.0,
+            allocations: 0.0,
+        },
+        |sum, (_, per)| sum + *per,
+    );
+    for (label, per) in lines.iter().chain([&("kept per pool", total)]) {
+        println!(
+            "  {label:<39}  {:>7.0}  {:>5.1}",
+            per.bytes, per.allocations
+        );
+    }
+    black_box((kept_store, kept_registry, kept_metrics));
 }

@@ -713,16 +713,16 @@ fn old_enough(object: &impl Resource, now: Timestamp, min_age: Duration) -> bool
 
 fn forget_what_is_gone(ctx: &Context) {
     let live = |key: &ObjectKey| ctx.stores.claim(key).is_some();
-    let known_pools = ctx.update_registry(|registry| {
+    let known_pools: HashSet<PoolKey> = ctx.update_registry(|registry| {
         registry.prune_waiting_everywhere(live);
         registry.collect_garbage();
-        registry.pool_keys()
+        registry.pool_keys().into_iter().collect()
     });
     ctx.own_writes().retain(live);
     ctx.pool_writes
         .lock()
         .expect("pool writes lock")
-        .retain(|pool, _| known_pools.contains(pool));
+        .retain(&known_pools);
     drop(known_pools);
     crate::api::Name::forget_unused();
 }

@@ -52,6 +52,19 @@ impl RegistryFootprint {
         RegistryFootprint(registry)
     }
 
+    /// A registry that knows every pool of `pools` (namespaced) and nothing held in them.
+    pub fn with_pools(pools: &[InClusterIPPool]) -> RegistryFootprint {
+        let mut registry = Registry::default();
+        for pool in pools {
+            let key = PoolKey::in_cluster(
+                pool.metadata.namespace.as_deref().unwrap_or_default(),
+                pool.metadata.name.as_deref().unwrap_or_default(),
+            );
+            registry.apply(Change::Pool(key, pool_state(pool)));
+        }
+        RegistryFootprint(registry)
+    }
+
     /// Records the holds of `reservations` and `addresses` as the watches do; returns how many
     /// it recorded (objects that hold nothing inpool can read are skipped, as the watches skip
     /// them).
@@ -75,4 +88,32 @@ impl RegistryFootprint {
         }
         recorded
     }
+
+    /// Takes back what [`RegistryFootprint::hold`] recorded, as the watches do when the objects
+    /// are deleted.
+    pub fn let_go(&mut self, reservations: &[IPAddressReservation], addresses: &[IPAddress]) {
+        for name in reservations.iter().filter_map(|r| r.metadata.name.clone()) {
+            self.0.apply(Change::ReservationGone(name));
+        }
+        for address in addresses {
+            self.0.apply(Change::AddressGone(address_key(address)));
+        }
+    }
+}
+
+/// The metrics of `pools` as the pool controller and the claims leave them: each pool's capacity
+/// gauges, its waiting claims, and an allocation and a release counted.
+pub fn pool_metrics(pools: &[InClusterIPPool]) -> crate::telemetry::Metrics {
+    let metrics = crate::telemetry::Metrics::new();
+    for pool in pools {
+        let key = PoolKey::in_cluster(
+            pool.metadata.namespace.as_deref().unwrap_or_default(),
+            pool.metadata.name.as_deref().unwrap_or_default(),
+        );
+        metrics.pool_capacity(&key, 1 << 20, 10, (1 << 20) - 10, 0);
+        metrics.pool_waiting_claims(&key, 0);
+        metrics.allocation(&key);
+        metrics.release(&key);
+    }
+    metrics
 }

@@ -47,10 +47,11 @@ pub(crate) fn key(namespace: Option<&str>, name: &str) -> String {
 }
 
 impl Metered {
-    /// The families of `controller` (its concurrency is kube-runtime's default: no limit).
-    pub fn new(metrics: &Metrics, controller: &str) -> Arc<Metered> {
+    /// The families of `controller`, which runs at most `concurrency` reconciles at once (0: no
+    /// limit, kube-runtime's default).
+    pub fn new(metrics: &Metrics, controller: &str, concurrency: u16) -> Arc<Metered> {
         Arc::new(Metered {
-            reconciles: metrics.controller(controller, 0),
+            reconciles: metrics.controller(controller, concurrency),
             queue: metrics.queue(controller),
             edges: Mutex::new(Edges::default()),
         })
@@ -131,7 +132,7 @@ mod tests {
     #[tokio::test]
     async fn requests_are_measured_at_the_edges_of_kube_runtimes_queue() {
         let metrics = Metrics::new();
-        let metered = Metered::new(&metrics, "inclusterippool");
+        let metered = Metered::new(&metrics, "inclusterippool", 0);
         metered.requested(key(Some("ns"), "a"));
         metered.requested(key(Some("ns"), "a"));
         metered.requested(key(Some("ns"), "b"));

@@ -66,8 +66,8 @@ pub struct Context {
     pub events: events::Events,
     pub metrics: Metrics,
     wake: mpsc::UnboundedSender<ObjectKey>,
-    /// When each pool's status was last written (see `pools::status::MIN_STATUS_INTERVAL`).
-    pub pool_writes: Mutex<std::collections::HashMap<PoolKey, std::time::Instant>>,
+    /// When each pool's status may be written next (see `pools::status::StatusPacing`).
+    pub pool_writes: Mutex<pools::status::StatusPacing>,
     /// Claim versions our own writes replaced (never held across an await).
     pub own_writes: Mutex<OwnWrites>,
     /// Failures in a row per object, for the backoff.
@@ -356,7 +356,7 @@ pub async fn run(
             );
         // The pool and reuse-grace controllers share the feed's watches (see `watch`).
         let pools = subscriptions.pools.run(&ctx);
-        let reservations = metered::Metered::new(&ctx.metrics, "ipaddressreservation");
+        let reservations = metered::Metered::new(&ctx.metrics, "ipaddressreservation", 0);
         let triggered = reservations.clone();
         let reconciled = reservations.clone();
         let released = error::drain(

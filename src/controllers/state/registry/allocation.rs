@@ -150,9 +150,11 @@ impl Registry {
     /// address of a namespaced pool also lies in a global pool, so that the API server keeps it
     /// unique across both; otherwise the pool's own scope.
     pub fn reservation_scope(&self, pool: &PoolKey, ip: IpAddr) -> Scope {
-        let in_global_pool = self.pools.iter().any(|(key, entry)| {
-            !key.kind.is_namespaced() && entry.range().is_some_and(|r| r.contains(ip))
-        });
+        let in_global_pool = self
+            .by_range
+            .containing(ip)
+            .iter()
+            .any(|key| !key.kind.is_namespaced());
         if in_global_pool {
             Scope::Cluster
         } else {

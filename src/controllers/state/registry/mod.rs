@@ -13,7 +13,9 @@
 //! or an `IPAddress` holds it, or while this process is in the middle of creating them (in
 //! flight). A hold counts in its own pool and in every other pool whose range contains the
 //! address and that claims of one namespace can reach together with it (namespaced pools of one
-//! namespace, and global pools): overlapping pools never hand out the same address twice.
+//! namespace, and global pools): overlapping pools never hand out the same address twice. Which
+//! pools a record's block meets is looked up in an index of the pools by address range
+//! ([`by_range`]), so a hold visits only those pools, not every pool.
 //!
 //! Every change marks the pools whose status may change as dirty; [`Registry::take_dirty`] hands
 //! them to the pool status controller.
@@ -34,6 +36,7 @@ use crate::api::{ObjectKey, PoolKey};
 // One file per concern: what the registry is told (`change`) and keeps (`holds`, `pool_entry`),
 // allocation, the questions it answers, and how a fresh list differs from it.
 mod allocation;
+mod by_range;
 mod change;
 mod diff;
 mod holds;
@@ -44,17 +47,20 @@ mod queries;
 mod tests;
 
 pub use allocation::{Allocation, QueuedClaim};
+use by_range::PoolsByRange;
 pub use change::{Change, Unready};
 pub use diff::ListedHolds;
 pub use holds::{HoldRecord, Holder};
 use holds::{ReservationNames, scopes_meet};
 pub use learning::Ticket;
-use pool_entry::PoolEntry;
+use pool_entry::{OwnHolds, PoolEntry};
 
 /// The picture itself (see the module).
 #[derive(Default)]
 pub struct Registry {
     pools: HashMap<PoolKey, PoolEntry>,
+    /// The range of every ready pool, by address.
+    by_range: PoolsByRange,
     /// Reservation objects by name.
     reservations: HashMap<Arc<str>, HoldRecord>,
     /// Names of the reservations that record each claim (the names of `reservations`, shared).
@@ -129,9 +135,10 @@ impl Registry {
         }
     }
 
-    /// Records a pool's spec (parsed, or why not) and returns the claims to wake. Every pool is
-    /// marked dirty: overlaps with this one may have changed. The same spec again (an event for
-    /// the pool's status) is a no-op: rebuilding and recounting the pool would cost O(holds).
+    /// Records a pool's spec (parsed, or why not) and returns the claims to wake. The pool is
+    /// marked dirty, and so is every pool that its old or its new range meets: their overlaps
+    /// with this one may have changed. The same spec again (an event for the pool's status) is a
+    /// no-op: rebuilding and recounting the pool would cost O(holds).
     pub fn set_pool(
         &mut self,
         key: &PoolKey,
@@ -142,6 +149,7 @@ impl Registry {
             return Vec::new();
         }
         entry.source = Some(parsed.clone());
+        let old_range = entry.range().cloned();
         match parsed {
             Ok(parsed) => {
                 entry.network = Some(parsed.network());
@@ -152,8 +160,20 @@ impl Registry {
                 entry.network = None;
             }
         }
+        let new_range = self.pools[key].range().cloned();
+        if old_range != new_range {
+            if let Some(old) = &old_range {
+                self.by_range.remove(key, old);
+            }
+            if let Some(new) = &new_range {
+                self.by_range.insert(key, new);
+            }
+        }
         self.recompute_holds(key);
-        self.dirty.extend(self.pools.keys().cloned());
+        self.dirty.insert(key.clone());
+        for range in [&old_range, &new_range].into_iter().flatten() {
+            self.dirty.extend(self.by_range.meeting_set(range));
+        }
         self.pools[key].wakeups()
     }
 
@@ -164,6 +184,7 @@ impl Registry {
         };
         entry.holds.clear();
         entry.covering.clear();
+        entry.own = OwnHolds::default();
         entry.rebuild();
         for record in self
             .reservations
@@ -172,7 +193,7 @@ impl Registry {
             .chain(self.in_flight.iter())
         {
             if entry.is_held_by(key, record) {
-                entry.hold(record);
+                entry.hold(key, record);
             }
         }
     }
@@ -297,10 +318,10 @@ impl Registry {
 
     fn hold_record(&mut self, record: &HoldRecord) {
         self.pool_entry(&record.pool);
-        for (key, entry) in &mut self.pools {
-            if entry.is_held_by(key, record) {
-                entry.hold(record);
-                self.dirty.insert(key.clone());
+        for key in self.pools_held_by(record) {
+            if let Some(entry) = self.pools.get_mut(&key) {
+                entry.hold(&key, record);
+                self.dirty.insert(key);
             }
         }
     }
@@ -309,15 +330,31 @@ impl Registry {
     /// address.
     fn release_record(&mut self, record: &HoldRecord) -> Vec<ObjectKey> {
         let mut woken = Vec::new();
-        for (key, entry) in &mut self.pools {
-            if entry.is_held_by(key, record) {
-                self.dirty.insert(key.clone());
-                if entry.unhold(record) {
+        for key in self.pools_held_by(record) {
+            if let Some(entry) = self.pools.get_mut(&key) {
+                if entry.unhold(&key, record) {
                     woken.extend(entry.wakeups());
                 }
+                self.dirty.insert(key);
             }
         }
         woken
+    }
+
+    /// The pools a record holds an address of (see [`PoolEntry::is_held_by`]): its own, and
+    /// those among the pools its block meets that claims of its scope can reach. O(log pools +
+    /// pools met), whatever the number of pools.
+    fn pools_held_by(&self, record: &HoldRecord) -> Vec<PoolKey> {
+        let mut keys = self.by_range.meeting(record.block());
+        if let Err(at) = keys.binary_search(&record.pool) {
+            keys.insert(at, record.pool.clone());
+        }
+        keys.retain(|key| {
+            self.pools
+                .get(key)
+                .is_some_and(|entry| entry.is_held_by(key, record))
+        });
+        keys
     }
 
     fn pool_entry(&mut self, key: &PoolKey) -> &mut PoolEntry {

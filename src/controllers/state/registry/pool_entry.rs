@@ -24,6 +24,17 @@ pub(super) struct PoolEntry {
     /// rebuilds the allocator.
     pub(super) covering: HashMap<Subnet, u32>,
     pub(super) waiting: BTreeSet<QueuedClaim>,
+    /// The pool's own records among its holds, so that the status controller's questions about
+    /// them cost nothing while their answer is "none".
+    pub(super) own: OwnHolds,
+}
+
+/// How many of the records held in a pool are the pool's own (reservations, `IPAddress`es and
+/// allocations in flight for it), and how many of those lie outside its range.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct OwnHolds {
+    pub(super) records: u32,
+    pub(super) outside: u32,
 }
 
 impl PoolEntry {
@@ -83,7 +94,17 @@ impl PoolEntry {
                 && self.range().is_some_and(|r| r.meets(record.block())))
     }
 
-    pub(super) fn hold(&mut self, record: &HoldRecord) {
+    /// Whether `record` of this pool (`key`) lies outside its range. A pool that is not ready
+    /// has no range: its records are counted again when it gets one.
+    fn is_own_outside(&self, record: &HoldRecord) -> bool {
+        self.range().is_some_and(|range| !range.contains(record.ip))
+    }
+
+    pub(super) fn hold(&mut self, key: &PoolKey, record: &HoldRecord) {
+        if record.pool == *key {
+            self.own.records += 1;
+            self.own.outside += u32::from(self.is_own_outside(record));
+        }
         match self.footprint(record) {
             Footprint::Unit(unit) => {
                 *self.holds.entry(unit).or_default() += 1;
@@ -101,7 +122,13 @@ impl PoolEntry {
     }
 
     /// Takes one record's hold back; returns true when addresses became free.
-    pub(super) fn unhold(&mut self, record: &HoldRecord) -> bool {
+    pub(super) fn unhold(&mut self, key: &PoolKey, record: &HoldRecord) -> bool {
+        if record.pool == *key {
+            self.own.records = self.own.records.saturating_sub(1);
+            if self.is_own_outside(record) {
+                self.own.outside = self.own.outside.saturating_sub(1);
+            }
+        }
         match self.footprint(record) {
             Footprint::Unit(unit) => {
                 if !release_one(&mut self.holds, unit) || self.is_covered(unit) {

@@ -70,7 +70,11 @@ impl Registry {
     /// Addresses held for this pool that lie outside its range (after a shrink), with their
     /// claims, lowest first.
     pub fn out_of_range(&self, pool: &PoolKey) -> Vec<(IpAddr, Holder)> {
-        let Some(range) = self.pools.get(pool).and_then(PoolEntry::range) else {
+        let Some(entry) = self.pools.get(pool) else {
+            return Vec::new();
+        };
+        // Nearly always none: then no record need be looked at.
+        let Some(range) = entry.range().filter(|_| entry.own.outside > 0) else {
             return Vec::new();
         };
         let mut held: Vec<(IpAddr, Holder)> = self
@@ -91,24 +95,24 @@ impl Registry {
         let Some(range) = self.pools.get(pool).and_then(PoolEntry::range) else {
             return Vec::new();
         };
-        let mut found: Vec<_> = self
-            .pools
-            .iter()
-            .filter(|(key, _)| *key != pool && scopes_meet(&key.scope(), &pool.scope()))
-            .filter_map(|(key, entry)| Some((key.clone(), range.first_overlap(entry.range()?)?)))
-            .collect();
-        found.sort_by(|a, b| a.0.cmp(&b.0));
-        found
+        // Sorted by key, as the index answers.
+        self.by_range
+            .meeting_set(range)
+            .into_iter()
+            .filter(|key| key != pool && scopes_meet(&key.scope(), &pool.scope()))
+            .filter_map(|key| {
+                let shared = range.first_overlap(self.pools.get(&key)?.range()?)?;
+                Some((key, shared))
+            })
+            .collect()
     }
 
     /// Whether anything still holds an address *for* this pool (its own reservations and
     /// addresses, or an allocation in flight): a pool is not let go while it does.
     pub fn has_own_holds(&self, pool: &PoolKey) -> bool {
-        self.reservations
-            .values()
-            .chain(self.addresses.values())
-            .chain(self.in_flight.iter())
-            .any(|r| &r.pool == pool)
+        self.pools
+            .get(pool)
+            .is_some_and(|entry| entry.own.records > 0)
     }
 
     /// Every reservation that holds an address of `pool`, by name.

@@ -777,3 +777,196 @@ fn an_address_covered_by_a_sub_prefix_stays_used_when_its_own_hold_goes() {
     assert_eq!(r.counts(&addresses).map(|c| c.used), Some(2));
     assert!(r.recount().is_empty());
 }
+
+// The index of pools by range (`by_range`): a hold visits only the pools its block meets, and
+// the answers are those of a look at every pool.
+
+/// `10.0.x.y` for an offset `x * 256 + y` in a small IPv4 space where pools overlap often.
+fn v4(offset: u32) -> IpAddr {
+    IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + offset))
+}
+
+fn set_of(ranges: &[(u32, u32)]) -> crate::allocator::AddressSet {
+    crate::allocator::AddressSet::from_ranges(
+        crate::allocator::Family::V4,
+        ranges
+            .iter()
+            .map(|&(a, b)| crate::allocator::AddrRange::new(v4(a), v4(b)).expect("a range")),
+    )
+    .expect("one family")
+}
+
+proptest::proptest! {
+    #[test]
+    fn the_index_answers_as_a_look_at_every_pool(
+        steps in proptest::collection::vec(
+            (0usize..6, proptest::collection::vec((0u32..64, 0u32..8), 0..3)),
+            1..40,
+        ),
+        queries in proptest::collection::vec((0u32..72, 0u32..10), 8),
+    ) {
+        let keys: Vec<PoolKey> = (0..6).map(|i| PoolKey::in_cluster("ns", &format!("p{i}"))).collect();
+        let mut index = by_range::PoolsByRange::default();
+        let mut ranges: HashMap<PoolKey, crate::allocator::AddressSet> = HashMap::new();
+        for (pool, intervals) in steps {
+            let key = &keys[pool];
+            // An empty interval list removes the pool; otherwise it gets this range.
+            if let Some(old) = ranges.remove(key) {
+                index.remove(key, &old);
+            }
+            if !intervals.is_empty() {
+                let pairs: Vec<(u32, u32)> = intervals.iter().map(|&(a, n)| (a, a + n)).collect();
+                let new = set_of(&pairs);
+                index.insert(key, &new);
+                ranges.insert(key.clone(), new);
+            }
+            for &(first, length) in &queries {
+                let range = crate::allocator::AddrRange::new(v4(first), v4(first + length)).unwrap();
+                let mut expected: Vec<PoolKey> = ranges
+                    .iter()
+                    .filter(|(_, set)| set.meets(range))
+                    .map(|(key, _)| key.clone())
+                    .collect();
+                expected.sort();
+                proptest::prop_assert_eq!(index.meeting(range), expected);
+                let at = v4(first);
+                let mut containing: Vec<PoolKey> = ranges
+                    .iter()
+                    .filter(|(_, set)| set.contains(at))
+                    .map(|(key, _)| key.clone())
+                    .collect();
+                containing.sort();
+                proptest::prop_assert_eq!(index.containing(at), &containing[..]);
+            }
+        }
+        for (key, set) in &ranges {
+            index.remove(key, set);
+        }
+        proptest::prop_assert_eq!(index.segments(), 0, "nothing is left of pools that went");
+    }
+
+    #[test]
+    fn holds_count_where_a_look_at_every_pool_counts_them(
+        pools in proptest::collection::vec((0usize..3, 0u32..48, 1u32..16), 1..8),
+        holds in proptest::collection::vec((0usize..8, 0u32..70, 0usize..3), 0..30),
+        gone in proptest::collection::vec(0usize..30, 0..10),
+    ) {
+        // Scopes: namespace a, namespace b, global.
+        let key = |i: usize, scope: usize| match scope {
+            0 => PoolKey::in_cluster("a", &format!("p{i}")),
+            1 => PoolKey::in_cluster("b", &format!("p{i}")),
+            _ => PoolKey::global(&format!("p{i}")),
+        };
+        let keys: Vec<PoolKey> = pools.iter().enumerate().map(|(i, (scope, _, _))| key(i, *scope)).collect();
+        let mut r = Registry::default();
+        for (k, (_, first, length)) in keys.iter().zip(&pools) {
+            let range = format!("{}-{}", v4(*first), v4(first + length));
+            r.set_pool(k, Ok(parsed(&[&range], 16)));
+        }
+        let mut live: Vec<(String, HoldRecord)> = Vec::new();
+        for (n, (pool, offset, claim_scope)) in holds.iter().enumerate() {
+            let pool = &keys[pool % keys.len()];
+            let scope = match claim_scope {
+                0 => pool.scope(),
+                _ => Scope::Cluster,
+            };
+            let record = HoldRecord {
+                pool: pool.clone(),
+                ip: v4(*offset),
+                length: 32,
+                holder: Holder::Claim(ObjectKey::new("a", &format!("c{n}"))),
+                scope,
+            };
+            r.apply(Change::Reservation(format!("r{n}"), record.clone()));
+            live.push((format!("r{n}"), record));
+        }
+        for n in gone {
+            if n < live.len() {
+                let (name, _) = live.remove(n);
+                r.apply(Change::ReservationGone(name));
+            }
+        }
+        for k in &keys {
+            let range = r.pools[k].range().cloned().expect("a ready pool");
+            // A look at every record: the addresses held in this pool.
+            let used: std::collections::BTreeSet<IpAddr> = live
+                .iter()
+                .map(|(_, record)| record)
+                .filter(|record| {
+                    record.pool == *k
+                        || (scopes_meet(&k.scope(), &record.scope) && range.contains(record.ip))
+                })
+                .map(|record| record.ip)
+                .collect();
+            proptest::prop_assert_eq!(r.counts(k).map(|c| c.used), Some(used.len() as u128), "{}", k);
+            proptest::prop_assert_eq!(r.has_own_holds(k), live.iter().any(|(_, rec)| rec.pool == *k));
+            let outside = live.iter().filter(|(_, rec)| rec.pool == *k && !range.contains(rec.ip)).count();
+            proptest::prop_assert_eq!(r.out_of_range(k).len(), outside, "{}", k);
+            // Overlaps: a look at every other pool.
+            let expected: Vec<PoolKey> = keys
+                .iter()
+                .filter(|o| *o != k && scopes_meet(&o.scope(), &k.scope()))
+                .filter(|o| r.pools[*o].range().is_some_and(|other| range.overlaps(other)))
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let found: Vec<PoolKey> = r.overlaps(k).into_iter().map(|(o, _)| o).collect();
+            proptest::prop_assert_eq!(found, expected);
+        }
+        proptest::prop_assert!(r.recount().is_empty());
+    }
+}
+
+#[test]
+fn a_pool_change_marks_only_the_pools_its_old_or_new_range_meets() {
+    let mut r = Registry::default();
+    let keys: Vec<PoolKey> = (0..100)
+        .map(|i| PoolKey::in_cluster("ns", &format!("p{i}")))
+        .collect();
+    for (i, key) in keys.iter().enumerate() {
+        r.set_pool(key, Ok(parsed(&[&format!("10.{i}.0.0/24")], 24)));
+    }
+    r.take_dirty();
+    // p1 moves from 10.1.0.0/24 onto p2's range: p1, and p2 which it now overlaps.
+    r.set_pool(&keys[1], Ok(parsed(&["10.2.0.0/25"], 24)));
+    let mut dirty = r.take_dirty();
+    dirty.sort();
+    assert_eq!(dirty, vec![keys[1].clone(), keys[2].clone()]);
+    // It moves on: p2 (its old range) and p3 (its new one).
+    r.set_pool(&keys[1], Ok(parsed(&["10.3.0.0/25"], 24)));
+    let mut dirty = r.take_dirty();
+    dirty.sort();
+    assert_eq!(
+        dirty,
+        vec![keys[1].clone(), keys[2].clone(), keys[3].clone()]
+    );
+    assert_eq!(r.overlaps(&keys[2]), vec![]);
+    assert_eq!(r.overlaps(&keys[3]).len(), 1);
+
+    // A hold in p3's range counts in p3 and in p1 (same namespace), not in the other 98.
+    r.apply(Change::Reservation(
+        "r".into(),
+        HoldRecord {
+            pool: keys[3].clone(),
+            ip: ip("10.3.0.5"),
+            length: 32,
+            holder: Holder::Claim(ObjectKey::new("ns", "c")),
+            scope: keys[3].scope(),
+        },
+    ));
+    let mut dirty = r.take_dirty();
+    dirty.sort();
+    assert_eq!(dirty, vec![keys[1].clone(), keys[3].clone()]);
+    assert_eq!(r.counts(&keys[1]).map(|c| c.used), Some(1));
+
+    // Every pool gone: nothing is left in the index, though p3 is remembered while r holds it.
+    for key in &keys {
+        r.apply(Change::PoolGone(key.clone()));
+    }
+    assert_eq!(r.by_range.segments(), 0);
+    assert!(r.has_own_holds(&keys[3]));
+    r.apply(Change::ReservationGone("r".into()));
+    r.collect_garbage();
+    assert_eq!(r.sizes().pools, 0);
+}
