@@ -78,6 +78,15 @@ fn claim(i: usize) -> IPAddressClaim {
     .expect("a valid claim")
 }
 
+/// The same claim as another provider (metal3) realised it: its pool kind is not inpool's.
+fn of_another_provider(claim: &IPAddressClaim) -> IPAddressClaim {
+    let mut claim = claim.clone();
+    claim.spec.pool_ref.api_group = "ipam.metal3.io".into();
+    claim.spec.pool_ref.kind = "IPPool".into();
+    claim.metadata.finalizers = Some(vec!["ipam.metal3.io/ipaddressclaim".into()]);
+    claim
+}
+
 fn address(i: usize) -> IPAddress {
     serde_json::from_value(json!({
         "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
@@ -169,7 +178,11 @@ fn main() {
         whole,
     ));
     lines.push(("claim cache (CachedClaim by ObjectKey)", cached));
+    let foreign: Vec<IPAddressClaim> = claims.iter().map(of_another_provider).collect();
     drop(claims);
+    let (foreign_kept, foreign_cache) = per_claim(count, || footprint::claim_cache(&foreign));
+    assert!(foreign_cache.is_empty(), "a foreign claim was cached");
+    drop(foreign);
 
     let addresses: Vec<IPAddress> = (0..count).map(address).collect();
     let reservations: Vec<IPAddressReservation> = (0..count).map(reservation).collect();
@@ -189,16 +202,19 @@ fn main() {
         .max(39);
     println!("live heap per claim, over {count} claims: bytes, allocations");
     let total = cached + held;
-    for (label, per) in lines
-        .iter()
-        .chain([&("kept per claim (claim cache + registry)", total)])
-    {
+    for (label, per) in lines.iter().chain([
+        &("kept per claim (claim cache + registry)", total),
+        &(
+            "kept per claim of another provider's pool (metal3)",
+            foreign_kept,
+        ),
+    ]) {
         println!(
             "  {label:<width$}  {:>7.0}  {:>5.1}",
             per.bytes, per.allocations
         );
     }
-    black_box((cache, registry));
+    black_box((cache, registry, foreign_cache));
     pools_section();
 }
 

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example scale -- [--claims 10000] [--pools 10 --claims-per-pool 100]
-//!     [--prefix-claims 1000]
+//!     [--prefix-claims 1000] [--foreign-claims 100000]
 //!     [--skip-floor] [--provider-command "CMD"] [--provider-name NAME] [--json PATH]
 //!     [--scenarios restart,idle,trickle] [--idle-window 600] [--trickle-claims 100]
 //!     [--restart-signal term|kill] [--inpool-args "ARGS"]
@@ -18,7 +18,9 @@
 //! 2. the provider (inpool's release binary unless `--provider-command`) on N claims in one pool;
 //! 3. a fresh provider process on M pools × K claims;
 //! 4. with `--prefix-claims P`, a fresh provider process on P claims in one prefix pool (/64s out
-//!    of a /48).
+//!    of a /48);
+//! 5. with `--foreign-claims F`, a fresh provider process beside F claims of a pool kind inpool
+//!    does not serve (see `testenv/src/scale/foreign.rs`).
 //!
 //! With `--scenarios`, the scenarios at size run on the single-pool scenario once its
 //! claims are Ready, before its check and release (see `testenv/src/scale/atsize.rs`): `restart`,
@@ -39,7 +41,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use inpool_testenv::scale::{atsize, harness, process};
+use inpool_testenv::scale::{atsize, foreign, harness, process};
 use inpool_testenv::{repo_root, support};
 
 use harness::{Run, Scenario};
@@ -61,6 +63,10 @@ struct Args {
     /// (0 skips it).
     #[arg(long, default_value_t = 0)]
     prefix_claims: usize,
+    /// Claims of another provider's pool kind (metal3's `IPPool`) beside one pool of inpool's,
+    /// in a fresh provider process: what they cost inpool (0 skips it; inpool only).
+    #[arg(long, default_value_t = 0)]
+    foreign_claims: usize,
     /// Client concurrency: claims created at once by the harness, claims realised at once by the
     /// floor's ideal provider, and `{concurrency}` in the provider command (inpool's default).
     #[arg(long, default_value_t = 16)]
@@ -321,6 +327,25 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         }
     }
 
+    let mut foreign_run = None;
+    if args.foreign_claims > 0 {
+        let setup = foreign::Setup {
+            kubeconfig: &plane.kubeconfig,
+            provider: &provider,
+            namespace: "scale-foreign",
+            foreign_claims: args.foreign_claims,
+            concurrency: args.concurrency,
+            log_dir: &out_dir,
+        };
+        match foreign::run(&client, setup).await {
+            Ok(run) => foreign_run = Some(run),
+            Err(e) => {
+                eprintln!("{} / foreign failed: {e:#}", provider.name);
+                errors.push(format!("{} / foreign: {e:#}", provider.name));
+            }
+        }
+    }
+
     let floor_rate = runs
         .iter()
         .find(|r| r.provider == "floor")
@@ -338,6 +363,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     println!("{}", report::table(&runs));
     if let Some(table) = report::at_size_table(&runs) {
         println!("{table}");
+    }
+    if let Some(run) = &foreign_run {
+        println!("{}", report::foreign_table(run));
     }
     for run in &runs {
         if let Some(c) = run.correctness.as_ref().filter(|c| !c.ok) {
@@ -368,6 +396,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         concurrency: args.concurrency,
         floor_definition: harness::FLOOR_DEFINITION.to_string(),
         runs,
+        foreign: foreign_run,
         targets,
         errors: errors.clone(),
     };

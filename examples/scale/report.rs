@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::atsize::{self, AtSize, Idle, Restart, Trickle};
+use crate::foreign::ForeignRun;
 use crate::harness::Run;
 
 /// Everything the JSON file holds.
@@ -20,6 +21,8 @@ pub struct Report {
     pub concurrency: usize,
     pub floor_definition: String,
     pub runs: Vec<Run>,
+    /// The foreign-claims scenario, when run.
+    pub foreign: Option<ForeignRun>,
     pub targets: Vec<Target>,
     pub errors: Vec<String>,
 }
@@ -171,6 +174,12 @@ pub fn table(runs: &[Run]) -> String {
         "  of which refused (4xx)",
         each(&|r| f(r.refused_writes_per_claim, 2)),
     );
+    for bucket in &buckets {
+        row(
+            &format!("API server ms/claim serving writes: {bucket}"),
+            each(&|r| opt(r.write_ms_per_claim_by_resource.get(bucket).copied(), 2)),
+        );
+    }
     row("API GETs/claim", each(&|r| f(r.gets_per_claim, 2)));
     row(
         "reconciles/claim",
@@ -442,4 +451,97 @@ pub fn write_json(path: &Path, report: &Report) -> anyhow::Result<()> {
     }
     std::fs::write(path, serde_json::to_string_pretty(report)? + "\n")?;
     Ok(())
+}
+
+/// The foreign-claims scenario as a Markdown table: the process that watched the foreign claims
+/// arrive, and one restarted once they existed.
+pub fn foreign_table(run: &ForeignRun) -> String {
+    let mib = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.1}"));
+    let count = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0}"));
+    let bytes = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.1}"));
+    let mut out = format!(
+        "| {} claims of {} | watching them arrive | restarted with them |\n|---|---:|---:|\n",
+        run.foreign_claims, run.pool_kind
+    );
+    let restarted = run.restarted.clone().unwrap_or_default();
+    let w = &run.watching;
+    let rows: [(&str, String, String); 9] = [
+        (
+            "resident memory: base → with the foreign claims (MiB)",
+            format!("{} → {}", mib(w.rss_before_mib), mib(w.rss_after_mib)),
+            format!(
+                "{} → {}",
+                mib(restarted.rss_before_mib),
+                mib(restarted.rss_after_mib)
+            ),
+        ),
+        (
+            "peak resident memory (MiB)",
+            mib(w.peak_after_mib),
+            mib(restarted.peak_after_mib),
+        ),
+        (
+            "**bytes per foreign claim** (resident memory)",
+            bytes(run.bytes_per_claim_watching),
+            bytes(run.bytes_per_claim_restarted),
+        ),
+        (
+            "claims in the claim cache (`inpool_claims_watched`)",
+            format!(
+                "{} → {}",
+                count(w.claims_watched_before),
+                count(w.claims_watched_after)
+            ),
+            count(restarted.claims_watched_after),
+        ),
+        (
+            "registry entries (`inpool_registry_entries`, summed)",
+            format!(
+                "{} → {}",
+                count(w.registry_entries_before),
+                count(w.registry_entries_after)
+            ),
+            count(restarted.registry_entries_after),
+        ),
+        (
+            "claim reconciles / work-queue adds (the sentinel's)",
+            format!("{} / {}", count(w.claim_reconciles), count(w.queue_adds)),
+            format!(
+                "{} / {}",
+                count(restarted.claim_reconciles),
+                count(restarted.queue_adds)
+            ),
+        ),
+        (
+            "API writes (the sentinel's)",
+            format!("{:.0} {:?}", w.writes, w.writes_by),
+            format!("{:.0} {:?}", restarted.writes, restarted.writes_by),
+        ),
+        (
+            "inpool CPU (s)",
+            w.cpu_seconds.map_or("–".into(), |v| format!("{v:.2}")),
+            restarted
+                .cpu_seconds
+                .map_or("–".into(), |v| format!("{v:.2}")),
+        ),
+        (
+            "foreign claims touched / their IPAddresses, reservations, Events",
+            format!(
+                "{} / {}, {}, {}",
+                run.foreign_claims_touched,
+                run.foreign_addresses,
+                run.foreign_reservations,
+                run.foreign_events
+            ),
+            "".into(),
+        ),
+    ];
+    for (what, a, b) in rows {
+        out.push_str(&format!("| {what} | {a} | {b} |\n"));
+    }
+    out.push_str(&format!(
+        "\n(creating the {} claims took {:.1} s)\n",
+        run.foreign_claims, run.seconds_to_create
+    ));
+    out
 }

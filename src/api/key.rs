@@ -40,6 +40,13 @@ impl Name {
         }
     }
 
+    /// The shared copy of `name` when there is one; never adds one. A name some key still holds
+    /// is always there ([`Name::forget_unused`] keeps it).
+    pub fn existing(name: &str) -> Option<Name> {
+        let names = NAMES.lock().expect("names lock");
+        names.get(name).map(|shared| Name(shared.clone()))
+    }
+
     /// Lets go of the names nothing but the table refers to.
     pub fn forget_unused() {
         NAMES
@@ -216,6 +223,18 @@ impl ObjectKey {
     }
 }
 
+impl ObjectKey {
+    /// The key of `namespace`/`name` when both names are interned; `None`, interning nothing,
+    /// when either is not, and then no map holds that key. For looking up an object that is
+    /// usually not kept (another provider's claim), without keeping its names.
+    pub fn existing(namespace: &str, name: &str) -> Option<ObjectKey> {
+        Some(ObjectKey {
+            namespace: Name::existing(namespace)?,
+            name: Name::existing(name)?,
+        })
+    }
+}
+
 impl std::fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
@@ -242,6 +261,24 @@ mod tests {
         assert!(!interned("name-test-dropped"));
         assert!(interned("name-test-kept") && interned("name-test-ns"));
         assert_eq!(&*kept.name, "name-test-kept");
+    }
+
+    #[test]
+    fn looking_up_an_existing_key_interns_nothing() {
+        let kept = ObjectKey::new("existing-test-ns", "existing-test-kept");
+        assert_eq!(
+            ObjectKey::existing("existing-test-ns", "existing-test-kept"),
+            Some(kept)
+        );
+        assert_eq!(
+            ObjectKey::existing("existing-test-ns", "existing-test-never"),
+            None
+        );
+        assert_eq!(
+            ObjectKey::existing("existing-test-other", "existing-test-kept"),
+            None
+        );
+        assert!(!interned("existing-test-never") && !interned("existing-test-other"));
     }
 
     #[test]

@@ -7,14 +7,22 @@
 //! process writes nothing while it catches up and reconciles each existing claim at most once.
 //! The full run with timings is `cargo run --release --example scale`.
 //!
+//! It also holds claims of another provider's pool kind to their cost (the harness's
+//! foreign-claims scenario at 300 claims): none kept in inpool's claim cache, none reconciled,
+//! none written to, before and after a restart.
+//!
 //! A binary of its own: the writes per claim are counted from the API server's own metrics, so
 //! no other test may write on its control plane meanwhile.
 
 use std::path::Path;
 use std::time::Duration;
 
-use inpool_testenv::scale::{atsize, harness, process};
+use inpool_testenv::scale::{atsize, foreign, harness, process};
 use inpool_testenv::support;
+
+/// The writes are counted from the API server's own metrics, which every run on the control
+/// plane adds to: one run at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_claims_in_one_pool_are_realised_distinct_and_released_without_orphans() {
@@ -27,12 +35,98 @@ async fn a_hundred_claims_in_one_prefix_pool_get_distinct_sub_prefixes_and_are_r
     realise_and_release("scale-test-prefix", 100, Some(64)).await;
 }
 
+/// 300 claims of metal3's `IPPool` beside inpool's own pool: inpool keeps none of them, reconciles
+/// none, writes nothing for them, while it watches them arrive and after a restart that lists them.
+/// The sentinel claims of inpool's pool, created after them, are what the counts may include.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_of_another_providers_pool_are_not_kept_reconciled_or_written() {
+    const FOREIGN: usize = 300;
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let env = support::env();
+    let client = env.client().await;
+    let provider = process::ProviderSpec::inpool(Path::new(env!("CARGO_BIN_EXE_inpool")));
+    let log_dir = std::env::temp_dir().join(format!("inpool-scale-foreign-{}", std::process::id()));
+    let setup = foreign::Setup {
+        kubeconfig: env.kubeconfig(),
+        provider: &provider,
+        namespace: "scale-test-foreign",
+        foreign_claims: FOREIGN,
+        concurrency: 16,
+        log_dir: &log_dir,
+    };
+    let run = foreign::run(&client, setup)
+        .await
+        .unwrap_or_else(|e| panic!("foreign-claims run failed: {e:#}"));
+    eprintln!("{run:#?}");
+
+    assert_eq!(
+        (
+            run.foreign_claims_touched,
+            run.foreign_addresses,
+            run.foreign_reservations,
+            run.foreign_events
+        ),
+        (0, 0, 0, 0),
+        "foreign claims touched / their IPAddresses, reservations, Events"
+    );
+    let (watching, restarted) = (&run.watching, run.restarted.as_ref().expect("restarted"));
+    // The claim cache: the canary, then the first sentinel; after the restart the second too.
+    // Each foreign claim kept would add one.
+    assert_eq!(
+        (
+            watching.claims_watched_before,
+            watching.claims_watched_after
+        ),
+        (Some(1.0), Some(2.0)),
+        "claims in inpool's claim cache before and after {FOREIGN} foreign claims"
+    );
+    assert_eq!(restarted.claims_watched_after, Some(3.0));
+    // The registry gains only the sentinel's entries: its reservation, its IPAddress and the
+    // claim's index of its reservations.
+    let registry_growth = watching.registry_entries_after.expect("registry gauge")
+        - watching.registry_entries_before.expect("registry gauge");
+    assert!(
+        registry_growth <= 3.0,
+        "the registry grew by {registry_growth} entries"
+    );
+    // A claim is reconciled twice (the second confirms inpool's own status write); each
+    // existing claim once after a restart. A foreign claim reconciled or queued would add one.
+    let reconciles = watching.claim_reconciles.expect("reconcile counter");
+    let queued = watching.queue_adds.expect("work-queue counter");
+    assert!(
+        reconciles <= 3.0 && queued <= 4.0,
+        "{reconciles} claim reconciles, {queued} queued, for one sentinel beside {FOREIGN} foreign claims"
+    );
+    let reconciles = restarted.claim_reconciles.expect("reconcile counter");
+    assert!(
+        reconciles <= 5.0,
+        "{reconciles} claim reconciles after a restart with 2 existing claims, 1 new and {FOREIGN} foreign"
+    );
+    // The sentinel's writes, one of each kind a claim costs (finalizer, status, reservation,
+    // IPAddress, Event); a write for each foreign claim would add 300. (A restarted process
+    // also takes the leader Lease: `other`.)
+    for (when, window) in [("watching", watching), ("restarted", restarted)] {
+        for kind in [
+            "claims",
+            "claims/status",
+            "ipaddressreservations",
+            "ipaddresses",
+            "events",
+        ] {
+            let writes = window.writes_by.get(kind).copied().unwrap_or(0.0);
+            assert!(
+                writes <= 1.0,
+                "{when}: {writes} writes to {kind} for one sentinel beside {FOREIGN} foreign claims: {:?}",
+                window.writes_by
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&log_dir);
+}
+
 /// Runs `claims` claims in one pool of the scenario's kind (`sub_prefixes`: a prefix pool) and
 /// checks the end state and the writes per claim.
 async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Option<u8>) {
-    // The writes are counted from the API server's own metrics, which every run on the control
-    // plane adds to: one run at a time.
-    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _turn = ONE_AT_A_TIME.lock().await;
     let env = support::env();
     let client = env.client().await;

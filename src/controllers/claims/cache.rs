@@ -3,6 +3,10 @@
 //! reflector store does: a list (the first one, or a re-list after a gap in the watch) replaces
 //! the whole cache once it is complete, and every claim of it is reconciled; an added or changed
 //! claim is reconciled; a deleted one is forgotten.
+//!
+//! A claim of a pool kind inpool does not serve (another provider's) is never kept, never
+//! reconciled: the watch's news of it only makes sure the cache does not hold it (its `poolRef`
+//! may have changed away from one of inpool's pools where Cluster API's webhook does not run).
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -76,10 +80,11 @@ impl CacheWriter {
                 Vec::new()
             }
             watcher::Event::InitApply(watched) => {
-                let claim = watched.claim;
-                self.listing
-                    .get_or_insert_with(HashMap::new)
-                    .insert(claim.key().clone(), Arc::new(claim));
+                if let Some(claim) = watched.claim {
+                    self.listing
+                        .get_or_insert_with(HashMap::new)
+                        .insert(claim.key().clone(), Arc::new(claim));
+                }
                 Vec::new()
             }
             watcher::Event::InitDone => {
@@ -92,18 +97,30 @@ impl CacheWriter {
                 self.listed = true;
                 requests
             }
-            watcher::Event::Apply(watched) => {
-                let claim = watched.claim;
-                let request = (claim.key().clone(), urgency(&claim));
-                self.cache
-                    .write()
-                    .insert(request.0.clone(), Arc::new(claim));
-                vec![request]
-            }
+            watcher::Event::Apply(watched) => match watched.claim {
+                Some(claim) => {
+                    let request = (claim.key().clone(), urgency(&claim));
+                    self.cache
+                        .write()
+                        .insert(request.0.clone(), Arc::new(claim));
+                    vec![request]
+                }
+                None => {
+                    self.forget(&watched);
+                    Vec::new()
+                }
+            },
             watcher::Event::Delete(watched) => {
-                self.cache.write().remove(watched.claim.key());
+                self.forget(&watched);
                 Vec::new()
             }
+        }
+    }
+
+    /// Removes the claim from the cache, if it is there.
+    fn forget(&self, watched: &WatchedClaim) {
+        if let Some(key) = watched.existing_key() {
+            self.cache.write().remove(&key);
         }
     }
 
@@ -132,10 +149,19 @@ mod tests {
     }
 
     fn watched(name: &str, version: &str) -> WatchedClaim {
+        watched_of(name, version, "ipam.cluster.x-k8s.io", "InClusterIPPool")
+    }
+
+    /// A claim of a pool of another provider (metal3's).
+    fn foreign(name: &str, version: &str) -> WatchedClaim {
+        watched_of(name, version, "ipam.metal3.io", "IPPool")
+    }
+
+    fn watched_of(name: &str, version: &str, group: &str, kind: &str) -> WatchedClaim {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
             "metadata": {"name": name, "namespace": "ns", "resourceVersion": version},
-            "spec": {"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "p"}}
+            "spec": {"poolRef": {"apiGroup": group, "kind": kind, "name": "p"}}
         }))
         .expect("a valid claim")
     }
@@ -204,5 +230,44 @@ mod tests {
                 .is_empty()
         );
         assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn claims_of_another_providers_pools_are_neither_kept_nor_reconciled() {
+        let cache = ClaimCache::default();
+        let mut writer = CacheWriter::new(cache.clone());
+        writer.apply(watcher::Event::Init);
+        writer.apply(watcher::Event::InitApply(watched("ours", "1")));
+        writer.apply(watcher::Event::InitApply(foreign("theirs", "2")));
+        assert_eq!(
+            writer.apply(watcher::Event::InitDone),
+            [(key("ours"), Urgency::Urgent)]
+        );
+        assert_eq!(cached(&cache), [("ours".into(), Some("1".into()))]);
+        assert!(
+            writer
+                .apply(watcher::Event::Apply(foreign("theirs", "3")))
+                .is_empty()
+        );
+        assert!(
+            writer
+                .apply(watcher::Event::Delete(foreign("theirs", "4")))
+                .is_empty()
+        );
+        assert_eq!(cache.len(), 1);
+
+        // Where no webhook keeps `spec` immutable, a poolRef can change either way: the cache
+        // follows the claim's latest version.
+        assert!(
+            writer
+                .apply(watcher::Event::Apply(foreign("ours", "5")))
+                .is_empty()
+        );
+        assert!(cache.is_empty(), "now another provider's");
+        assert_eq!(
+            writer.apply(watcher::Event::Apply(watched("theirs", "6"))),
+            [(key("theirs"), Urgency::Urgent)]
+        );
+        assert_eq!(cached(&cache), [("theirs".into(), Some("6".into()))]);
     }
 }

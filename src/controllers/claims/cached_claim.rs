@@ -8,8 +8,7 @@
 //! registry's records of the claim); its UID (16 bytes when it is a UUID, as the API server makes
 //! them), resourceVersion (a number when it is one), generation, creation time, whether it is
 //! being deleted, its finalizers (nothing when they are just inpool's), and whether it carries
-//! the paused or delete-for-move annotation; the pool as a [`PoolKey`] of interned names
-//! (`None` for a pool that is not one of inpool's kinds: such a claim is never touched); the
+//! the paused or delete-for-move annotation; the pool as a [`PoolKey`] of interned names; the
 //! cluster name, interned (`spec.clusterName`, else the deprecated label); `status.addressRef`;
 //! the `Ready` condition's status, reason, observed generation, transition time and a digest of
 //! its message (enough to tell whether a write would change it); the legacy `Ready` entry's
@@ -18,6 +17,13 @@
 //! back whole, guarded by the resourceVersion. Claims are only ever patched, field by field,
 //! never written back whole from the cache, so nothing dropped here can be lost on the server.
 //! `cargo bench --bench memory` reports the bytes per claim.
+//!
+//! A claim whose `spec.poolRef` names a kind inpool does not serve (another provider's: metal3's
+//! `IPPool`, Infoblox's) is not kept at all: the watch reads it as a [`WatchedClaim`] without a
+//! [`CachedClaim`], and no name of it is interned. It costs no memory, no reconcile and no write.
+//! Should its `poolRef` change (Cluster API's webhook forbids it: the spec of an
+//! `IPAddressClaim` is immutable), the watch brings the whole claim again and the cache follows
+//! it either way (see [`super::cache`]).
 //!
 //! A `CachedClaim` is not a kube `Resource` (it has no `ObjectMeta`, most of whose fields a claim
 //! leaves empty): what the reconciler reads of the claim's metadata comes from the methods here,
@@ -39,12 +45,23 @@ use crate::api::{
 
 /// An `IPAddressClaim` as the claim watch reads it: the metadata kube's watcher reads of each
 /// object (its name, namespace and resourceVersion, from which a watch resumes), and the
-/// [`CachedClaim`] the cache keeps.
+/// [`CachedClaim`] the cache keeps, `None` for a claim of a pool kind inpool does not serve.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(from = "IPAddressClaim")]
 pub struct WatchedClaim {
     metadata: ObjectMeta,
-    pub claim: CachedClaim,
+    pub claim: Option<CachedClaim>,
+}
+
+impl WatchedClaim {
+    /// The claim's key, when some map may hold it: a claim inpool never kept interned no name,
+    /// and looking it up adds none (see [`ObjectKey::existing`]).
+    pub fn existing_key(&self) -> Option<ObjectKey> {
+        ObjectKey::existing(
+            self.metadata.namespace.as_deref().unwrap_or_default(),
+            self.metadata.name.as_deref().unwrap_or_default(),
+        )
+    }
 }
 
 impl From<IPAddressClaim> for WatchedClaim {
@@ -57,7 +74,7 @@ impl From<IPAddressClaim> for WatchedClaim {
         };
         WatchedClaim {
             metadata,
-            claim: CachedClaim::from(claim),
+            claim: CachedClaim::of_served_pool(claim),
         }
     }
 }
@@ -98,7 +115,7 @@ pub struct CachedClaim {
     finalizers: Finalizers,
     paused: bool,
     moving: bool,
-    pool: Option<PoolKey>,
+    pool: PoolKey,
     cluster_name: Option<Name>,
     address_ref: AddressRef,
     ready: Option<ReadyFacts>,
@@ -247,13 +264,15 @@ fn digest(message: &str) -> u64 {
     hasher.finish()
 }
 
-impl From<IPAddressClaim> for CachedClaim {
-    fn from(claim: IPAddressClaim) -> CachedClaim {
+impl CachedClaim {
+    /// What the cache keeps of `claim`; `None` when its `spec.poolRef` names a kind inpool does
+    /// not serve, decided before any name of the claim is interned.
+    pub fn of_served_pool(claim: IPAddressClaim) -> Option<CachedClaim> {
+        let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
+        let pool = PoolKey::from_ref(&claim.spec.pool_ref, namespace)?;
         let cluster_name = claim.cluster_name().map(Name::new);
         let IPAddressClaim {
-            metadata,
-            spec,
-            status,
+            metadata, status, ..
         } = claim;
         let key = ObjectKey::new(
             metadata.namespace.as_deref().unwrap_or_default(),
@@ -300,8 +319,8 @@ impl From<IPAddressClaim> for CachedClaim {
             status: ConditionStatus::parse(&c.status),
             reason: c.reason.as_deref().map(Name::new),
         });
-        CachedClaim {
-            pool: PoolKey::from_ref(&spec.pool_ref, &key.namespace),
+        Some(CachedClaim {
+            pool,
             key,
             uid: metadata.uid.map(Uid::new),
             resource_version: metadata.resource_version.map(ResourceVersion::new),
@@ -316,11 +335,9 @@ impl From<IPAddressClaim> for CachedClaim {
             ready,
             legacy_ready,
             legacy_others: (!legacy_others.is_empty()).then(|| legacy_others.into_boxed_slice()),
-        }
+        })
     }
-}
 
-impl CachedClaim {
     /// The claim's namespace and name.
     pub fn key(&self) -> &ObjectKey {
         &self.key
@@ -391,9 +408,9 @@ impl CachedClaim {
         }
     }
 
-    /// The pool `spec.poolRef` names, when it is one of inpool's kinds.
-    pub fn pool(&self) -> Option<&PoolKey> {
-        self.pool.as_ref()
+    /// The pool `spec.poolRef` names.
+    pub fn pool(&self) -> &PoolKey {
+        &self.pool
     }
 
     /// `spec.poolRef` as the claim has it (only claims of inpool's pools are reconciled, and
@@ -495,6 +512,10 @@ mod tests {
         serde_json::from_value(value).expect("a valid claim")
     }
 
+    fn kept(value: serde_json::Value) -> CachedClaim {
+        CachedClaim::of_served_pool(claim(value)).expect("a claim of one of inpool's pools")
+    }
+
     fn realised() -> serde_json::Value {
         json!({
             "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
@@ -528,7 +549,7 @@ mod tests {
 
     #[test]
     fn keeps_what_the_reconciler_reads_and_drops_the_rest() {
-        let cached = CachedClaim::from(claim(realised()));
+        let cached = kept(realised());
         assert_eq!(cached.key(), &ObjectKey::new("ns", "m-0"));
         assert_eq!(cached.uid().as_deref(), Some("u-1"));
         assert_eq!(cached.resource_version().as_deref(), Some("7"));
@@ -545,7 +566,7 @@ mod tests {
             (reference.kind.as_deref(), reference.uid.as_deref()),
             (Some("IPAddressClaim"), Some("u-1"))
         );
-        assert_eq!(cached.pool(), Some(&PoolKey::in_cluster("ns", "p")));
+        assert_eq!(cached.pool(), &PoolKey::in_cluster("ns", "p"));
         assert_eq!(cached.cluster_name(), Some("edge"));
         assert_eq!(cached.address_ref(), Some("m-0"));
         assert_eq!(cached.ready_reason(), Some("AddressAllocated"));
@@ -568,32 +589,47 @@ mod tests {
         let mut value = realised();
         value["metadata"]["finalizers"] = json!([CLAIM_FINALIZER]);
         value["metadata"]["deletionTimestamp"] = json!("2026-11-30T11:00:00Z");
-        let only_inpools = CachedClaim::from(claim(value.clone()));
+        let only_inpools = kept(value.clone());
         assert_eq!(only_inpools.finalizers, Finalizers::OnlyInpools);
         assert_eq!(only_inpools.finalizers(), [CLAIM_FINALIZER]);
         assert!(only_inpools.has_finalizer(CLAIM_FINALIZER) && only_inpools.is_deleting());
         value["metadata"]["finalizers"] = json!(null);
-        let none = CachedClaim::from(claim(value));
+        let none = kept(value);
         assert!(none.finalizers().is_empty() && !none.has_finalizer(CLAIM_FINALIZER));
     }
 
     #[test]
-    fn a_pool_of_another_provider_or_an_address_of_another_name_is_kept_as_such() {
+    fn a_claim_of_another_providers_pool_is_not_kept_and_interns_no_name() {
+        for (group, kind) in [
+            ("ipam.metal3.io", "IPPool"),
+            ("ipam.cluster.x-k8s.io", "InfobloxIPPool"),
+        ] {
+            let mut value = realised();
+            value["metadata"]["name"] = json!(format!("foreign-claim-{kind}"));
+            value["metadata"]["namespace"] = json!("foreign-claim-ns");
+            value["spec"]["poolRef"]["apiGroup"] = json!(group);
+            value["spec"]["poolRef"]["kind"] = json!(kind);
+            let watched: WatchedClaim = serde_json::from_value(value).expect("a valid claim");
+            assert!(watched.claim.is_none(), "{group} {kind}");
+            assert_eq!(watched.existing_key(), None, "{group} {kind}");
+        }
+    }
+
+    #[test]
+    fn a_cluster_from_the_spec_or_an_address_of_another_name_is_kept_as_such() {
         let mut value = realised();
-        value["spec"]["poolRef"]["apiGroup"] = json!("ipam.metal3.io");
         value["spec"]["clusterName"] = json!("from-spec");
         value["status"]["addressRef"]["name"] = json!("elsewhere");
-        let cached = CachedClaim::from(claim(value));
-        assert_eq!(cached.pool(), None);
+        let cached = kept(value);
         assert_eq!(cached.cluster_name(), Some("from-spec"));
         assert_eq!(cached.address_ref(), Some("elsewhere"));
 
         let mut value = realised();
         value["status"] = json!(null);
         value["spec"]["poolRef"]["kind"] = json!("GlobalInClusterPrefixPool");
-        let cached = CachedClaim::from(claim(value));
+        let cached = kept(value);
         assert_eq!(
-            cached.pool(),
+            Some(cached.pool()),
             PoolKey::of_kind(PoolKind::GlobalPrefix, Some("ns"), "p").as_ref()
         );
         assert_eq!(cached.address_ref(), None);
@@ -604,7 +640,7 @@ mod tests {
 
     #[test]
     fn realised_means_ready_for_this_generation_with_its_address_and_not_deleting() {
-        assert!(CachedClaim::from(claim(realised())).is_realised());
+        assert!(kept(realised()).is_realised());
         let mut newer = realised();
         newer["metadata"]["generation"] = json!(3);
         let mut deleting = realised();
@@ -619,13 +655,13 @@ mod tests {
             (unset, "no addressRef"),
             (waiting, "Ready is False"),
         ] {
-            assert!(!CachedClaim::from(claim(value)).is_realised(), "{why}");
+            assert!(!kept(value).is_realised(), "{why}");
         }
     }
 
     #[test]
     fn ready_says_exactly_what_the_condition_says_for_the_current_generation() {
-        let cached = CachedClaim::from(claim(realised()));
+        let cached = kept(realised());
         let (allocated, message) = ("AddressAllocated", "address 10.0.0.2 allocated");
         assert!(cached.ready_says(ConditionStatus::True, allocated, message));
         assert!(!cached.ready_says(
@@ -637,7 +673,7 @@ mod tests {
         assert!(!cached.ready_says(ConditionStatus::True, "PoolExhausted", message));
         let mut value = realised();
         value["metadata"]["generation"] = json!(3);
-        let newer = CachedClaim::from(claim(value));
+        let newer = kept(value);
         assert!(!newer.ready_says(ConditionStatus::True, allocated, message));
 
         assert!(cached.legacy_mirrors(ConditionStatus::True, allocated));
@@ -647,7 +683,7 @@ mod tests {
     #[test]
     fn the_status_applied_is_the_one_the_whole_object_gives() {
         let whole = claim(realised());
-        let cached = CachedClaim::from(whole.clone());
+        let cached = CachedClaim::of_served_pool(whole.clone()).expect("a claim of inpool's pool");
         let now = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap());
         for (status, reason, message, address_ref) in [
             (

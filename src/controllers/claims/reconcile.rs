@@ -53,9 +53,7 @@ const MAX_TAKEN_RETRIES: usize = 16;
 
 #[tracing::instrument(skip_all, fields(claim = claim.name(), namespace = claim.namespace()))]
 pub async fn reconcile(claim: Arc<CachedClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let Some(pool) = claim.pool().cloned() else {
-        return Ok(Action::await_change());
-    };
+    let pool = claim.pool().clone();
     let key = claim.key().clone();
     if ctx
         .own_writes()

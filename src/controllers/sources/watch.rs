@@ -102,7 +102,7 @@ impl Stores {
 
     /// The cached claims of a pool.
     pub fn claims_of_pool(&self, pool: &PoolKey) -> Vec<ObjectKey> {
-        self.claims.keys_where(|c| c.pool() == Some(pool))
+        self.claims.keys_where(|c| c.pool() == pool)
     }
 
     /// The cached pool `key` names, of any kind; `None` when it is not in the cache.

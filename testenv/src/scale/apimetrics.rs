@@ -1,6 +1,7 @@
 //! The API server's own request counters (`apiserver_request_total` on `/metrics`), read before
 //! and after a phase, so that "API writes per claim" is what the server counted, whoever sent
-//! the requests.
+//! the requests; and the time it spent serving them (`apiserver_request_duration_seconds_sum`),
+//! so that what each kind of write costs it can be compared.
 
 use std::collections::BTreeMap;
 
@@ -156,16 +157,36 @@ impl RequestCounts {
 
 /// Reads `/metrics` from the API server (the admin client may).
 pub async fn scrape(client: &Client) -> anyhow::Result<RequestCounts> {
+    Ok(parse(&metrics_page(client).await?))
+}
+
+/// Reads `/metrics` once: the request counts, and the seconds the server spent on the requests
+/// of each key (its `code` left empty: the duration histogram has no code label).
+pub async fn scrape_with_seconds(
+    client: &Client,
+) -> anyhow::Result<(RequestCounts, RequestCounts)> {
+    let text = metrics_page(client).await?;
+    Ok((
+        parse(&text),
+        parse_series(&text, "apiserver_request_duration_seconds_sum{"),
+    ))
+}
+
+async fn metrics_page(client: &Client) -> anyhow::Result<String> {
     let request = http::Request::get("/metrics").body(Vec::new())?;
-    let text = client.request_text(request).await?;
-    Ok(parse(&text))
+    Ok(client.request_text(request).await?)
 }
 
 /// Sums the `apiserver_request_total` series of a Prometheus text page by [`RequestKey`].
 pub fn parse(text: &str) -> RequestCounts {
+    parse_series(text, "apiserver_request_total{")
+}
+
+/// Sums the series of one metric (`prefix`: its name and `{`) by [`RequestKey`].
+fn parse_series(text: &str, prefix: &str) -> RequestCounts {
     let mut out = BTreeMap::new();
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+        let Some(rest) = line.strip_prefix(prefix) else {
             continue;
         };
         let Some(end) = rest.rfind('}') else { continue };
@@ -246,5 +267,18 @@ apiserver_request_total{code="200",component="",dry_run="",group="",resource="",
         assert_eq!(buckets["claims"], 4.0);
         assert_eq!(buckets["claims/status"], 2.0);
         assert_eq!(counts.verb("GET"), 0.0);
+    }
+
+    #[test]
+    fn the_seconds_of_each_write_are_summed_by_bucket() {
+        let text = r#"apiserver_request_duration_seconds_sum{component="apiserver",dry_run="",group="",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 0.5
+apiserver_request_duration_seconds_sum{component="apiserver",dry_run="",group="ipam.cluster.x-k8s.io",resource="ipaddressclaims",scope="resource",subresource="status",verb="APPLY",version="v1beta2"} 1.5
+apiserver_request_duration_seconds_count{component="apiserver",dry_run="",group="",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 9
+"#;
+        let seconds = parse_series(text, "apiserver_request_duration_seconds_sum{");
+        let buckets = seconds.writes_by_bucket();
+        assert_eq!(buckets["events"], 0.5);
+        assert_eq!(buckets["claims/status"], 1.5);
+        assert_eq!(seconds.writes(), 2.0);
     }
 }

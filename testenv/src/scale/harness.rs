@@ -247,6 +247,9 @@ pub struct Release {
     pub claims_per_second: f64,
     pub writes_per_claim: f64,
     pub writes_per_claim_by_resource: BTreeMap<String, f64>,
+    /// Milliseconds per claim the API server spent serving the writes of each kind (the
+    /// harness's deletes included, under `claims`).
+    pub write_ms_per_claim_by_resource: BTreeMap<String, f64>,
 }
 
 /// One measured run: the floor, or a provider on one scenario.
@@ -271,6 +274,9 @@ pub struct Run {
     /// Writes per claim the API server counted, not counting the harness's claim creates.
     pub writes_per_claim: f64,
     pub writes_per_claim_by_resource: BTreeMap<String, f64>,
+    /// Milliseconds per claim the API server spent serving the writes of each kind (the
+    /// harness's claim creates included, under `claims`): what each kind of write costs it.
+    pub write_ms_per_claim_by_resource: BTreeMap<String, f64>,
     /// Writes per claim the API server refused (4xx: conflicts, AlreadyExists).
     pub refused_writes_per_claim: f64,
     /// `GET`s per claim (reads that bypass a cache).
@@ -336,7 +342,7 @@ impl Drop for ReadyTracker {
     }
 }
 
-fn ready_ref(claim: &IPAddressClaim) -> Option<&str> {
+pub(crate) fn ready_ref(claim: &IPAddressClaim) -> Option<&str> {
     let ready = claim
         .conditions()
         .iter()
@@ -529,7 +535,7 @@ where
 // ---------------------------------------------------------------------------------------------
 // Objects
 
-async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+pub(crate) async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
     let ns = Namespace {
         metadata: ObjectMeta {
@@ -544,7 +550,7 @@ async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn delete_namespace(
+pub(crate) async fn delete_namespace(
     client: &Client,
     name: &str,
     wait: Option<Duration>,
@@ -564,6 +570,20 @@ async fn delete_namespace(
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+    Ok(())
+}
+
+/// Creates an `InClusterIPPool` of all of `net` in `ns`.
+pub(crate) async fn create_ip_pool(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    net: &IpNet,
+) -> anyhow::Result<()> {
+    Api::<InClusterIPPool>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pool_object(name, net))
+        .await
+        .with_context(|| format!("creating pool {name}"))?;
     Ok(())
 }
 
@@ -596,7 +616,7 @@ pub fn claim_object(
 
 /// Creates `total` claims, `concurrency` at a time; `created(i, claim, at)` is called as each
 /// create returns. Returns when all are created.
-async fn create_claims(
+pub(crate) async fn create_claims(
     api: &Api<IPAddressClaim>,
     total: usize,
     concurrency: usize,
@@ -634,6 +654,8 @@ async fn create_claims(
 struct Snapshot {
     at: Instant,
     requests: RequestCounts,
+    /// The seconds the API server spent serving the requests of each key.
+    seconds: RequestCounts,
     provider: Option<process::ProcStat>,
     plane_cpu: Option<f64>,
     harness_cpu: Option<f64>,
@@ -644,10 +666,11 @@ async fn snapshot(
     provider: Option<u32>,
     plane: Option<u32>,
 ) -> anyhow::Result<Snapshot> {
-    let requests = apimetrics::scrape(client).await?;
+    let (requests, seconds) = apimetrics::scrape_with_seconds(client).await?;
     Ok(Snapshot {
         at: Instant::now(),
         requests,
+        seconds,
         provider: provider.and_then(process::proc_stat),
         plane_cpu: plane.and_then(process::tree_cpu_seconds),
         harness_cpu: process::proc_stat(std::process::id()).map(|s| s.cpu_seconds),
@@ -712,6 +735,16 @@ fn measure(
     }
     run.writes_per_claim = (delta.writes() - harness_creates) / claims.max(1) as f64;
     run.writes_per_claim_by_resource = per_claim(buckets, claims);
+    run.write_ms_per_claim_by_resource = per_claim(
+        after
+            .seconds
+            .since(&before.seconds)
+            .writes_by_bucket()
+            .into_iter()
+            .map(|(k, v)| (k, v * 1000.0))
+            .collect(),
+        claims,
+    );
     run.refused_writes_per_claim = delta.refused_writes() / claims.max(1) as f64;
     run.gets_per_claim = delta.verb("GET") / claims.max(1) as f64;
     run.requests = delta.deltas();
@@ -1578,7 +1611,7 @@ async fn release_all(
     if settle {
         wait_quiet(client, "release").await?;
     }
-    let before = apimetrics::scrape(client).await?;
+    let (before, seconds_before) = apimetrics::scrape_with_seconds(client).await?;
     let t0 = Instant::now();
     let dp = DeleteParams::default();
     let results: Vec<anyhow::Result<()>> = futures::stream::iter(names)
@@ -1654,7 +1687,7 @@ async fn release_all(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let after = apimetrics::scrape(client).await?;
+    let (after, seconds_after) = apimetrics::scrape_with_seconds(client).await?;
     let leftovers = Leftovers {
         claims: left_claims,
         addresses: left_addresses,
@@ -1681,6 +1714,15 @@ async fn release_all(
             claims_per_second: total as f64 / seconds.max(1e-9),
             writes_per_claim: writes / total.max(1) as f64,
             writes_per_claim_by_resource: per_claim(buckets, total),
+            write_ms_per_claim_by_resource: per_claim(
+                seconds_after
+                    .since(&seconds_before)
+                    .writes_by_bucket()
+                    .into_iter()
+                    .map(|(k, v)| (k, v * 1000.0))
+                    .collect(),
+                total,
+            ),
         }),
         leftovers,
     ))

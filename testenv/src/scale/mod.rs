@@ -5,12 +5,14 @@
 //! - [`harness`]: the floor (an ideal provider that only writes), the provider scenarios (N
 //!   claims in M pools against a provider process), the Ready tracker and the end-of-run check;
 //! - [`atsize`]: restart, idle and trickle at size;
+//! - [`foreign`]: what claims of another provider's pools cost inpool;
 //! - [`apimetrics`]: requests counted from the API server's own `/metrics`;
 //! - [`process`]: the provider under test as a process, with its resource use from `/proc`;
 //! - [`soak`]: what the soak run (`examples/soak.rs`) computes: slopes, duplicates, its picture.
 
 pub mod apimetrics;
 pub mod atsize;
+pub mod foreign;
 pub mod harness;
 pub mod process;
 pub mod soak;
