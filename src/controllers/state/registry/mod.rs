@@ -38,6 +38,7 @@ mod change;
 mod diff;
 mod holds;
 mod pool_entry;
+mod pre_allocations;
 mod queries;
 #[cfg(test)]
 mod tests;
@@ -48,6 +49,7 @@ pub use diff::ListedHolds;
 pub use holds::{HoldRecord, Holder};
 use holds::{ReservationNames, scopes_meet};
 use pool_entry::PoolEntry;
+pub use pre_allocations::{PreAllocationConflict, PreAllocationState};
 
 /// The picture itself (see the module).
 #[derive(Default)]
@@ -109,6 +111,8 @@ impl Registry {
             return Vec::new();
         }
         entry.source = Some(parsed.clone());
+        self.set_pre_allocations(key, &parsed);
+        let entry = self.pool_entry(key);
         match parsed {
             Ok(parsed) => {
                 entry.network = Some(parsed.network());
@@ -121,7 +125,10 @@ impl Registry {
         }
         self.recompute_holds(key);
         self.dirty.extend(self.pools.keys().cloned());
-        self.pools[key].wakeups()
+        let entry = &self.pools[key];
+        let mut woken = entry.wakeups();
+        woken.extend(entry.unrealised_pre_allocations());
+        woken
     }
 
     /// Counts again, from every record, the holds in one pool (its range changed).
@@ -282,6 +289,7 @@ impl Registry {
                 if entry.unhold(record) {
                     woken.extend(entry.wakeups());
                 }
+                woken.extend(entry.pre_allocation_freed(record));
             }
         }
         woken
