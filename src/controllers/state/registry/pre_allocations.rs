@@ -145,6 +145,16 @@ impl PoolEntry {
             return Vec::new();
         }
         let block = record.block();
+        if block.first() == block.last() {
+            // One address (nearly every record): one look-up, not a walk over the entries.
+            return self
+                .pre_allocations
+                .claim_of(record.ip)
+                .filter(|claim| record.holder.claim() != Some(*claim) && !self.is_held(record.ip))
+                .cloned()
+                .into_iter()
+                .collect();
+        }
         self.pre_allocations
             .by_ip
             .iter()
