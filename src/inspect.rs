@@ -539,10 +539,64 @@ pub struct Holder {
     pub reservation: Option<String>,
     /// The reservation is kept after release until this time (the pool's reuse grace period).
     pub released_until: Option<String>,
+    /// The pool's `spec.preAllocations` names this address for this claim (a row with no
+    /// `IPAddress` and no reservation: the claim has not taken it yet, and no other claim can).
+    pub pre_allocated: bool,
+}
+
+/// Every `spec.preAllocations` entry of an IP pool that names `address`: (pool as `Kind/name`,
+/// claim namespace, claim name).
+async fn pre_allocations_of(
+    client: &Client,
+    address: IpAddr,
+) -> anyhow::Result<Vec<(String, String, String)>> {
+    let lp = ListParams::default();
+    let names = |spec: &crate::api::InClusterIPPoolSpec, namespace: Option<String>| {
+        spec.pre_allocations
+            .iter()
+            .flatten()
+            .filter(|entry| entry.address.parse::<IpAddr>().ok() == Some(address))
+            .map(|entry| {
+                let claim_namespace = namespace
+                    .clone()
+                    .unwrap_or_else(|| entry.claim_namespace.clone());
+                (claim_namespace, entry.claim_name.clone())
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut found = Vec::new();
+    for pool in Api::<InClusterIPPool>::all(client.clone())
+        .list(&lp)
+        .await?
+        .items
+    {
+        for (namespace, claim) in names(&pool.spec, pool.namespace()) {
+            found.push((
+                format!("InClusterIPPool/{}", pool.name_any()),
+                namespace,
+                claim,
+            ));
+        }
+    }
+    for pool in Api::<GlobalInClusterIPPool>::all(client.clone())
+        .list(&lp)
+        .await?
+        .items
+    {
+        for (namespace, claim) in names(&pool.spec, None) {
+            found.push((
+                format!("GlobalInClusterIPPool/{}", pool.name_any()),
+                namespace,
+                claim,
+            ));
+        }
+    }
+    Ok(found)
 }
 
 /// Who holds `address`: every `IPAddress` with that address (in any namespace) and every
-/// reservation of it, joined by claim.
+/// reservation of it, joined by claim, and every claim an IP pool's `spec.preAllocations`
+/// names it for.
 pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Holder>> {
     let lp = ListParams::default();
     let addresses = Api::<IPAddress>::all(client.clone()).list(&lp).await?.items;
@@ -576,6 +630,7 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
                 since: a.creation_timestamp().map(|t| t.0.to_string()),
                 reservation: None,
                 released_until: None,
+                pre_allocated: false,
             },
         );
     }
@@ -601,11 +656,30 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
                 since: r.creation_timestamp().map(|t| t.0.to_string()),
                 reservation: None,
                 released_until: None,
+                pre_allocated: false,
             });
         holder.reservation = Some(r.name_any());
         if r.is_released() {
             holder.released_until = r.reusable_after().map(|t| t.to_string());
         }
+    }
+    for (pool, namespace, claim) in pre_allocations_of(client, address).await? {
+        holders
+            .entry((namespace.clone(), claim.clone(), pool.clone()))
+            .or_insert_with(|| Holder {
+                address: address.to_string(),
+                pool,
+                namespace,
+                claim,
+                ip_address: None,
+                prefix: None,
+                gateway: None,
+                since: None,
+                reservation: None,
+                released_until: None,
+                pre_allocated: true,
+            })
+            .pre_allocated = true;
     }
     Ok(holders.into_values().collect())
 }
@@ -619,6 +693,8 @@ pub struct Why {
     pub pool: Option<PoolRow>,
     /// `true` when the pool carries the paused annotation.
     pub pool_paused: bool,
+    /// The address the pool's `spec.preAllocations` names for the claim, if any.
+    pub pre_allocated: Option<String>,
     /// The claim's Cluster, if it names one: (name, exists, paused).
     pub cluster: Option<(String, bool, bool)>,
     /// `true` when the claim carries the paused annotation.
@@ -682,6 +758,24 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
     };
     let claim_paused = claim.annotations().contains_key(PAUSED_ANNOTATION);
     let ours = served.is_some();
+    let entry_of = |spec: &crate::api::InClusterIPPoolSpec, claim_namespace: &str| {
+        spec.pre_allocations
+            .iter()
+            .flatten()
+            .find(|e| e.claim_name == claim.name_any() && e.claim_namespace == claim_namespace)
+            .map(|e| e.address.clone())
+    };
+    let pre_allocated = match served.as_ref().map(|key| key.kind) {
+        Some(PoolKind::InCluster) => api_in::<InClusterIPPool>(client, Some(namespace))
+            .get_opt(name)
+            .await?
+            .and_then(|p| entry_of(&p.spec, "")),
+        Some(PoolKind::Global) => Api::<GlobalInClusterIPPool>::all(client.clone())
+            .get_opt(name)
+            .await?
+            .and_then(|p| entry_of(&p.spec, namespace)),
+        _ => None,
+    };
 
     let mut findings = Vec::new();
     if !ours {
@@ -732,6 +826,23 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
         }
         None => {}
     }
+    if let Some(entry) = &pre_allocated {
+        let held = row
+            .address
+            .as_deref()
+            .map(|a| a.split('/').next().unwrap_or(a));
+        let same = |held: &str| held.parse::<IpAddr>().ok() == entry.parse::<IpAddr>().ok();
+        match held {
+            Some(held) if !same(held) => findings.push(format!(
+                "its pool's spec.preAllocations names {entry} for it, but it holds {held}: the entry changed after the address was allocated; the claim keeps {held} until it is released"
+            )),
+            Some(_) => {}
+            None => findings.push(format!(
+                "its pool's spec.preAllocations names {entry} for it, and no other claim gets that address; now: {}: {}",
+                row.reason, row.message
+            )),
+        }
+    }
     if row.ready == "-"
         && ours
         && !claim_paused
@@ -743,8 +854,13 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
     if findings.is_empty() {
         findings.push(match row.ready.as_str() {
             "True" => format!(
-                "nothing: the claim holds {}",
-                row.address.clone().unwrap_or_default()
+                "nothing: the claim holds {}{}",
+                row.address.clone().unwrap_or_default(),
+                if pre_allocated.is_some() {
+                    ", as its pool's spec.preAllocations names"
+                } else {
+                    ""
+                }
             ),
             _ => format!("{}: {}", row.reason, row.message),
         });
@@ -753,6 +869,7 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
         claim: row,
         pool,
         pool_paused,
+        pre_allocated,
         cluster,
         claim_paused,
         findings,

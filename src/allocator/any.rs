@@ -49,6 +49,21 @@ impl ParsedSpec {
     }
 }
 
+impl ParsedSpec {
+    /// The pre-allocations of an IP pool (prefix pools have none).
+    pub fn pre_allocations(&self) -> &[super::PreAllocated] {
+        match self {
+            ParsedSpec::Addresses(pool) => pool.pre_allocations(),
+            ParsedSpec::Prefixes(_) => &[],
+        }
+    }
+
+    /// The gateway, never handed out.
+    pub fn gateway(&self) -> Option<IpAddr> {
+        self.network().1
+    }
+}
+
 /// The allocation state of a pool of either shape.
 #[derive(Clone, Debug)]
 pub enum AnyAllocator {
@@ -243,6 +258,7 @@ mod tests {
                 gateway: None,
                 excluded_addresses: Vec::new(),
                 allocate_reserved_ip_addresses: true,
+                pre_allocations: Vec::new(),
             }
             .parse()
             .unwrap(),

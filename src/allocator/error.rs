@@ -18,6 +18,8 @@ pub enum Field {
     Prefixes(usize),
     ExcludedPrefixes(usize),
     AllocationPrefixLength,
+    /// The address of an IP pool's pre-allocation.
+    PreAllocations(usize),
 }
 
 impl fmt::Display for Field {
@@ -30,6 +32,7 @@ impl fmt::Display for Field {
             Field::Prefixes(index) => write!(f, "prefixes[{index}]"),
             Field::ExcludedPrefixes(index) => write!(f, "excludedPrefixes[{index}]"),
             Field::AllocationPrefixLength => f.write_str("allocationPrefixLength"),
+            Field::PreAllocations(index) => write!(f, "preAllocations[{index}].address"),
         }
     }
 }

@@ -148,7 +148,7 @@ pub use prefix::{
     DEFAULT_ALLOCATION_PREFIX_LENGTH, ParsedPrefixPool, PrefixAllocator, PrefixPoolSpecInput,
 };
 pub use set::{AddressSet, FamilyMismatch};
-pub use spec::{ParsedPool, PoolSpecInput};
+pub use spec::{ParsedPool, PoolSpecInput, PreAllocated, PreAllocationInput};
 
 #[cfg(test)]
 mod tests;

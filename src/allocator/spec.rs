@@ -30,6 +30,27 @@ pub struct PoolSpecInput {
     /// Same syntax as `addresses`; need not lie inside the subnet.
     pub excluded_addresses: Vec<String>,
     pub allocate_reserved_ip_addresses: bool,
+    /// Claims that get a given address, in the order written.
+    pub pre_allocations: Vec<PreAllocationInput>,
+}
+
+/// One pre-allocation as written: the claim (its namespace empty on a namespaced pool) and the
+/// address text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PreAllocationInput {
+    pub claim_namespace: String,
+    pub claim_name: String,
+    pub address: String,
+}
+
+/// A validated pre-allocation: one address of the pool's family for one claim. Whether the
+/// address is one the pool hands out is not checked here: that is a conflict of the claim, which
+/// resolves when the pool's addresses change, not a fault of the spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreAllocated {
+    pub claim_namespace: String,
+    pub claim_name: String,
+    pub ip: IpAddr,
 }
 
 /// A validated pool spec.
@@ -39,6 +60,7 @@ pub struct ParsedPool {
     gateway: Option<IpAddr>,
     configured: AddressSet,
     allocatable: AddressSet,
+    pre_allocations: Vec<PreAllocated>,
 }
 
 impl ParsedPool {
@@ -68,6 +90,11 @@ impl ParsedPool {
     /// overlap checks between pools compare.
     pub fn allocatable(&self) -> &AddressSet {
         &self.allocatable
+    }
+
+    /// The pre-allocations, in the order written.
+    pub fn pre_allocations(&self) -> &[PreAllocated] {
+        &self.pre_allocations
     }
 
     pub fn into_allocatable(self) -> AddressSet {
@@ -101,6 +128,7 @@ impl PoolSpecInput {
         );
         let gateway = parse_gateway(self.gateway.as_deref(), family, &mut errors);
         let prefix = check_prefix(self.prefix, family, &mut errors);
+        let pre_allocations = parse_pre_allocations(&self.pre_allocations, family, &mut errors);
 
         let (Some(family), Some(prefix), true) = (family, prefix, errors.is_empty()) else {
             return Err(
@@ -128,6 +156,7 @@ impl PoolSpecInput {
             gateway,
             configured,
             allocatable,
+            pre_allocations,
         })
     }
 }
@@ -162,6 +191,39 @@ pub(crate) fn parse_gateway(
             _ => Some(ip),
         },
     }
+}
+
+/// Parses each pre-allocated address: one IP of the `pool` family, if known.
+fn parse_pre_allocations(
+    entries: &[PreAllocationInput],
+    pool: Option<Family>,
+    errors: &mut Vec<SpecError>,
+) -> Vec<PreAllocated> {
+    let mut parsed = Vec::with_capacity(entries.len());
+    for (index, entry) in entries.iter().enumerate() {
+        let field = Field::PreAllocations(index);
+        match parse_ip(&entry.address) {
+            Err(reason) => errors.push(SpecError::InvalidEntry {
+                field,
+                entry: shorten(&entry.address),
+                reason,
+            }),
+            Ok(ip) if pool.is_some_and(|pool| pool != Family::of(ip)) => {
+                errors.push(SpecError::MixedFamilies {
+                    field,
+                    entry: shorten(&entry.address),
+                    found: Family::of(ip),
+                    pool: pool.unwrap_or(Family::of(ip)),
+                })
+            }
+            Ok(ip) => parsed.push(PreAllocated {
+                claim_namespace: entry.claim_namespace.clone(),
+                claim_name: entry.claim_name.clone(),
+                ip,
+            }),
+        }
+    }
+    parsed
 }
 
 /// Parses each entry with `parse`; the pool family is `pool`, or else that of the first valid entry.

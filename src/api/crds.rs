@@ -30,9 +30,34 @@ pub struct GeneratedFile {
 /// The pool CRDs (as installed).
 pub fn pool_crds() -> Vec<CustomResourceDefinition> {
     vec![
-        tidy(InClusterIPPool::crd()),
-        tidy(GlobalInClusterIPPool::crd()),
+        with_pre_allocation_namespace_rule(tidy(InClusterIPPool::crd()), true),
+        with_pre_allocation_namespace_rule(tidy(GlobalInClusterIPPool::crd()), false),
     ]
+}
+
+/// Adds the rule on each `spec.preAllocations` entry's `claimNamespace` that differs between the namespaced
+/// and the global kind (they share one spec type, so one schema).
+fn with_pre_allocation_namespace_rule(
+    crd: CustomResourceDefinition,
+    namespaced: bool,
+) -> CustomResourceDefinition {
+    let mut value = serde_json::to_value(&crd).expect("CRD serialises");
+    let versions = value
+        .pointer_mut("/spec/versions")
+        .and_then(|v| v.as_array_mut())
+        .expect("a CRD has versions");
+    for version in versions {
+        let rules = version
+            .pointer_mut("/schema/openAPIV3Schema/properties/spec/properties/preAllocations/items")
+            .and_then(|v| v.as_object_mut())
+            .expect("the pool schema has spec.preAllocations entries")
+            .entry("x-kubernetes-validations")
+            .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+        if let Some(rules) = rules.as_array_mut() {
+            rules.push(super::pool::rules::pre_allocation_namespace(namespaced));
+        }
+    }
+    serde_json::from_value(value).expect("CRD deserialises")
 }
 
 /// The prefix pool CRDs (as installed).

@@ -61,7 +61,8 @@ pub use conditions::{
 pub use key::{Name, ObjectKey, PoolKey, PoolKind, Scope};
 pub use pool::{
     GlobalInClusterIPPool, GlobalInClusterIPPoolSpec, IPAddressesStatus, IPPool, InClusterIPPool,
-    InClusterIPPoolSpec, InClusterIPPoolStatus, PoolSpecRef, pool_status_patch,
+    InClusterIPPoolSpec, InClusterIPPoolStatus, MAX_PRE_ALLOCATIONS, PoolSpecRef, PreAllocation,
+    pool_status_patch,
 };
 pub use prefix_pool::{
     GlobalInClusterPrefixPool, GlobalInClusterPrefixPoolSpec, InClusterPrefixPool,

@@ -27,6 +27,13 @@ pub const MAX_ADDRESS_TEXT: usize = 100;
 /// the per-entry rule (range order for IPv6 is the costly part) fits up to 850 entries on
 /// Kubernetes 1.36 (860 is refused). 800 leaves room for estimator changes in other versions.
 pub const MAX_ADDRESS_ENTRIES: usize = 800;
+/// Most entries in `spec.preAllocations`. The per-entry rules are cheap; a rule comparing every
+/// pair of entries (to refuse one address named twice) is not: at 1,000 entries its estimated
+/// cost is 6.3 times the API server's per-rule budget (Kubernetes 1.36), so the controller
+/// reports a twice-named address instead (the first entry is served).
+pub const MAX_PRE_ALLOCATIONS: usize = 1000;
+/// Longest text of an IP address: an IPv6 address with every digit and an embedded IPv4 part.
+pub const MAX_IP_TEXT: usize = 45;
 
 /// Spec of a pool, shared by [`InClusterIPPool`] and [`GlobalInClusterIPPool`] (JSON names and
 /// types as in the reference provider's `InClusterIPPoolSpec`).
@@ -91,6 +98,7 @@ pub const MAX_ADDRESS_ENTRIES: usize = 800;
 #[x_kube(validation = rules::within_subnet())]
 #[x_kube(validation = rules::gateway_family())]
 #[x_kube(validation = rules::excluded_family())]
+#[x_kube(validation = rules::pre_allocation_family())]
 pub struct InClusterIPPoolSpec {
     /// Addresses is a list of IP addresses that can be assigned. This set of addresses can be
     /// non-contiguous. Each entry is a single IP (`10.0.0.10`), a CIDR (`10.0.0.128/28`) or a
@@ -133,6 +141,51 @@ pub struct InClusterIPPoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub address_reuse_grace_period_seconds: Option<i32>,
+
+    /// PreAllocations names claims that get a given address: the claim named by an entry gets
+    /// exactly that address, and no other claim gets it while the entry exists. A list-map keyed
+    /// by claimNamespace and claimName (inpool's addition; the reference has no such field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "pre_allocations_schema")]
+    pub pre_allocations: Option<Vec<PreAllocation>>,
+}
+
+/// One entry of `spec.preAllocations`: the claim, and the address it gets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreAllocation {
+    /// Namespace of the claim: required on a GlobalInClusterIPPool, left out (empty) on an
+    /// InClusterIPPool, whose claims are in its own namespace.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub claim_namespace: String,
+    /// Name of the IPAddressClaim.
+    pub claim_name: String,
+    /// The address the claim gets: one IP of the pool's family, among the addresses the pool
+    /// hands out.
+    pub address: String,
+}
+
+impl PreAllocation {
+    /// An entry for a claim of a namespaced pool (no namespace).
+    pub fn new(claim_name: impl Into<String>, address: impl Into<String>) -> Self {
+        Self {
+            claim_namespace: String::new(),
+            claim_name: claim_name.into(),
+            address: address.into(),
+        }
+    }
+
+    /// An entry for a claim of a global pool.
+    pub fn in_namespace(
+        claim_namespace: impl Into<String>,
+        claim_name: impl Into<String>,
+        address: impl Into<String>,
+    ) -> Self {
+        Self {
+            claim_namespace: claim_namespace.into(),
+            ..Self::new(claim_name, address)
+        }
+    }
 }
 
 impl InClusterIPPoolSpec {
@@ -145,6 +198,7 @@ impl InClusterIPPoolSpec {
             allocate_reserved_ip_addresses: None,
             excluded_addresses: None,
             address_reuse_grace_period_seconds: None,
+            pre_allocations: None,
         }
     }
 }
@@ -366,6 +420,42 @@ fn excluded_addresses_schema(_: &mut schemars::SchemaGenerator) -> schemars::Sch
     })
 }
 
+fn pre_allocations_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "description": "PreAllocations names claims that get a given address: the claim named by an entry gets exactly that address, and no other claim gets it while the entry exists. Keyed by claimNamespace and claimName.",
+        "maxItems": MAX_PRE_ALLOCATIONS,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["claimNamespace", "claimName"],
+        "items": {
+            "type": "object",
+            "required": ["claimName", "address"],
+            "properties": {
+                "claimNamespace": {
+                    "type": "string",
+                    "default": "",
+                    "maxLength": 63,
+                    "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$",
+                    "description": "Namespace of the claim: required on a GlobalInClusterIPPool, left out on an InClusterIPPool, whose claims are in its own namespace."
+                },
+                "claimName": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 253,
+                    "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+                    "description": "Name of the IPAddressClaim."
+                },
+                "address": {
+                    "type": "string",
+                    "maxLength": MAX_IP_TEXT,
+                    "description": "The address the claim gets: one IP of the pool's family, among the addresses the pool hands out.",
+                    "x-kubernetes-validations": [rules::pre_allocation_address_parses()]
+                }
+            }
+        },
+    })
+}
+
 /// The CEL rules of the pool CRDs, built as text so that each sub-expression is written once.
 ///
 /// Notation in the comments: an *entry* is one string of `addresses` / `excludedAddresses`;
@@ -382,6 +472,9 @@ fn excluded_addresses_schema(_: &mut schemars::SchemaGenerator) -> schemars::Sch
 /// | spec | every `addresses` entry inside the subnet of `first`'s address and `prefix` |
 /// | spec | `gateway` of `first`'s family |
 /// | spec | all `excludedAddresses` entries of `first`'s family |
+/// | each `preAllocations[].address` | one IP (no CIDR, no range) |
+/// | spec | every `preAllocations[].address` of `first`'s family |
+/// | each `preAllocations` entry (per kind, added in [`crate::api::crds`]) | `claimNamespace` empty on an `InClusterIPPool`, set on a `GlobalInClusterIPPool` |
 ///
 /// Cross-field rules are written `!precondition || check`, so that a value another rule already
 /// reports (an unparsable entry, a missing first entry) never makes them fail or error: each
@@ -671,5 +764,50 @@ pub mod rules {
             ),
             Some(".excludedAddresses"),
         )
+    }
+
+    /// Rule on each `preAllocations[].address`: one IP.
+    pub fn pre_allocation_address_parses() -> Value {
+        to_json(rule(
+            "isIP(self)".into(),
+            "'spec.preAllocations: address \"' + self + '\" is not an IP address (one address, no CIDR or range)'".into(),
+            None,
+        ))
+    }
+
+    /// Spec rule: every pre-allocated address has the family of the addresses.
+    pub fn pre_allocation_family() -> Rule {
+        let f = entry_family(FIRST);
+        rule(
+            format!(
+                "!has(self.preAllocations) || size(self.addresses) == 0 || !{g} || self.preAllocations.all(p, !isIP(p.address) || ip(p.address).family() == {f})",
+                g = entry_shaped(FIRST),
+            ),
+            format!(
+                "'spec.preAllocations: every address must be IPv' + {ft} + ', the family of spec.addresses'",
+                ft = family_text(&f),
+            ),
+            Some(".preAllocations"),
+        )
+    }
+
+    /// Per-kind rule on each entry of `preAllocations`: the claims of an `InClusterIPPool` are in its own
+    /// namespace (`claimNamespace` left out), a `GlobalInClusterIPPool` serves every namespace
+    /// (`claimNamespace` required). The two kinds share one spec type, so [`crate::api::crds`]
+    /// adds this rule to each CRD.
+    pub fn pre_allocation_namespace(namespaced: bool) -> Value {
+        if namespaced {
+            to_json(rule(
+                "self.claimNamespace == ''".into(),
+                "'spec.preAllocations: claimNamespace ' + self.claimNamespace + ' is set for claim ' + self.claimName + ': an InClusterIPPool serves the claims of its own namespace only; leave claimNamespace out'".into(),
+                None,
+            ))
+        } else {
+            to_json(rule(
+                "self.claimNamespace != ''".into(),
+                "'spec.preAllocations: claimNamespace is required on a GlobalInClusterIPPool (claim ' + self.claimName + ')'".into(),
+                None,
+            ))
+        }
     }
 }

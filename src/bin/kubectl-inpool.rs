@@ -5,7 +5,7 @@
 //! ```text
 //! kubectl inpool pools [--watch]     pools: total/used/free/waiting, conditions
 //! kubectl inpool claims [--waiting]  claims: reason, message, queue place
-//! kubectl inpool who-has ADDRESS     pool, claim, IPAddress, since, reservation
+//! kubectl inpool who-has ADDRESS     pool, claim, IPAddress, since, reservation, pre-allocated
 //! kubectl inpool why CLAIM           what the claim waits for
 //!
 //! everywhere: [-n NS | -A] [-o table|json|yaml] [--kubeconfig FILE] [--context NAME]
@@ -155,7 +155,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if print_data(cli.output, &holders)? {
                 // printed as data
             } else if holders.is_empty() {
-                println!("nobody holds {address}: no IPAddress and no reservation names it");
+                println!(
+                    "nobody holds {address}: no IPAddress, no reservation and no spec.preAllocations entry names it"
+                );
             } else {
                 let rows: Vec<Vec<String>> = holders
                     .iter()
@@ -174,6 +176,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                                 }
                                 (r, _) => dash(r),
                             },
+                            if h.pre_allocated { "yes" } else { "-" }.into(),
                         ]
                     })
                     .collect();
@@ -187,7 +190,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             "IPADDRESS",
                             "PREFIX",
                             "SINCE",
-                            "RESERVATION"
+                            "RESERVATION",
+                            "PRE-ALLOCATED"
                         ],
                         &rows
                     )

@@ -156,6 +156,7 @@ impl SpecGen {
             gateway: self.gateway.map(|g| ip(self.window.addr(g)).to_string()),
             excluded_addresses: texts(&self.excluded),
             allocate_reserved_ip_addresses: self.allocate_reserved,
+            pre_allocations: Vec::new(),
         }
     }
 
@@ -495,6 +496,7 @@ proptest! {
             gateway,
             excluded_addresses: excluded,
             allocate_reserved_ip_addresses: allocate_reserved,
+            pre_allocations: Vec::new(),
         };
         match input.parse() {
             Ok(parsed) => {

@@ -196,3 +196,57 @@ async fn pools_claims_who_has_and_why_answer_from_the_api() {
     assert_yaml_is_json(&["who-has", address]);
     assert_yaml_is_json(&["why", "frozen-claim", "-n", &ns]);
 }
+
+/// `who-has` and `why` say when an address is pre-allocated: before its claim exists (a row
+/// with no `IPAddress`), once it holds it, and when its entry changed under it.
+#[tokio::test]
+async fn who_has_and_why_say_when_an_address_is_pre_allocated() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    let mut named = pool("named", &["10.48.0.10-10.48.0.20"], 24, None);
+    named.spec.pre_allocations = Some(vec![inpool::api::PreAllocation::new("vm", "10.48.0.15")]);
+    create(&pools, &named).await;
+
+    let before = json(&["who-has", "10.48.0.15"]);
+    let rows = before.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{before}");
+    assert_eq!(rows[0]["claim"], "vm");
+    assert_eq!(rows[0]["preAllocated"], true);
+    assert!(rows[0]["ipAddress"].is_null(), "{before}");
+
+    create(&claims, &claim("vm", "named")).await;
+    wait_reason(&claims, "vm", "AddressAllocated").await;
+    let held = json(&["who-has", "10.48.0.15"]);
+    assert_eq!(held[0]["ipAddress"], "vm", "{held}");
+    assert_eq!(held[0]["preAllocated"], true, "{held}");
+    assert!(plugin(&["who-has", "10.48.0.15"]).contains("PRE-ALLOCATED"));
+    let why = plugin(&["why", "vm", "-n", &ns]);
+    assert!(
+        why.contains("as its pool's spec.preAllocations names"),
+        "{why}"
+    );
+
+    named.spec.pre_allocations = Some(vec![inpool::api::PreAllocation::new("vm", "10.48.0.16")]);
+    pools
+        .patch(
+            "named",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                &serde_json::json!({"spec": {"preAllocations": named.spec.pre_allocations}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let why = json(&["why", "vm", "-n", &ns]);
+    assert_eq!(why["preAllocated"], "10.48.0.16", "{why}");
+    assert!(
+        why["findings"][0]
+            .as_str()
+            .unwrap()
+            .contains("names 10.48.0.16 for it, but it holds 10.48.0.15"),
+        "{why}"
+    );
+    assert_yaml_is_json(&["who-has", "10.48.0.16"]);
+}

@@ -13,4 +13,5 @@ mod control_plane;
 mod kubectl_plugin;
 mod migration;
 mod pools;
+mod pre_allocations;
 mod prefix_pools;

@@ -39,6 +39,7 @@ async fn expected_counts(client: &Client, ns: &str, pool: &InClusterIPPool) -> I
         gateway: spec.gateway.clone(),
         excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
         allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
+        ..Default::default()
     }
     .parse()
     .expect("valid spec");

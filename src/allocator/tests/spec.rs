@@ -1,6 +1,7 @@
 use super::ip;
 use crate::allocator::{
-    Allocator, EntryError, Family, Field, ParsedPool, PoolSpecInput, SpecError, SpecErrors,
+    Allocator, EntryError, Family, Field, ParsedPool, PoolSpecInput, PreAllocationInput, SpecError,
+    SpecErrors,
 };
 
 fn input(addresses: &[&str], prefix: i64) -> PoolSpecInput {
@@ -301,9 +302,17 @@ fn every_problem_is_reported() {
         gateway: Some("gw".into()),
         excluded_addresses: vec!["10.0.0.1 ".into()],
         allocate_reserved_ip_addresses: false,
+        pre_allocations: ["10.0.0.9", "10.0.0.0/28", "2001:db8::9"]
+            .iter()
+            .map(|address| PreAllocationInput {
+                claim_name: "c".into(),
+                address: address.to_string(),
+                ..Default::default()
+            })
+            .collect(),
     };
     let errors: SpecErrors = spec.parse().unwrap_err();
-    assert_eq!(errors.errors().len(), 5, "{errors}");
+    assert_eq!(errors.errors().len(), 7, "{errors}");
     assert_eq!(errors.first().to_string(), "addresses[1] ``: empty");
     assert_eq!(
         errors.to_string(),
@@ -311,8 +320,28 @@ fn every_problem_is_reported() {
          mixed address families: addresses[2] `2001:db8::1` is IPv6 but the pool is IPv4; \
          excludedAddresses[0] `10.0.0.1 `: contains whitespace; \
          gateway `gw`: not an IP address; \
-         prefix 40: must be between 1 and 32 for IPv4"
+         prefix 40: must be between 1 and 32 for IPv4; \
+         preAllocations[1].address `10.0.0.0/28`: not an IP address; \
+         mixed address families: preAllocations[2].address `2001:db8::9` is IPv6 but the pool is IPv4"
     );
+}
+
+#[test]
+fn a_pre_allocation_outside_the_pool_is_no_fault_of_the_spec() {
+    let mut spec = input(&["10.0.0.10-10.0.0.20"], 24);
+    spec.gateway = Some("10.0.0.1".into());
+    spec.pre_allocations = ["10.0.0.15", "10.0.0.1", "10.0.5.5"]
+        .iter()
+        .enumerate()
+        .map(|(i, address)| PreAllocationInput {
+            claim_name: format!("c{i}"),
+            address: address.to_string(),
+            ..Default::default()
+        })
+        .collect();
+    let pool = parsed(&spec);
+    let ips: Vec<_> = pool.pre_allocations().iter().map(|p| p.ip).collect();
+    assert_eq!(ips, [ip("10.0.0.15"), ip("10.0.0.1"), ip("10.0.5.5")]);
 }
 
 #[test]

@@ -4,8 +4,8 @@
 use std::net::IpAddr;
 
 use crate::allocator::canonical;
-use crate::api::PoolKey;
-use crate::controllers::state::Unready;
+use crate::api::{ObjectKey, PoolKey};
+use crate::controllers::state::{PreAllocationConflict, Unready};
 
 /// What a claim of `pool` holds, in messages: "address 10.0.0.2", or in a prefix pool of
 /// allocation length `length` "sub-prefix fd00::/64".
@@ -41,6 +41,21 @@ pub(crate) fn exhausted_message(pool: &PoolKey, total: u128) -> String {
              the next address that is released or added, in order of creation."
         )
     }
+}
+
+/// Why a claim does not get the address its pool's `spec.preAllocations` entry names: the entry,
+/// the address and what stands in the way (the holder, when one holds it).
+pub(crate) fn pre_allocation_conflict_message(
+    pool: &PoolKey,
+    claim: &ObjectKey,
+    ip: IpAddr,
+    conflict: &PreAllocationConflict,
+) -> String {
+    format!(
+        "the spec.preAllocations entry of {pool} for claim {claim} names address {}, but {conflict}; \
+         the claim gets the address as soon as that changes",
+        canonical(ip)
+    )
 }
 
 /// Why a claim waits for a pool that cannot hand out anything now.

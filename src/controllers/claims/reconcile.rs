@@ -21,7 +21,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::messages::{exhausted_message, not_ready_message, unit_noun, unit_text};
+use super::messages::{
+    exhausted_message, not_ready_message, pre_allocation_conflict_message, unit_noun, unit_text,
+};
 use crate::allocator::{Subnet, canonical};
 use crate::api::{
     ADDRESS_FINALIZER, CLAIM_FINALIZER, CLUSTER_NAME_LABEL, ConditionStatus,
@@ -208,6 +210,10 @@ async fn realise(
             Allocation::NotReady(unready) => {
                 let message = not_ready_message(pool, &unready);
                 return fail(claim, ctx, REASON_POOL_NOT_READY, message).await;
+            }
+            Allocation::PreAllocationConflict { ip, conflict } => {
+                let message = pre_allocation_conflict_message(pool, key, ip, &conflict);
+                return fail(claim, ctx, REASON_ALLOCATION_FAILED, message).await;
             }
         }
     }
@@ -498,9 +504,15 @@ async fn ready(
     pool: &PoolKey,
     ip: IpAddr,
 ) -> Result<Action, Error> {
+    let pre_allocated = ctx.registry().pre_allocated(pool, claim.key()) == Some(ip);
     let message = format!(
-        "{} allocated",
-        unit_text(pool, ip, allocation_length(ctx, pool))
+        "{} allocated{}",
+        unit_text(pool, ip, allocation_length(ctx, pool)),
+        if pre_allocated {
+            " (pre-allocated to the claim by the pool's spec.preAllocations)"
+        } else {
+            ""
+        }
     );
     set_ready(
         claim,

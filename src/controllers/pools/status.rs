@@ -20,6 +20,7 @@ use kube::runtime::controller::{Action, Config};
 use kube::runtime::reflector::ObjectRef;
 
 use crate::allocator::canonical;
+use crate::api::ObjectKey;
 use crate::api::PoolKey;
 use crate::api::conditions::{now, set_condition_at};
 use crate::api::{
@@ -27,6 +28,7 @@ use crate::api::{
     PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
 };
 use crate::controllers::runtime::error::{self, Error};
+use crate::controllers::runtime::events::EventType;
 use crate::controllers::runtime::metered::{self, Metered};
 use crate::controllers::runtime::{Context, MANAGER, delete_if_present, finalizers};
 use crate::controllers::sources::pool_kinds::PoolObject;
@@ -34,7 +36,7 @@ use crate::controllers::sources::watch::Subscription;
 use crate::controllers::sources::writers::{Foreign, foreign_message};
 use crate::controllers::state::facts::pool_state;
 use crate::controllers::state::reservation::IPAddressReservation;
-use crate::controllers::state::{Holder, Unready};
+use crate::controllers::state::{Holder, PreAllocationState, Unready};
 
 /// The shortest time between two status writes of one pool.
 pub const MIN_STATUS_INTERVAL: Duration = Duration::from_secs(1);
@@ -111,6 +113,8 @@ pub const ADDRESSES_IN_RANGE_CONDITION: &str = "AddressesInRange";
 /// `True` while `IPAddress`es of the pool were created by another writer since inpool started
 /// (another IPAM provider allocates from it); the message names them and their field managers.
 pub const FOREIGN_ADDRESSES_CONDITION: &str = "ForeignAddresses";
+/// What became of the pool's `spec.preAllocations` (present only on a pool with entries).
+pub const PRE_ALLOCATIONS_CONDITION: &str = "PreAllocations";
 
 /// How many out-of-range addresses or overlapping pools a message lists.
 const LISTED: usize = 10;
@@ -180,6 +184,7 @@ async fn reconcile_pool<P: PoolObject>(pool: &P, ctx: &Context) -> Result<Action
     if !deleting {
         set_finalizer(&api, pool, true).await?;
     }
+    publish_pre_allocation_notes(pool, &key, ctx).await;
     let status = desired_status(pool, &key, ctx);
     publish_metrics(ctx, &key, status.ip_addresses.as_ref());
     if !changed(pool.pool_status(), &status) {
@@ -248,6 +253,7 @@ pub fn desired_status<P: IPPool>(pool: &P, key: &PoolKey, ctx: &Context) -> InCl
         .network(key)
         .filter(|_| key.kind.is_prefix())
         .map(|(length, _)| length);
+    let pre_allocations = registry.pre_allocation_report(key);
     drop(registry);
     let foreign = ctx.writers.foreign_in(key);
 
@@ -275,6 +281,9 @@ pub fn desired_status<P: IPPool>(pool: &P, key: &PoolKey, ctx: &Context) -> InCl
         });
         desired.push(overlap_condition(&overlaps));
         desired.push(in_range_condition(key, sub_prefix_length, &out_of_range));
+        if !pre_allocations.is_empty() {
+            desired.push(pre_allocations_condition(&pre_allocations));
+        }
     }
     desired.push(foreign_condition(&foreign));
     let current = pool
@@ -439,6 +448,106 @@ fn in_range_condition(
             }
         ),
     )
+}
+
+/// `PreAllocations`: `True` while every entry is realised or waits for its claim; `False` with
+/// `PreAllocationDrift` when a claim holds another address than its entry names (the entry was
+/// changed or added after the claim was realised; the claim is never moved), else with
+/// `PreAllocationConflict` when an entry's address cannot be its claim's now.
+fn pre_allocations_condition(
+    report: &[(ObjectKey, std::net::IpAddr, PreAllocationState)],
+) -> DesiredCondition {
+    let realised = report
+        .iter()
+        .filter(|(_, _, s)| *s == PreAllocationState::Realised)
+        .count();
+    let drift: Vec<String> = report
+        .iter()
+        .filter_map(|(claim, ip, state)| match state {
+            PreAllocationState::Drift { holds } => Some(format!(
+                "claim {claim} holds {} while its entry names {}",
+                canonical(*holds),
+                canonical(*ip)
+            )),
+            _ => None,
+        })
+        .collect();
+    let conflicts: Vec<String> = report
+        .iter()
+        .filter_map(|(claim, ip, state)| match state {
+            PreAllocationState::Conflict(conflict) => Some(format!(
+                "the entry of claim {claim} names {}, but {conflict}",
+                canonical(*ip)
+            )),
+            _ => None,
+        })
+        .collect();
+    let listed = |items: &[String]| {
+        let mut text = items
+            .iter()
+            .take(LISTED)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
+        if items.len() > LISTED {
+            text.push_str("; ...");
+        }
+        text
+    };
+    let summary = format!("{realised} of {} entries realised", report.len());
+    if !drift.is_empty() {
+        condition(
+            PRE_ALLOCATIONS_CONDITION,
+            ConditionStatus::False,
+            "PreAllocationDrift",
+            format!(
+                "{summary}; {} claims hold another address than their entry names (the entry changed after the address was allocated; a claim is never moved, it keeps its address until released): {}{}",
+                drift.len(),
+                listed(&drift),
+                if conflicts.is_empty() {
+                    String::new()
+                } else {
+                    format!("; conflicts: {}", listed(&conflicts))
+                }
+            ),
+        )
+    } else if !conflicts.is_empty() {
+        condition(
+            PRE_ALLOCATIONS_CONDITION,
+            ConditionStatus::False,
+            "PreAllocationConflict",
+            format!(
+                "{summary}; {} entries cannot be realised now: {}",
+                conflicts.len(),
+                listed(&conflicts)
+            ),
+        )
+    } else {
+        condition(
+            PRE_ALLOCATIONS_CONDITION,
+            ConditionStatus::True,
+            "PreAllocationsHonoured",
+            format!(
+                "{summary}; the others wait for their claims, their addresses kept from every other claim"
+            ),
+        )
+    }
+}
+
+/// Publishes the notes about realised claims whose entry changed or went (gathered by the
+/// registry when the spec changed) as Warning Events on the pool.
+async fn publish_pre_allocation_notes<P: PoolObject>(pool: &P, key: &PoolKey, ctx: &Context) {
+    let notes = ctx.update_registry(|registry| registry.take_pre_allocation_notes(key));
+    for note in notes {
+        let reference = pool.object_ref(&());
+        if let Err(e) = ctx
+            .events
+            .publish(reference, EventType::Warning, "PreAllocationDrift", note)
+            .await
+        {
+            tracing::debug!(error = %e, "could not publish an event");
+        }
+    }
 }
 
 /// Upserts inpool's conditions into the current list (keeping `lastTransitionTime` unless the

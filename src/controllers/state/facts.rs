@@ -3,7 +3,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use crate::allocator::{ParsedSpec, PoolSpecInput, PrefixPoolSpecInput, SpecErrors};
+use crate::allocator::{
+    ParsedSpec, PoolSpecInput, PreAllocationInput, PrefixPoolSpecInput, SpecErrors,
+};
 use crate::api::ObjectKey;
 use crate::api::{
     IPAddress, IPPool, InClusterIPPoolSpec, InClusterPrefixPoolSpec, PAUSED_ANNOTATION, PoolKey,
@@ -40,6 +42,16 @@ pub fn spec_input(spec: &InClusterIPPoolSpec) -> PoolSpecInput {
         gateway: spec.gateway.clone(),
         excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
         allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
+        pre_allocations: spec
+            .pre_allocations
+            .iter()
+            .flatten()
+            .map(|entry| PreAllocationInput {
+                claim_namespace: entry.claim_namespace.clone(),
+                claim_name: entry.claim_name.clone(),
+                address: entry.address.clone(),
+            })
+            .collect(),
     }
 }
 

@@ -12,5 +12,6 @@ pub(crate) mod registry;
 pub(crate) mod reservation;
 
 pub(crate) use registry::{
-    Allocation, Change, HoldRecord, Holder, ListedHolds, QueuedClaim, Registry, Ticket, Unready,
+    Allocation, Change, HoldRecord, Holder, ListedHolds, PreAllocationConflict, PreAllocationState,
+    QueuedClaim, Registry, Ticket, Unready,
 };

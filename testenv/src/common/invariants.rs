@@ -182,16 +182,25 @@ fn used_in_pool(pool: &InClusterIPPool, own: &[&IPAddress], blocks: &[(AddrRange
         gateway: spec.gateway.clone(),
         excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
         allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
+        ..Default::default()
     })
     .parse() else {
         return -1;
     };
     let range = parsed.allocatable();
+    // A pre-allocated address of the range is used, held or not.
+    let pre_allocated = spec
+        .pre_allocations
+        .iter()
+        .flatten()
+        .filter_map(|entry| entry.address.parse::<std::net::IpAddr>().ok())
+        .map(AddrRange::single);
     let covered = AddressSet::from_ranges(
         range.family(),
         blocks
             .iter()
             .map(|(block, _)| *block)
+            .chain(pre_allocated)
             .filter(|block| block.family() == range.family()),
     )
     .map_or(0, |covered| range.intersection(&covered).len());

@@ -28,6 +28,11 @@ pub enum Allocation {
     Exhausted { total: u128, ahead: usize },
     /// The pool cannot hand out addresses.
     NotReady(Unready),
+    /// The claim's pre-allocated address cannot be its now; it is woken when that may change.
+    PreAllocationConflict {
+        ip: IpAddr,
+        conflict: super::PreAllocationConflict,
+    },
 }
 
 impl Registry {
@@ -38,6 +43,13 @@ impl Registry {
     pub fn try_allocate(&mut self, pool: &PoolKey, claim: QueuedClaim) -> Allocation {
         if self.addresses.contains_key(&claim.claim) {
             return Allocation::Adopt;
+        }
+        if let Some(ip) = self
+            .pools
+            .get(pool)
+            .and_then(|entry| entry.pre_allocations.of(&claim.claim))
+        {
+            return self.try_pre_allocated(pool, &claim.claim, ip);
         }
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
@@ -80,7 +92,7 @@ impl Registry {
     /// Holds an allocation in flight in every pool it touches, as a record would: an overlapping
     /// pool of another unit size must not hand out the same space meanwhile, and only the
     /// registry stands between them (their reservations have different names).
-    fn start_in_flight(&mut self, record: HoldRecord) {
+    pub(super) fn start_in_flight(&mut self, record: HoldRecord) {
         self.hold_record(&record);
         self.in_flight.push(record);
     }

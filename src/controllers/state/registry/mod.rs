@@ -42,6 +42,7 @@ mod diff;
 mod holds;
 mod learning;
 mod pool_entry;
+mod pre_allocations;
 mod queries;
 #[cfg(test)]
 mod tests;
@@ -54,6 +55,7 @@ pub use holds::{HoldRecord, Holder};
 use holds::{ReservationNames, scopes_meet};
 pub use learning::Ticket;
 use pool_entry::{OwnHolds, PoolEntry};
+pub use pre_allocations::{PreAllocationConflict, PreAllocationState};
 
 /// The picture itself (see the module).
 #[derive(Default)]
@@ -150,6 +152,8 @@ impl Registry {
         }
         entry.source = Some(parsed.clone());
         let old_range = entry.range().cloned();
+        self.set_pre_allocations(key, &parsed);
+        let entry = self.pool_entry(key);
         match parsed {
             Ok(parsed) => {
                 entry.network = Some(parsed.network());
@@ -174,7 +178,10 @@ impl Registry {
         for range in [&old_range, &new_range].into_iter().flatten() {
             self.dirty.extend(self.by_range.meeting_set(range));
         }
-        self.pools[key].wakeups()
+        let entry = &self.pools[key];
+        let mut woken = entry.wakeups();
+        woken.extend(entry.unrealised_pre_allocations());
+        woken
     }
 
     /// Counts again, from every record, the holds in one pool (its range changed).
@@ -335,6 +342,7 @@ impl Registry {
                 if entry.unhold(&key, record) {
                     woken.extend(entry.wakeups());
                 }
+                woken.extend(entry.pre_allocation_freed(record));
                 self.dirty.insert(key);
             }
         }

@@ -3,6 +3,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
+use super::pre_allocations::PreAllocations;
 use super::{HoldRecord, QueuedClaim, Unready, scopes_meet};
 use crate::allocator::{AnyAllocator, Footprint, ParsedSpec, Subnet};
 use crate::api::{ObjectKey, PoolKey};
@@ -27,6 +28,10 @@ pub(super) struct PoolEntry {
     /// The pool's own records among its holds, so that the status controller's questions about
     /// them cost nothing while their answer is "none".
     pub(super) own: OwnHolds,
+    /// The spec's pre-allocations (see [`super::pre_allocations`]), and the notes about realised
+    /// claims whose entry changed, for the pool's Events.
+    pub(super) pre_allocations: PreAllocations,
+    pub(super) pre_allocation_notes: Vec<String>,
 }
 
 /// How many of the records held in a pool are the pool's own (reservations, `IPAddress`es and
@@ -131,7 +136,10 @@ impl PoolEntry {
         }
         match self.footprint(record) {
             Footprint::Unit(unit) => {
-                if !release_one(&mut self.holds, unit) || self.is_covered(unit) {
+                if !release_one(&mut self.holds, unit)
+                    || self.is_covered(unit)
+                    || self.is_pre_allocated(unit)
+                {
                     return false;
                 }
                 self.allocator().is_some_and(|a| a.release(unit))
@@ -161,7 +169,8 @@ impl PoolEntry {
             && self.waiting.is_empty()
     }
 
-    /// A fresh allocator of the pool with every hold marked, or `None` if the pool is not ready.
+    /// A fresh allocator of the pool with every hold and every pre-allocated address of its range
+    /// marked, or `None` if the pool is not ready.
     pub(super) fn allocator_of_holds(&self) -> Option<AnyAllocator> {
         let Some(Ok(allocator)) = &self.state else {
             return None;
@@ -172,6 +181,11 @@ impl PoolEntry {
         }
         for block in self.covering.keys() {
             fresh.mark_block_used(*block);
+        }
+        for ip in self.pre_allocations.addresses() {
+            if fresh.range().contains(ip) {
+                fresh.mark_used(ip);
+            }
         }
         Some(fresh)
     }

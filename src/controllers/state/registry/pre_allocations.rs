@@ -1,0 +1,539 @@
+//! Pre-allocations (`spec.preAllocations` of an IP pool): the claim an entry names gets exactly
+//! that address, and no other claim gets it while the entry exists.
+//!
+//! Rules, all decided here from the registry alone:
+//! - The pool's allocator counts every pre-allocated address of its range as used, held or not
+//!   (see [`PoolEntry::allocator_of_holds`]): first-fit never hands it out, and `free` says what
+//!   a claim without an entry can still get.
+//! - The named claim takes its address through [`Registry::try_pre_allocated`], out of the
+//!   queue (the address is its own, no other claim waits for it), or learns why not
+//!   ([`PreAllocationConflict`]); it is woken when the conflict may have gone: a hold on the
+//!   address let go, or the pool's spec changed.
+//! - A realised claim is never moved: a changed or removed entry leaves it where it is. The pool
+//!   reports it ([`Registry::pre_allocation_report`], rebuilt from the holds) and, when the spec
+//!   changes under the claim, a note for an Event ([`Registry::take_pre_allocation_notes`]).
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+
+use super::pool_entry::PoolEntry;
+use super::{Allocation, HoldRecord, Holder, Registry, Unready};
+use crate::allocator::{ParsedSpec, canonical};
+use crate::api::{ObjectKey, PoolKey};
+
+/// One pool's pre-allocations, by claim and by address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct PreAllocations {
+    by_claim: BTreeMap<ObjectKey, IpAddr>,
+    /// The claim each address is pre-allocated to: that of the first entry naming it. The CRD
+    /// cannot afford to refuse an address named twice; a later entry is a conflict of its claim.
+    by_ip: HashMap<IpAddr, ObjectKey>,
+}
+
+impl PreAllocations {
+    /// The entries of a parsed spec. A namespaced pool's claims are in its namespace; a global
+    /// pool's entries name theirs.
+    pub(super) fn of_spec(pool: &PoolKey, spec: &ParsedSpec) -> PreAllocations {
+        let mut entries = PreAllocations::default();
+        for entry in spec.pre_allocations() {
+            let namespace = match &pool.namespace {
+                Some(namespace) => namespace.to_string(),
+                None => entry.claim_namespace.clone(),
+            };
+            let claim = ObjectKey::new(&namespace, &entry.claim_name);
+            entries
+                .by_ip
+                .entry(entry.ip)
+                .or_insert_with(|| claim.clone());
+            entries.by_claim.insert(claim, entry.ip);
+        }
+        entries
+    }
+
+    /// The address pre-allocated to `claim`.
+    pub(super) fn of(&self, claim: &ObjectKey) -> Option<IpAddr> {
+        self.by_claim.get(claim).copied()
+    }
+
+    /// The claim `ip` is pre-allocated to.
+    pub(super) fn claim_of(&self, ip: IpAddr) -> Option<&ObjectKey> {
+        self.by_ip.get(&ip)
+    }
+
+    /// Every pre-allocated address.
+    pub(super) fn addresses(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.by_ip.keys().copied()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_claim.is_empty()
+    }
+}
+
+/// Why a claim's pre-allocated address cannot be its now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PreAllocationConflict {
+    /// An earlier entry pre-allocates the address to another claim.
+    NamedTwice(ObjectKey),
+    /// The address is the pool's gateway.
+    Gateway,
+    /// The pool does not hand the address out (outside `addresses`, excluded, or the subnet's
+    /// network or broadcast address).
+    OutsidePool,
+    /// A reservation, an `IPAddress` or an allocation in flight holds it (this pool's or an
+    /// overlapping one's).
+    HeldBy(Holder),
+}
+
+impl std::fmt::Display for PreAllocationConflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PreAllocationConflict::NamedTwice(first) => write!(
+                f,
+                "an earlier entry pre-allocates it to claim {first}"
+            ),
+            PreAllocationConflict::Gateway => f.write_str("it is the pool's gateway"),
+            PreAllocationConflict::OutsidePool => f.write_str(
+                "the pool does not hand it out (outside spec.addresses, in spec.excludedAddresses, or the subnet's network or broadcast address)",
+            ),
+            PreAllocationConflict::HeldBy(holder) => write!(f, "it is held by {holder}"),
+        }
+    }
+}
+
+/// What became of one entry, for the pool's status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PreAllocationState {
+    /// The claim holds its address.
+    Realised,
+    /// Nothing holds the address; the claim has not come yet.
+    Unclaimed,
+    /// The claim holds another address of the pool (the entry was changed or added after it was
+    /// realised); it keeps it until released.
+    Drift { holds: IpAddr },
+    /// The address cannot be the claim's now.
+    Conflict(PreAllocationConflict),
+}
+
+impl PoolEntry {
+    /// Whether the allocator counts `unit` used for its pre-allocation (inside the range only:
+    /// outside it, a pre-allocated address is no unit of the pool).
+    pub(super) fn is_pre_allocated(&self, unit: IpAddr) -> bool {
+        self.pre_allocations.claim_of(unit).is_some()
+            && self.range().is_some_and(|range| range.contains(unit))
+    }
+
+    /// Whether any record holds `unit`.
+    fn is_held(&self, unit: IpAddr) -> bool {
+        self.holds.contains_key(&unit) || self.covering.keys().any(|b| b.contains(unit))
+    }
+
+    /// The claims whose pre-allocated address no record holds: what a spec change or a let-go
+    /// hold may have made theirs.
+    pub(super) fn unrealised_pre_allocations(&self) -> Vec<ObjectKey> {
+        self.pre_allocations
+            .by_claim
+            .iter()
+            .filter(|(_, ip)| !self.is_held(**ip))
+            .map(|(claim, _)| claim.clone())
+            .collect()
+    }
+
+    /// The claim to wake once `record` no longer holds its address: the one it is pre-allocated
+    /// to, if nothing else holds it now.
+    pub(super) fn pre_allocation_freed(&self, record: &HoldRecord) -> Vec<ObjectKey> {
+        if self.pre_allocations.is_empty() {
+            return Vec::new();
+        }
+        let block = record.block();
+        if block.first() == block.last() {
+            // One address (nearly every record): one look-up, not a walk over the entries.
+            return self
+                .pre_allocations
+                .claim_of(record.ip)
+                .filter(|claim| record.holder.claim() != Some(*claim) && !self.is_held(record.ip))
+                .cloned()
+                .into_iter()
+                .collect();
+        }
+        self.pre_allocations
+            .by_ip
+            .iter()
+            .filter(|(ip, claim)| {
+                block.contains(**ip) && record.holder.claim() != Some(*claim) && !self.is_held(**ip)
+            })
+            .map(|(_, claim)| claim.clone())
+            .collect()
+    }
+}
+
+impl Registry {
+    /// Allocation for a claim that has an entry in `pool`: its address, held in flight, or why
+    /// not. Never queued: no other claim waits for this address.
+    pub(super) fn try_pre_allocated(
+        &mut self,
+        pool: &PoolKey,
+        claim: &ObjectKey,
+        ip: IpAddr,
+    ) -> Allocation {
+        self.dirty.insert(pool.clone());
+        if let Some(conflict) = self.pre_allocation_conflict(pool, claim, ip) {
+            return Allocation::PreAllocationConflict { ip, conflict };
+        }
+        let entry = self.pool_entry(pool);
+        entry.waiting.retain(|q| &q.claim != claim);
+        let length = entry
+            .unit_length()
+            .unwrap_or_else(|| HoldRecord::address_length(ip));
+        let scope = self.reservation_scope(pool, ip);
+        self.start_in_flight(HoldRecord {
+            pool: pool.clone(),
+            ip,
+            length,
+            holder: Holder::Claim(claim.clone()),
+            scope: scope.clone(),
+        });
+        Allocation::Reserve { ip, scope }
+    }
+
+    /// Why `ip` cannot be `claim`'s in `pool` now, if it cannot.
+    fn pre_allocation_conflict(
+        &self,
+        pool: &PoolKey,
+        claim: &ObjectKey,
+        ip: IpAddr,
+    ) -> Option<PreAllocationConflict> {
+        let entry = self.pools.get(pool)?;
+        if let Some(first) = entry.pre_allocations.claim_of(ip)
+            && first != claim
+        {
+            return Some(PreAllocationConflict::NamedTwice(first.clone()));
+        }
+        if entry.network.and_then(|(_, gateway)| gateway) == Some(ip) {
+            return Some(PreAllocationConflict::Gateway);
+        }
+        if !entry.range().is_some_and(|range| range.contains(ip)) {
+            return Some(PreAllocationConflict::OutsidePool);
+        }
+        if !entry.is_held(ip) {
+            return None;
+        }
+        let holder = self
+            .in_flight
+            .iter()
+            .chain(self.reservations.values())
+            .chain(self.addresses.values())
+            .find(|r| r.block().contains(ip) && entry.is_held_by(pool, r))
+            .map_or(Holder::Released, |r| r.holder.clone());
+        Some(PreAllocationConflict::HeldBy(holder))
+    }
+
+    /// Each entry of `pool` with what became of it, by claim. Empty for a pool without entries
+    /// or not ready.
+    pub fn pre_allocation_report(
+        &self,
+        pool: &PoolKey,
+    ) -> Vec<(ObjectKey, IpAddr, PreAllocationState)> {
+        let Some(entry) = self.pools.get(pool) else {
+            return Vec::new();
+        };
+        entry
+            .pre_allocations
+            .by_claim
+            .iter()
+            .map(|(claim, &ip)| {
+                let held = self
+                    .addresses
+                    .get(claim)
+                    .filter(|address| &address.pool == pool)
+                    .map(|address| address.ip);
+                let state = match held {
+                    Some(held) if held == ip => PreAllocationState::Realised,
+                    Some(held) => PreAllocationState::Drift { holds: held },
+                    None => match self.pre_allocation_conflict(pool, claim, ip) {
+                        Some(PreAllocationConflict::HeldBy(Holder::Claim(holder)))
+                            if &holder == claim =>
+                        {
+                            PreAllocationState::Realised
+                        }
+                        Some(conflict) => PreAllocationState::Conflict(conflict),
+                        None => PreAllocationState::Unclaimed,
+                    },
+                };
+                (claim.clone(), ip, state)
+            })
+            .collect()
+    }
+
+    /// Records a pool's new entries (before its allocator is rebuilt, which counts them). A
+    /// realised claim whose entry changed or went keeps its address: a note says so (for an
+    /// Event).
+    pub(super) fn set_pre_allocations(
+        &mut self,
+        pool: &PoolKey,
+        parsed: &Result<ParsedSpec, Unready>,
+    ) {
+        let new = match parsed {
+            Ok(spec) => PreAllocations::of_spec(pool, spec),
+            Err(_) => PreAllocations::default(),
+        };
+        let Some(entry) = self.pools.get(pool) else {
+            return;
+        };
+        let mut notes = Vec::new();
+        if parsed.is_ok() {
+            for (claim, &old_ip) in &entry.pre_allocations.by_claim {
+                let new_ip = new.of(claim);
+                let keeps = self
+                    .addresses
+                    .get(claim)
+                    .is_some_and(|a| &a.pool == pool && a.ip == old_ip);
+                if new_ip == Some(old_ip) || !keeps {
+                    continue;
+                }
+                notes.push(match new_ip {
+                    Some(new_ip) => format!(
+                        "the spec.preAllocations entry of claim {claim} changed from {} to {}; the claim keeps {} until it is released",
+                        canonical(old_ip),
+                        canonical(new_ip),
+                        canonical(old_ip)
+                    ),
+                    None => format!(
+                        "the spec.preAllocations entry of claim {claim} ({}) was removed; the claim keeps the address until it is released, then it returns to the pool",
+                        canonical(old_ip)
+                    ),
+                });
+            }
+        }
+        let entry = self.pool_entry(pool);
+        entry.pre_allocations = new;
+        entry.pre_allocation_notes.extend(notes);
+    }
+
+    /// The notes for Events gathered for `pool` since the last call.
+    pub fn take_pre_allocation_notes(&mut self, pool: &PoolKey) -> Vec<String> {
+        self.pools
+            .get_mut(pool)
+            .map(|entry| std::mem::take(&mut entry.pre_allocation_notes))
+            .unwrap_or_default()
+    }
+
+    /// The address pre-allocated to `claim` in `pool`, if any.
+    pub fn pre_allocated(&self, pool: &PoolKey, claim: &ObjectKey) -> Option<IpAddr> {
+        self.pools.get(pool)?.pre_allocations.of(claim)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allocator::{PoolSpecInput, PreAllocationInput};
+    use crate::controllers::state::{Change, QueuedClaim};
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn pool() -> PoolKey {
+        PoolKey::in_cluster("ns", "p")
+    }
+
+    fn claim(name: &str) -> ObjectKey {
+        ObjectKey::new("ns", name)
+    }
+
+    fn queued(created: &str, name: &str) -> QueuedClaim {
+        QueuedClaim {
+            created: created.into(),
+            claim: claim(name),
+        }
+    }
+
+    /// Pool `ns/p` of `addresses` (/24, gateway .1) with `(claim, address)` entries.
+    fn spec(addresses: &[&str], entries: &[(&str, &str)]) -> Result<ParsedSpec, Unready> {
+        let parsed = PoolSpecInput {
+            addresses: addresses.iter().map(|s| s.to_string()).collect(),
+            prefix: 24,
+            gateway: Some("10.0.0.1".into()),
+            pre_allocations: entries
+                .iter()
+                .map(|(name, address)| PreAllocationInput {
+                    claim_name: name.to_string(),
+                    address: address.to_string(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+        .parse()
+        .expect("valid spec");
+        Ok(ParsedSpec::Addresses(parsed))
+    }
+
+    fn hold(name: &str, address: &str) -> HoldRecord {
+        HoldRecord {
+            pool: pool(),
+            ip: ip(address),
+            length: 32,
+            holder: Holder::Claim(claim(name)),
+            scope: pool().scope(),
+        }
+    }
+
+    fn reserved(allocation: Allocation) -> Option<IpAddr> {
+        match allocation {
+            Allocation::Reserve { ip, .. } => Some(ip),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_pre_allocated_address_is_used_and_only_its_claim_gets_it() {
+        let mut r = Registry::default();
+        r.set_pool(
+            &pool(),
+            spec(&["10.0.0.10-10.0.0.12"], &[("vm", "10.0.0.10")]),
+        );
+        let counts = r.counts(&pool()).unwrap();
+        assert_eq!((counts.total, counts.used, counts.free), (3, 1, 2));
+        // Older claims without an entry take the other two, then wait.
+        for (t, name) in [("t1", "a"), ("t2", "b")] {
+            let got = reserved(r.try_allocate(&pool(), queued(t, name))).unwrap();
+            assert_ne!(got, ip("10.0.0.10"));
+            r.apply(Change::Reservation(
+                name.into(),
+                hold(name, &got.to_string()),
+            ));
+            r.finish(&pool(), got);
+        }
+        assert!(matches!(
+            r.try_allocate(&pool(), queued("t3", "c")),
+            Allocation::Exhausted { .. }
+        ));
+        // The named claim, newest of all, is not queued behind c.
+        assert_eq!(
+            reserved(r.try_allocate(&pool(), queued("t4", "vm"))),
+            Some(ip("10.0.0.10"))
+        );
+        r.apply(Change::Reservation("vm".into(), hold("vm", "10.0.0.10")));
+        r.finish(&pool(), ip("10.0.0.10"));
+        let counts = r.counts(&pool()).unwrap();
+        assert_eq!((counts.used, counts.free), (3, 0), "counted once");
+        // Its release does not make the address free while the entry exists.
+        r.apply(Change::ReservationGone("vm".into()));
+        assert_eq!(r.counts(&pool()).unwrap().free, 0);
+        assert!(
+            r.recount().is_empty(),
+            "the allocator agrees with the holds"
+        );
+    }
+
+    #[test]
+    fn a_conflict_names_the_holder_and_its_end_wakes_the_claim() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), spec(&["10.0.0.10-10.0.0.12"], &[]));
+        r.apply(Change::Reservation("x".into(), hold("x", "10.0.0.11")));
+        r.set_pool(
+            &pool(),
+            spec(&["10.0.0.10-10.0.0.12"], &[("vm", "10.0.0.11")]),
+        );
+        assert_eq!(
+            r.try_allocate(&pool(), queued("t1", "vm")),
+            Allocation::PreAllocationConflict {
+                ip: ip("10.0.0.11"),
+                conflict: PreAllocationConflict::HeldBy(Holder::Claim(claim("x")))
+            }
+        );
+        assert_eq!(r.waiting(&pool()), 0, "not queued");
+        let woken = r.apply(Change::ReservationGone("x".into()));
+        assert!(woken.contains(&claim("vm")), "{woken:?}");
+        assert_eq!(r.counts(&pool()).unwrap().free, 2, "still kept from others");
+        assert_eq!(
+            reserved(r.try_allocate(&pool(), queued("t1", "vm"))),
+            Some(ip("10.0.0.11"))
+        );
+    }
+
+    #[test]
+    fn the_gateway_or_an_address_outside_the_pool_waits_for_the_spec_to_change() {
+        let mut r = Registry::default();
+        r.set_pool(
+            &pool(),
+            spec(
+                &["10.0.0.10-10.0.0.12"],
+                &[
+                    ("gw", "10.0.0.1"),
+                    ("out", "10.0.0.50"),
+                    ("twice", "10.0.0.50"),
+                ],
+            ),
+        );
+        let conflict =
+            |r: &mut Registry, name: &str| match r.try_allocate(&pool(), queued("t", name)) {
+                Allocation::PreAllocationConflict { conflict, .. } => conflict,
+                other => panic!("{name}: {other:?}"),
+            };
+        assert_eq!(conflict(&mut r, "gw"), PreAllocationConflict::Gateway);
+        assert_eq!(conflict(&mut r, "out"), PreAllocationConflict::OutsidePool);
+        assert_eq!(
+            conflict(&mut r, "twice"),
+            PreAllocationConflict::NamedTwice(claim("out"))
+        );
+        assert_eq!(r.counts(&pool()).unwrap().free, 3, "nothing inside is kept");
+        let woken = r.set_pool(
+            &pool(),
+            spec(&["10.0.0.10-10.0.0.60"], &[("out", "10.0.0.50")]),
+        );
+        assert!(woken.contains(&claim("out")), "{woken:?}");
+        assert_eq!(
+            reserved(r.try_allocate(&pool(), queued("t", "out"))),
+            Some(ip("10.0.0.50"))
+        );
+    }
+
+    #[test]
+    fn a_changed_or_removed_entry_leaves_the_realised_claim_and_is_reported() {
+        let mut r = Registry::default();
+        r.set_pool(
+            &pool(),
+            spec(
+                &["10.0.0.10-10.0.0.20"],
+                &[("a", "10.0.0.15"), ("b", "10.0.0.16")],
+            ),
+        );
+        for (name, address) in [("a", "10.0.0.15"), ("b", "10.0.0.16")] {
+            r.apply(Change::Reservation(name.into(), hold(name, address)));
+            r.apply(Change::Address(claim(name), hold(name, address)));
+        }
+        assert!(r.take_pre_allocation_notes(&pool()).is_empty());
+        r.set_pool(
+            &pool(),
+            spec(&["10.0.0.10-10.0.0.20"], &[("a", "10.0.0.17")]),
+        );
+        let notes = r.take_pre_allocation_notes(&pool());
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[0].contains("ns/a changed from 10.0.0.15 to 10.0.0.17"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].contains("ns/b (10.0.0.16) was removed"),
+            "{notes:?}"
+        );
+        assert_eq!(
+            r.pre_allocation_report(&pool()),
+            vec![(
+                claim("a"),
+                ip("10.0.0.17"),
+                PreAllocationState::Drift {
+                    holds: ip("10.0.0.15")
+                }
+            )]
+        );
+        let counts = r.counts(&pool()).unwrap();
+        assert_eq!(counts.used, 3, "both held, and .17 kept for a");
+        // Released, the old address returns to the pool; .17 stays a's.
+        r.apply(Change::AddressGone(claim("b")));
+        r.apply(Change::ReservationGone("b".into()));
+        assert_eq!(r.counts(&pool()).unwrap().used, 2);
+    }
+}
