@@ -310,3 +310,28 @@ pub fn spec(id: &str) -> &'static CheckSpec {
         .find(|c| c.id == id)
         .unwrap_or_else(|| panic!("no check {id}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docs_number_every_check_in_the_order_they_run() {
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/conformance.md");
+        let text = std::fs::read_to_string(&docs).expect("docs/conformance.md");
+        for (i, check) in CHECKS.iter().enumerate() {
+            let line = format!("{}. `{}` (", i + 1, check.id);
+            assert!(
+                text.contains(&line),
+                "docs/conformance.md has no line starting {line:?}"
+            );
+        }
+        let profiles: Vec<Profile> = CHECKS.iter().map(|c| c.profile).collect();
+        let mut sorted = profiles.clone();
+        sorted.sort();
+        assert_eq!(
+            profiles, sorted,
+            "checks are grouped by profile, in run order"
+        );
+    }
+}
