@@ -2,7 +2,7 @@
 //! against inpool, as any provider would run it: on the test control plane with CAPI core's
 //! manager and its webhooks (`support::capi_env`), an inpool controller for the suite's
 //! namespace, and the provider configs committed in `conformance/providers/`. Every profile
-//! must pass, on an IP pool and on a prefix pool. The reports are written to
+//! must pass, on an IP pool, a prefix pool and a cluster-scoped IP pool. The reports are written to
 //! `target/conformance/`; `docs/conformance/` holds a committed copy of each.
 
 use std::path::PathBuf;
@@ -103,4 +103,9 @@ async fn inpool_passes_every_profile_on_an_ip_pool() {
 #[tokio::test]
 async fn inpool_passes_every_profile_on_a_prefix_pool() {
     passes("inpool-prefix.yaml", "inpool-prefix").await;
+}
+
+#[tokio::test]
+async fn inpool_passes_every_profile_on_a_cluster_scoped_pool() {
+    passes("inpool-global-ip.yaml", "inpool-global-ip").await;
 }
