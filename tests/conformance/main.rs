@@ -2,8 +2,8 @@
 //! against inpool, as any provider would run it: on the test control plane with CAPI core's
 //! manager and its webhooks (`support::capi_env`), an inpool controller for the suite's
 //! namespace, and the provider configs committed in `conformance/providers/`. Every profile
-//! must pass, on an IP pool, a prefix pool and a cluster-scoped IP pool. The reports are written to
-//! `target/conformance/`; `docs/conformance/` holds a committed copy of each.
+//! must pass, on an IP pool, a prefix pool and a cluster-scoped IP pool. The reports are written
+//! to `target/conformance/`; `docs/conformance/` holds a committed copy of each.
 
 use std::path::PathBuf;
 use std::process::Command;
