@@ -5,9 +5,14 @@
 //! them with the registry ([`Registry::diff`](crate::controllers::state::Registry::diff)). The
 //! watches are a little behind a fresh list, so a difference counts only when a second list, taken
 //! [`SETTLE`] later, shows the very same difference against the very same record of the registry
-//! (not another object made since under the same name): then it is drift, which is corrected
-//! (if the registry still keeps that record), logged and counted in
-//! `inpool_state_drift_total{kind}`. The allocators are checked against the holds
+//! (not another object made since under the same name). It is then corrected (if the registry
+//! still keeps that record). It is drift, logged and counted in `inpool_state_drift_total{kind}`,
+//! unless a watch of the feed failed within [`WATCH_RECOVERY`] before the first list or since:
+//! such a watch misses its kind's changes until it is open again, and the difference is its gap,
+//! which the correction closes as the watch's own re-list would (logged, not counted). A watch
+//! that stalls without failing is given up by kube-runtime within 35 s (see
+//! [`WATCH_TIMEOUT`](crate::controllers::sources::watch::WATCH_TIMEOUT)); an audit in that time
+//! counts what it missed as drift. The allocators are checked against the holds
 //! they are made from ([`Registry::recount`](crate::controllers::state::Registry::recount)). In a
 //! healthy run the audit finds nothing; the test suites assert that.
 //!
@@ -69,6 +74,11 @@ use crate::controllers::state::{Change, HoldRecord, ListedHolds, Registry};
 /// How long the watches get to catch up with a list before a difference counts as drift.
 pub const SETTLE: Duration = Duration::from_secs(5);
 
+/// How long after a watch of the feed failed a difference may still be that watch's gap:
+/// kube-runtime asks a failed watch again after its default backoff, at most 30 s doubled by its
+/// jitter, and the events it missed arrive as soon as it is open; plus [`SETTLE`].
+pub const WATCH_RECOVERY: Duration = Duration::from_secs(65);
+
 /// After a re-list, the audit waits this long (other watches may be re-listing too).
 const AFTER_RELIST: Duration = Duration::from_secs(2);
 
@@ -122,6 +132,7 @@ impl Found {
 /// One audit: compare, correct, collect strays, let go of memory.
 pub async fn audit(ctx: &Context) -> Result<Found, Error> {
     let mut found = Found::default();
+    let started = std::time::Instant::now();
     let first = Snapshot::take(ctx).await?;
     let snapshot = if first.differences.is_empty() {
         first
@@ -141,6 +152,9 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
                 "audit: a difference the second list did not confirm (the watches were behind)"
             );
         }
+        let watches_whole = started
+            .checked_sub(WATCH_RECOVERY)
+            .is_none_or(|since| ctx.stores.interruptions.none_since(since));
         for Difference { change, kept } in confirmed {
             let kind = change.kind();
             let described = format!("{change:?}");
@@ -149,7 +163,7 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
             let corrected = ctx.apply_if(change, |registry, change| {
                 registry.record_of(change) == kept.as_ref()
             });
-            if corrected {
+            if corrected && watches_whole {
                 tracing::warn!(
                     kind,
                     change = described,
@@ -158,6 +172,13 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
                 );
                 ctx.metrics.state_drift(kind);
                 found.drift += 1;
+            } else if corrected {
+                tracing::info!(
+                    kind,
+                    change = described,
+                    ?kept,
+                    "audit: corrected what a failed watch missed (not drift: the watch was catching up)"
+                );
             } else {
                 tracing::debug!(
                     kind,

@@ -12,17 +12,19 @@
 
 use std::time::{Duration, Instant};
 
+use inpool::api::IPAddress;
 use inpool_testenv::common::{
     Inpool, assert_invariants, claim, create, pool, reasons, snapshot, violations, wait_explained,
     wait_for,
 };
 use inpool_testenv::fault_proxy::{Fault, FaultProxy, Match, Rule, Seen};
 use kube::api::ListParams;
+use kube::{Api, ResourceExt};
 
 use super::proxy::proxy_for;
 use super::{
-    Scenario, create_claims_in_background, delete_claims_in_background, realised_and_waiting,
-    start_provider,
+    Scenario, create_claims_in_background, delete_claims_in_background, force_delete,
+    realised_and_waiting, start_provider,
 };
 
 fn tail(text: &str, lines: usize) -> String {
@@ -557,5 +559,63 @@ async fn the_audit_completes_while_half_of_its_lists_fail() {
     proxied.assert_invariants().await;
     println!(
         "FAULTS http-audit: {completed} audits completed in 30 s while {failed} of {asked} list pages failed with a 500"
+    );
+}
+
+/// The cause of the drift the soak counted: an `IPAddress` deleted while the address watch was
+/// failing. The audit saw it gone in both of its lists, while the registry, whose watch could not
+/// tell it, still kept it: the watch's gap, not drift. The audit corrects it (the claim gets its
+/// `IPAddress` back) and counts nothing; without [`WATCH_RECOVERY`]'s rule it counted one drift.
+///
+/// [`WATCH_RECOVERY`]: inpool::controllers::audit::WATCH_RECOVERY
+#[tokio::test]
+async fn what_a_failing_watch_missed_is_corrected_by_the_audit_and_not_counted_as_drift() {
+    let mut proxied = Proxied::start("10.9.0.1-10.9.0.10", Vec::new()).await;
+    create_claims_in_background(&proxied.scenario.claims, "pool", "c", 0..3)
+        .await
+        .unwrap();
+    proxied.wait_realised(3, 0).await;
+    let addresses: Api<IPAddress> =
+        Api::namespaced(proxied.scenario.client.clone(), &proxied.scenario.ns);
+    let before = addresses.get("c-0000").await.unwrap();
+
+    // Every watch of IPAddresses is refused, and the open one is cut.
+    let address_watches = Match::all().watches().path("/ipaddresses");
+    let rule = proxied.proxy.set(Rule::new(
+        address_watches.clone(),
+        Fault::Status {
+            code: 503,
+            retry_after: None,
+        },
+    ));
+    proxied.proxy.cut(&address_watches);
+    force_delete(&addresses, "c-0000").await;
+    let restored = wait_for(
+        "IPAddress c-0000 made again while its watch fails",
+        Duration::from_secs(60),
+        || async {
+            addresses
+                .get_opt("c-0000")
+                .await
+                .ok()
+                .flatten()
+                .filter(|a| a.uid() != before.uid())
+        },
+    )
+    .await;
+    let refused = proxied.proxy.applied(rule);
+    proxied.proxy.remove(rule);
+    assert!(refused >= 1, "no watch of IPAddresses was refused");
+    assert_eq!(restored.spec.address, before.spec.address);
+    // Drift 0 (the invariant check reads it), and the audit's log says what it corrected.
+    proxied.assert_invariants().await;
+    let log = proxied.provider.logs();
+    assert!(
+        log.contains("corrected what a failed watch missed"),
+        "the audit did not correct the deletion the watch missed:\n{}",
+        tail(&log, 80)
+    );
+    println!(
+        "FAULTS http-watch-gap: IPAddress deleted while {refused} watches of its kind were refused; restored by the audit's correction, no drift counted"
     );
 }

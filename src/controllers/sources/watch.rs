@@ -33,7 +33,7 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::channel::mpsc;
 use futures::stream::{BoxStream, SelectAll};
@@ -92,6 +92,9 @@ pub struct Stores {
     /// Notified when a watch that feeds the registry listed again after its first list: the
     /// audit then checks soon that the registry agrees with the API.
     pub relisted: Arc<Notify>,
+    /// When a watch of the feed last failed: the audit does not call a difference drift while
+    /// a watch may still be catching up.
+    pub interruptions: Arc<Interruptions>,
 }
 
 impl Stores {
@@ -117,6 +120,26 @@ impl Stores {
         self.clusters.wait_until_ready().await?;
         self.holds_listed.wait().await;
         Ok(())
+    }
+}
+
+/// When a watch of the feed last failed (refused, reset, timed out, its resource version
+/// expired). Until the watcher is open again, after kube-runtime's backoff, the registry misses
+/// that kind's changes: a difference from the API server is then the watch's gap, not drift.
+#[derive(Default)]
+pub struct Interruptions(std::sync::Mutex<Option<Instant>>);
+
+impl Interruptions {
+    fn record(&self) {
+        *self.0.lock().expect("interruptions lock") = Some(Instant::now());
+    }
+
+    /// Whether no watch of the feed failed at or after `since`.
+    pub fn none_since(&self, since: Instant) -> bool {
+        self.0
+            .lock()
+            .expect("interruptions lock")
+            .is_none_or(|last| last < since)
     }
 }
 
@@ -643,6 +666,7 @@ pub fn start(
         holds_listed: Arc::new(Latch::default()),
         cluster_pauses: Arc::new(ClusterPauses::default()),
         relisted: Arc::new(Notify::new()),
+        interruptions: Arc::new(Interruptions::default()),
     };
     let subscriptions = Subscriptions {
         pools: pool_inputs,
@@ -701,7 +725,10 @@ pub async fn feed(ctx: Arc<Context>, Feeds(mut feeds): Feeds) -> anyhow::Result<
                     send();
                 }
             }
-            Err(e) => error::watch_failed(&ctx, "feed", &e),
+            Err(e) => {
+                ctx.stores.interruptions.record();
+                error::watch_failed(&ctx, "feed", &e);
+            }
         }
     }
     Ok(())
