@@ -338,13 +338,20 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     Ok(ok)
 }
 
+/// Starts the control plane on `data_dir`. Restarted on tens of thousands of objects beside a
+/// busy inpool, its garbage collector took more than the default 3 minutes to pass the start-up
+/// probe on 2 cores, and the soak stopped there; it gets 15.
 async fn start_plane(data_dir: &Path, crds: &[PathBuf]) -> anyhow::Result<support::ControlPlane> {
-    let (data_dir, crds) = (data_dir.to_path_buf(), crds.to_vec());
-    tokio::task::spawn_blocking(move || {
-        support::ControlPlane::start_with_crds(&data_dir, false, &crds)
-    })
-    .await?
-    .map_err(anyhow::Error::msg)
+    let data_dir = data_dir.to_path_buf();
+    let options = inpool_testenv::StartOptions {
+        ephemeral: false,
+        crds: crds.to_vec(),
+        own_process_group: false,
+        start_timeout: Some(Duration::from_secs(15 * 60)),
+    };
+    tokio::task::spawn_blocking(move || support::ControlPlane::start_with(&data_dir, &options))
+        .await?
+        .map_err(anyhow::Error::msg)
 }
 
 async fn create_namespace_and_pool(client: &Client, size: usize) -> anyhow::Result<()> {

@@ -286,6 +286,10 @@ pub struct StartOptions {
     /// Run the control plane in a process group of its own, so that a Ctrl-C in the terminal
     /// reaches only this process, which then stops the control plane in order.
     pub own_process_group: bool,
+    /// How long start-up may take (the control plane's own default, 3 minutes, when `None`). A
+    /// restart on a data directory of tens of thousands of objects, on a loaded machine, can take
+    /// longer: the garbage collector lists every kind before the start-up probe passes.
+    pub start_timeout: Option<std::time::Duration>,
 }
 
 /// One running control plane process.
@@ -319,6 +323,7 @@ impl ControlPlane {
                 ephemeral,
                 crds: crds.to_vec(),
                 own_process_group: false,
+                start_timeout: None,
             },
         )
     }
@@ -355,6 +360,9 @@ impl ControlPlane {
         }
         for crd in &options.crds {
             command.arg("--crd").arg(crd);
+        }
+        if let Some(timeout) = options.start_timeout {
+            command.arg(format!("--start-timeout={}s", timeout.as_secs()));
         }
         #[cfg(unix)]
         if options.own_process_group {

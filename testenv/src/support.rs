@@ -81,6 +81,14 @@ impl ControlPlane {
         testenv::ControlPlane::start_with_crds(data_dir, ephemeral, crds).map(ControlPlane)
     }
 
+    /// Starts a control plane as `options` say.
+    pub fn start_with(
+        data_dir: &Path,
+        options: &testenv::StartOptions,
+    ) -> Result<ControlPlane, String> {
+        testenv::ControlPlane::start_with(data_dir, options).map(ControlPlane)
+    }
+
     pub async fn client(&self) -> Client {
         client_from_kubeconfig(&self.0.kubeconfig, None).await
     }

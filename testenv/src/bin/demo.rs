@@ -91,6 +91,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ephemeral: true,
         crds: testenv::local_crd_files(),
         own_process_group: true,
+        start_timeout: None,
     };
     let plane = {
         let data_dir = data_dir.clone();
