@@ -14,11 +14,13 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 # Cargo reads every workspace member's manifest, and every target a manifest declares must exist,
 # before it builds anything; `--package inpool` then builds the controller alone (the test bench
-# in testenv/ is only a dev-dependency).
+# in testenv/ and the conformance suite in conformance/ are only dev-dependencies).
 COPY benches ./benches
 COPY src ./src
 COPY testenv/Cargo.toml ./testenv/
 COPY testenv/src ./testenv/src
+COPY conformance/Cargo.toml ./conformance/
+COPY conformance/src ./conformance/src
 RUN cargo build --release --locked --package inpool --bin inpool \
  && cp target/release/inpool /inpool
 
