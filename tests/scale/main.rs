@@ -146,6 +146,7 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
             restart_with_new_claim: false,
             ..Default::default()
         },
+        shared_by_namespaces: None,
     };
     let log_dir = std::env::temp_dir().join(format!("inpool-{namespace}-{}", std::process::id()));
     let run = harness::run_scenario(
