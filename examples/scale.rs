@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example scale -- [--claims 10000] [--pools 10 --claims-per-pool 100]
-//!     [--prefix-claims 1000] [--foreign-claims 100000]
+//!     [--global-pools 200 --global-namespaces 50] [--prefix-claims 1000] [--foreign-claims 100000]
 //!     [--skip-floor] [--provider-command "CMD"] [--provider-name NAME] [--json PATH]
 //!     [--scenarios restart,idle,trickle] [--idle-window 600] [--trickle-claims 100]
 //!     [--restart-signal term|kill] [--inpool-args "ARGS"]
@@ -17,9 +17,12 @@
 //!    writes (see `harness::FLOOR_DEFINITION`);
 //! 2. the provider (inpool's release binary unless `--provider-command`) on N claims in one pool;
 //! 3. a fresh provider process on M pools × K claims;
-//! 4. with `--prefix-claims P`, a fresh provider process on P claims in one prefix pool (/64s out
+//! 4. with `--global-pools G`, a fresh provider process watching every namespace on G
+//!    `GlobalInClusterIPPool`s × K claims, the claims spread over `--global-namespaces`
+//!    namespaces so that each pool serves every namespace;
+//! 5. with `--prefix-claims P`, a fresh provider process on P claims in one prefix pool (/64s out
 //!    of a /48);
-//! 5. with `--foreign-claims F`, a fresh provider process beside F claims of a pool kind inpool
+//! 6. with `--foreign-claims F`, a fresh provider process beside F claims of a pool kind inpool
 //!    does not serve (see `testenv/src/scale/foreign.rs`).
 //!
 //! With `--scenarios`, the scenarios at size run on the single-pool scenario once its
@@ -56,9 +59,17 @@ struct Args {
     /// Pools in the multi-pool scenario (0 skips it).
     #[arg(long, default_value_t = 10)]
     pools: usize,
-    /// Claims per pool in the multi-pool scenario.
+    /// Claims per pool in the multi-pool and the global-pools scenarios.
     #[arg(long, default_value_t = 100)]
     claims_per_pool: usize,
+    /// `GlobalInClusterIPPool`s in the global-pools scenario (0 skips it): --claims-per-pool
+    /// claims each, spread over --global-namespaces namespaces, the provider watching every
+    /// namespace.
+    #[arg(long, default_value_t = 0)]
+    global_pools: usize,
+    /// Namespaces the claims of the global-pools scenario are spread over.
+    #[arg(long, default_value_t = 50)]
+    global_namespaces: usize,
     /// Claims in the prefix-pool scenario: one `InClusterPrefixPool` of a /48 handing out /64s
     /// (0 skips it).
     #[arg(long, default_value_t = 0)]
@@ -268,44 +279,39 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     if !at_size.is_empty() && args.claims == 0 {
         bail!("--scenarios runs on the single-pool scenario: give --claims N (N > 0)");
     }
+    // Each scenario in its own namespace, `scale-NAME`.
+    let scenario = |name: &str, pools: usize, claims_per_pool: usize| Scenario {
+        name: name.into(),
+        namespace: format!("scale-{name}"),
+        pools,
+        claims_per_pool,
+        concurrency: args.concurrency,
+        timeout,
+        settle: true,
+        sub_prefixes: None,
+        at_size: atsize::Plan::default(),
+        shared_by_namespaces: None,
+    };
     let mut scenarios = Vec::new();
     if args.claims > 0 {
         scenarios.push(Scenario {
-            name: "single".into(),
-            namespace: "scale-single".into(),
-            pools: 1,
-            claims_per_pool: args.claims,
-            concurrency: args.concurrency,
-            timeout,
-            settle: true,
-            sub_prefixes: None,
             at_size,
+            ..scenario("single", 1, args.claims)
         });
     }
     if args.pools > 0 && args.claims_per_pool > 0 {
+        scenarios.push(scenario("multi", args.pools, args.claims_per_pool));
+    }
+    if args.global_pools > 0 && args.claims_per_pool > 0 {
         scenarios.push(Scenario {
-            name: "multi".into(),
-            namespace: "scale-multi".into(),
-            pools: args.pools,
-            claims_per_pool: args.claims_per_pool,
-            concurrency: args.concurrency,
-            timeout,
-            settle: true,
-            sub_prefixes: None,
-            at_size: atsize::Plan::default(),
+            shared_by_namespaces: Some(args.global_namespaces.max(1)),
+            ..scenario("global", args.global_pools, args.claims_per_pool)
         });
     }
     if args.prefix_claims > 0 {
         scenarios.push(Scenario {
-            name: "prefix".into(),
-            namespace: "scale-prefix".into(),
-            pools: 1,
-            claims_per_pool: args.prefix_claims,
-            concurrency: args.concurrency,
-            timeout,
-            settle: true,
             sub_prefixes: Some(64),
-            at_size: atsize::Plan::default(),
+            ..scenario("prefix", 1, args.prefix_claims)
         });
     }
     for scenario in &scenarios {

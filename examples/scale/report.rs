@@ -211,6 +211,17 @@ pub fn table(runs: &[Run]) -> String {
         "control plane CPU (s)",
         each(&|r| opt(r.control_plane_cpu_seconds, 1)),
     );
+    row(
+        "API server / etcd peak RSS since start, at the last Ready (MiB)",
+        each(&|r| {
+            let peaks = r.control_plane_peaks.unwrap_or_default();
+            format!(
+                "{} / {}",
+                opt(peaks.api_server_mib, 0),
+                opt(peaks.etcd_mib, 0)
+            )
+        }),
+    );
     row("harness CPU (s)", each(&|r| opt(r.harness_cpu_seconds, 1)));
     row(
         "load average before → after",

@@ -7,6 +7,9 @@
 //! process writes nothing while it catches up and reconciles each existing claim at most once.
 //! The full run with timings is `cargo run --release --example scale`.
 //!
+//! It runs the global-pools scenario small too: 120 claims from 3 namespaces over 4
+//! `GlobalInClusterIPPool`s, with the same end-state checks.
+//!
 //! It also holds claims of another provider's pool kind to their cost (the harness's
 //! foreign-claims scenario at 300 claims): none kept in inpool's claim cache, none reconciled,
 //! none written to, before and after a restart.
@@ -14,11 +17,21 @@
 //! A binary of its own: the writes per claim are counted from the API server's own metrics, so
 //! no other test may write on its control plane meanwhile.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use inpool_testenv::scale::{atsize, foreign, harness, process};
 use inpool_testenv::support;
+
+/// The writes a realised claim costs besides its create, by the harness's names of their
+/// resources: finalizer, status, reservation, `IPAddress`, Event.
+const WRITES_OF_A_CLAIM: [&str; 5] = [
+    "claims",
+    "claims/status",
+    "ipaddressreservations",
+    "ipaddresses",
+    "events",
+];
 
 /// The writes are counted from the API server's own metrics, which every run on the control
 /// plane adds to: one run at a time.
@@ -33,6 +46,47 @@ async fn two_hundred_claims_in_one_pool_are_realised_distinct_and_released_witho
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_claims_in_one_prefix_pool_get_distinct_sub_prefixes_and_are_released() {
     realise_and_release("scale-test-prefix", 100, Some(64)).await;
+}
+
+/// 120 claims from 3 namespaces over 4 `GlobalInClusterIPPool`s, each pool serving every
+/// namespace, the provider watching every namespace: distinct addresses across the namespaces,
+/// one reservation per claim, nothing left after the release, and each write a claim costs at
+/// most once per claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_of_three_namespaces_on_shared_global_pools_are_realised_distinct_and_released() {
+    const POOLS: usize = 4;
+    const PER_POOL: usize = 30;
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let scenario = harness::Scenario {
+        name: "global".into(),
+        namespace: "scale-test-global".into(),
+        pools: POOLS,
+        claims_per_pool: PER_POOL,
+        concurrency: 16,
+        timeout: Duration::from_secs(300),
+        settle: false,
+        sub_prefixes: None,
+        at_size: atsize::Plan::default(),
+        shared_by_namespaces: Some(3),
+    };
+    let (run, log_dir) = run_on_the_test_plane(&scenario).await;
+    assert_end_state(&run, POOLS * PER_POOL);
+    // The finalizer (the harness's creates not counted), status, reservation, IPAddress and
+    // Event: each once per claim, as in one pool; the slack is for a retry after a transient
+    // error.
+    for kind in WRITES_OF_A_CLAIM {
+        let per_claim = run
+            .writes_per_claim_by_resource
+            .get(kind)
+            .copied()
+            .unwrap_or(0.0);
+        assert!(
+            per_claim <= 1.02,
+            "{per_claim} writes to {kind} per claim: {:?}",
+            run.writes_per_claim_by_resource
+        );
+    }
+    let _ = std::fs::remove_dir_all(&log_dir);
 }
 
 /// 300 claims of metal3's `IPPool` beside inpool's own pool: inpool keeps none of them, reconciles
@@ -106,13 +160,7 @@ async fn claims_of_another_providers_pool_are_not_kept_reconciled_or_written() {
     // IPAddress, Event); a write for each foreign claim would add 300. (A restarted process
     // also takes the leader Lease: `other`.)
     for (when, window) in [("watching", watching), ("restarted", restarted)] {
-        for kind in [
-            "claims",
-            "claims/status",
-            "ipaddressreservations",
-            "ipaddresses",
-            "events",
-        ] {
+        for kind in WRITES_OF_A_CLAIM {
             let writes = window.writes_by.get(kind).copied().unwrap_or(0.0);
             assert!(
                 writes <= 1.0,
@@ -128,9 +176,6 @@ async fn claims_of_another_providers_pool_are_not_kept_reconciled_or_written() {
 /// checks the end state and the writes per claim.
 async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Option<u8>) {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let env = support::env();
-    let client = env.client().await;
-    let provider = process::ProviderSpec::inpool(Path::new(env!("CARGO_BIN_EXE_inpool")));
     let scenario = harness::Scenario {
         name: "single".into(),
         namespace: namespace.into(),
@@ -146,18 +191,9 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
             restart_with_new_claim: false,
             ..Default::default()
         },
+        shared_by_namespaces: None,
     };
-    let log_dir = std::env::temp_dir().join(format!("inpool-{namespace}-{}", std::process::id()));
-    let run = harness::run_scenario(
-        &client,
-        env.kubeconfig(),
-        None,
-        &provider,
-        &scenario,
-        &log_dir,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("scale run failed: {e:#}"));
+    let (run, log_dir) = run_on_the_test_plane(&scenario).await;
 
     // A new process facing realised claims makes no write while it catches up, and
     // reconciles each existing claim at most once (the API server's counters: nobody else writes
@@ -181,23 +217,7 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
         restart.existing_claims
     );
 
-    let correctness = run.correctness.expect("the run checks correctness");
-    assert!(
-        correctness.ok,
-        "problems: {:#?}\n{correctness:#?}",
-        correctness.problems
-    );
-    assert_eq!(correctness.claims, claims);
-    assert_eq!(correctness.claims_ready, claims);
-    assert_eq!(correctness.distinct_addresses, claims);
-    assert_eq!(correctness.reservations, Some(claims));
-    assert_eq!(correctness.orphan_addresses, 0);
-    let left = correctness.left_after_release.expect("released");
-    assert_eq!(
-        (left.claims, left.addresses, left.reservations),
-        (0, 0, 0),
-        "objects left after deleting every claim"
-    );
+    assert_end_state(&run, claims);
     let release = run.release.as_ref().expect("every claim was released");
     // Releasing costs 4 writes and one Event per claim (docs/contract.md, "API writes per claim");
     // waking a deleting claim again (e.g. when its own IPAddress goes) would run the release twice.
@@ -239,4 +259,54 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
         );
     }
     let _ = std::fs::remove_dir_all(&log_dir);
+}
+
+/// Runs `scenario` against the `inpool` binary on the test control plane (the caller holds
+/// [`ONE_AT_A_TIME`]). Returns the run and the directory of the provider's logs, for the caller
+/// to remove once its assertions held.
+async fn run_on_the_test_plane(scenario: &harness::Scenario) -> (harness::Run, PathBuf) {
+    let env = support::env();
+    let client = env.client().await;
+    let provider = process::ProviderSpec::inpool(Path::new(env!("CARGO_BIN_EXE_inpool")));
+    let log_dir = std::env::temp_dir().join(format!(
+        "inpool-{}-{}",
+        scenario.namespace,
+        std::process::id()
+    ));
+    let run = harness::run_scenario(
+        &client,
+        env.kubeconfig(),
+        None,
+        &provider,
+        scenario,
+        &log_dir,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("scale run failed: {e:#}"));
+    (run, log_dir)
+}
+
+/// Every claim Ready with its own address, one reservation each, no orphan `IPAddress`, and
+/// nothing left once every claim was deleted.
+fn assert_end_state(run: &harness::Run, claims: usize) {
+    let correctness = run
+        .correctness
+        .as_ref()
+        .expect("the run checks correctness");
+    assert!(
+        correctness.ok,
+        "problems: {:#?}\n{correctness:#?}",
+        correctness.problems
+    );
+    assert_eq!(correctness.claims, claims);
+    assert_eq!(correctness.claims_ready, claims);
+    assert_eq!(correctness.distinct_addresses, claims);
+    assert_eq!(correctness.reservations, Some(claims));
+    assert_eq!(correctness.orphan_addresses, 0);
+    let left = correctness.left_after_release.as_ref().expect("released");
+    assert_eq!(
+        (left.claims, left.addresses, left.reservations),
+        (0, 0, 0),
+        "objects left after deleting every claim"
+    );
 }

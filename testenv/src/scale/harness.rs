@@ -13,11 +13,12 @@ use anyhow::{Context as _, bail};
 use futures::StreamExt;
 use inpool::api::reservation::{IPAddressReservation, IPAddressReservationSpec};
 use inpool::api::{
-    ADDRESS_FINALIZER, CLAIM_FINALIZER, ConditionStatus, DesiredCondition, IN_CLUSTER_IP_POOL_KIND,
-    IN_CLUSTER_PREFIX_POOL_KIND, IPAM_GROUP, IPAddress, IPAddressClaim, IPAddressClaimReference,
-    IPAddressClaimSpec, IPAddressSpec, IPPoolReference, InClusterIPPool, InClusterIPPoolSpec,
-    InClusterPrefixPool, InClusterPrefixPoolSpec, POOL_VERSION, READY_CONDITION,
-    REASON_ADDRESS_ALLOCATED, claim_status_patch, claim_status_with_ready,
+    ADDRESS_FINALIZER, CLAIM_FINALIZER, ConditionStatus, DesiredCondition,
+    GLOBAL_IN_CLUSTER_IP_POOL_KIND, GlobalInClusterIPPool, GlobalInClusterIPPoolSpec,
+    IN_CLUSTER_IP_POOL_KIND, IN_CLUSTER_PREFIX_POOL_KIND, IPAM_GROUP, IPAddress, IPAddressClaim,
+    IPAddressClaimReference, IPAddressClaimSpec, IPAddressSpec, IPPoolReference, InClusterIPPool,
+    InClusterIPPoolSpec, InClusterPrefixPool, InClusterPrefixPoolSpec, POOL_VERSION,
+    READY_CONDITION, REASON_ADDRESS_ALLOCATED, claim_status_patch, claim_status_with_ready,
 };
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Namespace;
@@ -77,6 +78,11 @@ pub struct Scenario {
     pub sub_prefixes: Option<u8>,
     /// The scenarios at size, run once the claims are Ready (single pool only).
     pub at_size: atsize::Plan,
+    /// `Some(n)`: the pools are `GlobalInClusterIPPool`s shared by claims in `n` namespaces
+    /// (`{namespace}-00`, …; claim `i` goes to pool `i mod pools` in namespace
+    /// `(i / pools) mod n`, so each pool serves every namespace), and the provider watches every
+    /// namespace. `None`: pools and claims in `namespace`.
+    pub shared_by_namespaces: Option<usize>,
 }
 
 impl Scenario {
@@ -86,9 +92,37 @@ impl Scenario {
 
     /// The kind of the scenario's pools, as its claims name it.
     fn pool_kind(&self) -> &'static str {
-        match self.sub_prefixes {
-            Some(_) => IN_CLUSTER_PREFIX_POOL_KIND,
-            None => IN_CLUSTER_IP_POOL_KIND,
+        match (self.sub_prefixes, self.shared_by_namespaces) {
+            (Some(_), _) => IN_CLUSTER_PREFIX_POOL_KIND,
+            (None, Some(_)) => GLOBAL_IN_CLUSTER_IP_POOL_KIND,
+            (None, None) => IN_CLUSTER_IP_POOL_KIND,
+        }
+    }
+
+    /// The namespaces the scenario's claims are in.
+    pub fn claim_namespaces(&self) -> Vec<String> {
+        match self.shared_by_namespaces {
+            None => vec![self.namespace.clone()],
+            Some(n) => (0..n)
+                .map(|k| format!("{}-{k:02}", self.namespace))
+                .collect(),
+        }
+    }
+
+    /// The namespace the provider is limited to: `""` (every namespace) when the claims are
+    /// spread over namespaces.
+    fn provider_namespace(&self) -> &str {
+        match self.shared_by_namespaces {
+            None => &self.namespace,
+            Some(_) => "",
+        }
+    }
+
+    /// `1 pool`, `10 pools`, `200 global pools`.
+    fn pools_text(&self) -> String {
+        match self.shared_by_namespaces {
+            None => pools_text(self.pools),
+            Some(_) => format!("{} global pools", self.pools),
         }
     }
 
@@ -119,6 +153,18 @@ impl Scenario {
                     .await
                     .map(drop)
             }
+            None if self.shared_by_namespaces.is_some() => {
+                Api::<GlobalInClusterIPPool>::all(client.clone())
+                    .create(
+                        &PostParams::default(),
+                        &GlobalInClusterIPPool::new(
+                            &pool_name(j),
+                            GlobalInClusterIPPoolSpec(pool_object(&pool_name(j), &net).spec),
+                        ),
+                    )
+                    .await
+                    .map(drop)
+            }
             None => Api::<InClusterIPPool>::namespaced(client.clone(), ns)
                 .create(&PostParams::default(), &pool_object(&pool_name(j), &net))
                 .await
@@ -128,13 +174,21 @@ impl Scenario {
         Ok(net)
     }
 
-    /// Claim `i` (in creation order): name and pool index. Pools are interleaved.
-    fn claim(&self, i: usize) -> (String, usize) {
+    /// Claim `i` (in creation order): name, pool index and namespace (an index into
+    /// [`Scenario::claim_namespaces`]). Pools are interleaved; names are unique across namespaces.
+    fn claim(&self, i: usize) -> (String, usize, usize) {
         if self.pools == 1 {
-            (format!("c-{i:06}"), 0)
+            (format!("c-{i:06}"), 0, 0)
         } else {
             let pool = i % self.pools;
-            (format!("c-p{pool:03}-{:06}", i / self.pools), pool)
+            let namespace = self
+                .shared_by_namespaces
+                .map_or(0, |n| (i / self.pools) % n.max(1));
+            (
+                format!("c-p{pool:03}-{:06}", i / self.pools),
+                pool,
+                namespace,
+            )
         }
     }
 }
@@ -301,6 +355,11 @@ pub struct Run {
     pub provider_cpu_seconds_with_release: Option<f64>,
     /// CPU seconds of the control plane (etcd, API server, controller manager) in the same span.
     pub control_plane_cpu_seconds: Option<f64>,
+    /// The control plane's peak memory since it started, at the last Ready (earlier phases of the
+    /// run included: a high-water mark does not go down).
+    pub control_plane_peaks: Option<process::PlanePeaks>,
+    /// The same after the release phase.
+    pub control_plane_peaks_with_release: Option<process::PlanePeaks>,
     /// CPU seconds of the harness itself in the same span (it shares the machine).
     pub harness_cpu_seconds: Option<f64>,
     /// Load average (1 min) before and after.
@@ -329,6 +388,9 @@ struct TrackState {
     deleted: HashMap<String, Instant>,
     watch_errors: u64,
 }
+
+/// Longest wait for the initial list of a watch of the harness.
+const LIST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Watches the labelled claims of a namespace and records when each becomes Ready.
 pub struct ReadyTracker {
@@ -372,7 +434,21 @@ impl ReadyTracker {
         namespace: &str,
         selector: &str,
     ) -> anyhow::Result<ReadyTracker> {
-        let api: Api<IPAddressClaim> = Api::namespaced(client.clone(), namespace);
+        Self::watch(Api::namespaced(client.clone(), namespace), selector).await
+    }
+
+    /// Starts the watch of the scenario's claims, in every namespace they are in.
+    async fn start_for(client: &Client, scenario: &Scenario) -> anyhow::Result<ReadyTracker> {
+        let selector = format!("{CLAIM_LABEL}=true");
+        match scenario.shared_by_namespaces {
+            None => Self::start_labelled(client, &scenario.namespace, &selector).await,
+            Some(_) => Self::watch(Api::all(client.clone()), &selector).await,
+        }
+    }
+
+    /// Starts a watch of the claims `api` reaches (one namespace or all) that match a label
+    /// selector, and waits for its initial list.
+    async fn watch(api: Api<IPAddressClaim>, selector: &str) -> anyhow::Result<ReadyTracker> {
         let state = Arc::new(Mutex::new(TrackState::default()));
         let task = {
             let state = state.clone();
@@ -403,10 +479,11 @@ impl ReadyTracker {
             })
         };
         let tracker = ReadyTracker { state, task };
-        let deadline = Instant::now() + Duration::from_secs(60);
+        // The list of 100,000 claims takes a minute or more on a loaded machine.
+        let deadline = Instant::now() + LIST_TIMEOUT;
         while !tracker.state.lock().expect("tracker lock").synced {
             if Instant::now() > deadline {
-                bail!("the claim watch did not list within 60 s");
+                bail!("the claim watch did not list within {LIST_TIMEOUT:?}");
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -614,8 +691,9 @@ pub fn claim_object(
     claim
 }
 
-/// Creates `total` claims, `concurrency` at a time; `created(i, claim, at)` is called as each
-/// create returns. Returns when all are created.
+/// Creates `total` claims, `concurrency` at a time, each in the namespace it names or else in
+/// `api`'s; `created(i, claim, at)` is called as each create returns. Returns when all are
+/// created.
 pub(crate) async fn create_claims(
     api: &Api<IPAddressClaim>,
     total: usize,
@@ -629,6 +707,11 @@ pub(crate) async fn create_claims(
         .map(|i| async move {
             let claim = object(i);
             let name = claim.name_any();
+            let api = match claim.metadata.namespace.as_deref() {
+                Some(ns) => Api::namespaced(api.clone().into_client(), ns),
+                None => api.clone(),
+            };
+            let api = &api;
             let pp = PostParams::default();
             let result = with_retries(retries, &format!("creating claim {name}"), || {
                 api.create(&pp, &claim)
@@ -1095,6 +1178,11 @@ pub async fn run_scenario(
 ) -> anyhow::Result<Run> {
     let ns = scenario.namespace.as_str();
     create_namespace(client, ns).await?;
+    if scenario.shared_by_namespaces.is_some() {
+        for claim_ns in scenario.claim_namespaces() {
+            create_namespace(client, &claim_ns).await?;
+        }
+    }
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), ns);
     let mut nets = Vec::new();
     for j in 0..scenario.pools {
@@ -1120,7 +1208,13 @@ pub async fn run_scenario(
         .await?;
 
     let log = log_dir.join(format!("{}-{}.log", provider.name, scenario.name));
-    let mut process = ProviderProcess::start(provider, kubeconfig, ns, scenario.concurrency, &log)?;
+    let mut process = ProviderProcess::start(
+        provider,
+        kubeconfig,
+        scenario.provider_namespace(),
+        scenario.concurrency,
+        &log,
+    )?;
     eprintln!(
         "{} / {}: started `{}` (pid {}, log {})",
         provider.name,
@@ -1144,13 +1238,24 @@ pub async fn run_scenario(
     if result.is_ok() && exit != Some(0) {
         eprintln!("  warning: the provider exited with {exit:?} after SIGTERM");
     }
-    // The namespace goes before the next phase starts: its deletion is not the next phase's load.
-    // Objects left with finalizers (after a failure) are stripped after 120 s.
-    let mut deleted = delete_namespace(client, ns, Some(Duration::from_secs(120))).await;
-    if deleted.is_err() {
-        eprintln!("  namespace {ns} does not go away: removing the finalizers left in it");
-        strip_finalizers(client, ns).await?;
-        deleted = delete_namespace(client, ns, Some(Duration::from_secs(300))).await;
+    // The namespaces go before the next phase starts: their deletion is not the next phase's
+    // load. Objects left with finalizers (after a failure) are stripped after 120 s.
+    let mut namespaces = vec![scenario.namespace.clone()];
+    if scenario.shared_by_namespaces.is_some() {
+        namespaces.extend(scenario.claim_namespaces());
+    }
+    for ns in &namespaces {
+        delete_namespace(client, ns, None).await?;
+    }
+    let mut deleted = Ok(());
+    for ns in &namespaces {
+        let mut gone = delete_namespace(client, ns, Some(Duration::from_secs(120))).await;
+        if gone.is_err() {
+            eprintln!("  namespace {ns} does not go away: removing the finalizers left in it");
+            strip_finalizers(client, ns).await?;
+            gone = delete_namespace(client, ns, Some(Duration::from_secs(300))).await;
+        }
+        deleted = deleted.and(gone);
     }
     let run = result?;
     deleted?;
@@ -1197,17 +1302,22 @@ async fn measure_scenario(
     eprintln!(
         "  canary Ready {:.1} s after the provider started; creating {total} claims in {}",
         started.elapsed().as_secs_f64(),
-        pools_text(scenario.pools)
+        scenario.pools_text()
     );
 
-    let tracker = ReadyTracker::start(client, ns).await?;
+    let tracker = ReadyTracker::start_for(client, scenario).await?;
     let what = format!("{} / {}", provider.name, scenario.name);
     if scenario.settle {
         wait_quiet(client, &what).await?;
     }
     let retries = Retries::default();
-    let specs: Vec<(String, usize)> = (0..total).map(|i| scenario.claim(i)).collect();
-    let names: Vec<String> = specs.iter().map(|(n, _)| n.clone()).collect();
+    let specs: Vec<(String, usize, usize)> = (0..total).map(|i| scenario.claim(i)).collect();
+    let names: Vec<String> = specs.iter().map(|(n, _, _)| n.clone()).collect();
+    let claim_namespaces = scenario.claim_namespaces();
+    let namespaced: Vec<(String, String)> = specs
+        .iter()
+        .map(|(name, _, k)| (claim_namespaces[*k].clone(), name.clone()))
+        .collect();
     let mut created: Vec<Option<Instant>> = vec![None; total];
     let load_before = load_average();
     let before = snapshot(client, Some(process.pid), plane_pid).await?;
@@ -1219,14 +1329,16 @@ async fn measure_scenario(
         scenario.concurrency,
         &retries,
         |i| {
-            let (name, pool) = &specs[i];
-            claim_object(
+            let (name, pool, k) = &specs[i];
+            let mut claim = claim_object(
                 name,
                 IPAM_GROUP,
                 scenario.pool_kind(),
                 &pool_name(*pool),
                 true,
-            )
+            );
+            claim.metadata.namespace = Some(claim_namespaces[*k].clone());
+            claim
         },
         |i, _, at| created[i] = Some(at),
     )
@@ -1251,13 +1363,17 @@ async fn measure_scenario(
 
     let mut run = Run {
         label: format!(
-            "{}, {} × {}{}",
+            "{}, {} × {}{}{}",
             provider.name,
-            pools_text(scenario.pools),
+            scenario.pools_text(),
             scenario.claims_per_pool,
             scenario
                 .sub_prefixes
                 .map(|length| format!(" /{length}s"))
+                .unwrap_or_default(),
+            scenario
+                .shared_by_namespaces
+                .map(|n| format!(", {n} namespaces"))
                 .unwrap_or_default()
         ),
         provider: provider.name.clone(),
@@ -1282,6 +1398,7 @@ async fn measure_scenario(
         &after,
         created_done,
     );
+    run.control_plane_peaks = plane_pid.map(process::plane_peaks);
     if let (Some(b), Some(a)) = (before.provider, after.provider) {
         run.provider_cpu_seconds = Some(a.cpu_seconds - b.cpu_seconds);
         run.provider_base_rss_mib = Some(b.rss_kib as f64 / 1024.0);
@@ -1299,6 +1416,8 @@ async fn measure_scenario(
         "  all {total} Ready in {:.1} s ({:.0} claims/s); checking",
         run.seconds_to_all_ready, run.claims_per_second
     );
+    // A long run may be stopped before its report: its figures so far, one line at each phase.
+    eprintln!("  figures: {}", serde_json::to_string(&run)?);
 
     let restarted = scenario.at_size.restart.is_some();
     if !scenario.at_size.is_empty() {
@@ -1314,19 +1433,11 @@ async fn measure_scenario(
             )
             .await?,
         );
+        eprintln!("  at size: {}", serde_json::to_string(&run.at_size)?);
     }
 
-    let mut correctness = check(client, ns, scenario, nets, provider.is_inpool).await?;
-    let (release, leftovers) = release_all(
-        client,
-        ns,
-        &names,
-        scenario.concurrency,
-        scenario.timeout,
-        scenario.settle,
-        &retries,
-    )
-    .await?;
+    let mut correctness = check(client, scenario, nets, provider.is_inpool).await?;
+    let (release, leftovers) = release_all(client, scenario, &namespaced, &retries).await?;
     let left = leftovers.claims + leftovers.addresses + leftovers.reservations;
     if left > 0 {
         correctness.problems.push(format!(
@@ -1344,9 +1455,11 @@ async fn measure_scenario(
             .map(|(a, b)| a.cpu_seconds - b.cpu_seconds);
     }
     run.release = release;
+    run.control_plane_peaks_with_release = plane_pid.map(process::plane_peaks);
+    eprintln!("  release: {}", serde_json::to_string(&run.release)?);
     // The canary and the pools go while the provider still runs, so that it releases their
     // finalizers (inpool protects a pool with `ProtectPool` while it holds addresses).
-    if let Some(problem) = tear_down(client, ns).await? {
+    if let Some(problem) = tear_down(client, scenario).await? {
         correctness.problems.push(problem);
     }
     correctness.ok = correctness.problems.is_empty();
@@ -1356,7 +1469,8 @@ async fn measure_scenario(
 }
 
 /// Deletes the canary claim, then every pool, and waits (60 s) until they are gone.
-async fn tear_down(client: &Client, ns: &str) -> anyhow::Result<Option<String>> {
+async fn tear_down(client: &Client, scenario: &Scenario) -> anyhow::Result<Option<String>> {
+    let ns = scenario.namespace.as_str();
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), ns);
     let dp = DeleteParams::default();
@@ -1377,9 +1491,25 @@ async fn tear_down(client: &Client, ns: &str) -> anyhow::Result<Option<String>> 
         .delete_collection(&dp, &ListParams::default())
         .await
         .context("deleting the prefix pools")?;
+    // Global pools by name: other global pools of the control plane are not the scenario's.
+    let global_pools: Api<GlobalInClusterIPPool> = Api::all(client.clone());
+    let global_names: Vec<String> = match scenario.shared_by_namespaces {
+        Some(_) => (0..scenario.pools).map(pool_name).collect(),
+        None => Vec::new(),
+    };
+    for name in &global_names {
+        match global_pools.delete(name, &dp).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("deleting pool {name}"))),
+        }
+    }
     loop {
-        let left = count(&pools, &ListParams::default()).await?
+        let mut left = count(&pools, &ListParams::default()).await?
             + count(&prefix_pools, &ListParams::default()).await?;
+        for name in &global_names {
+            left += usize::from(global_pools.get_opt(name).await?.is_some());
+        }
         if left == 0 {
             return Ok(None);
         }
@@ -1424,18 +1554,24 @@ async fn strip_finalizers(client: &Client, ns: &str) -> anyhow::Result<()> {
 /// Lists everything of the scenario and checks the contract's end state.
 async fn check(
     client: &Client,
-    ns: &str,
     scenario: &Scenario,
     nets: &[IpNet],
     expect_reservations: bool,
 ) -> anyhow::Result<Correctness> {
-    let claims_api: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
-    let addresses_api: Api<IPAddress> = Api::namespaced(client.clone(), ns);
-    let claims = claims_api
-        .list(&ListParams::default().labels(&format!("{CLAIM_LABEL}=true")))
-        .await?
-        .items;
-    let addresses = addresses_api.list(&ListParams::default()).await?.items;
+    let namespaces = scenario.claim_namespaces();
+    let mut claims = Vec::new();
+    let mut addresses = Vec::new();
+    for ns in &namespaces {
+        let claims_api: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
+        let addresses_api: Api<IPAddress> = Api::namespaced(client.clone(), ns);
+        claims.extend(
+            claims_api
+                .list(&ListParams::default().labels(&format!("{CLAIM_LABEL}=true")))
+                .await?
+                .items,
+        );
+        addresses.extend(addresses_api.list(&ListParams::default()).await?.items);
+    }
     let mut problems = Vec::new();
     let mut note = |p: String| {
         if problems.len() < 20 {
@@ -1532,7 +1668,7 @@ async fn check(
     }
 
     let reservations = if expect_reservations {
-        let mine = reservations_of(client, ns).await?;
+        let mine = reservations_in(client, &namespaces).await?;
         let mine: Vec<&IPAddressReservation> = mine
             .iter()
             .filter(|r| r.spec.claim_name != "canary")
@@ -1573,13 +1709,21 @@ pub(crate) async fn reservations_of(
     client: &Client,
     ns: &str,
 ) -> anyhow::Result<Vec<IPAddressReservation>> {
+    reservations_in(client, &[ns.to_string()]).await
+}
+
+/// The reservations of the claims of these namespaces.
+async fn reservations_in(
+    client: &Client,
+    namespaces: &[String],
+) -> anyhow::Result<Vec<IPAddressReservation>> {
     let api: Api<IPAddressReservation> = Api::all(client.clone());
     Ok(api
         .list(&ListParams::default())
         .await?
         .items
         .into_iter()
-        .filter(|r| r.spec.claim_namespace == ns)
+        .filter(|r| namespaces.contains(&r.spec.claim_namespace))
         .collect())
 }
 
@@ -1596,28 +1740,37 @@ where
 /// until the claims, their IPAddresses and their reservations are gone.
 async fn release_all(
     client: &Client,
-    ns: &str,
-    names: &[String],
-    concurrency: usize,
-    timeout: Duration,
-    settle: bool,
+    scenario: &Scenario,
+    names: &[(String, String)],
     retries: &Retries,
 ) -> anyhow::Result<(Option<Release>, Leftovers)> {
     let total = names.len();
-    let claims_api: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
-    let addresses_api: Api<IPAddress> = Api::namespaced(client.clone(), ns);
+    let namespaces = scenario.claim_namespaces();
     let labelled = ListParams::default().labels(&format!("{CLAIM_LABEL}=true"));
-    let tracker = ReadyTracker::start(client, ns).await?;
-    if settle {
+    let count_claims = || async {
+        let mut left = 0;
+        for ns in &namespaces {
+            left += count(
+                &Api::<IPAddressClaim>::namespaced(client.clone(), ns),
+                &labelled,
+            )
+            .await?;
+        }
+        anyhow::Ok(left)
+    };
+    let tracker = ReadyTracker::start_for(client, scenario).await?;
+    if scenario.settle {
         wait_quiet(client, "release").await?;
     }
     let (before, seconds_before) = apimetrics::scrape_with_seconds(client).await?;
     let t0 = Instant::now();
     let dp = DeleteParams::default();
     let results: Vec<anyhow::Result<()>> = futures::stream::iter(names)
-        .map(|name| {
-            let (claims_api, dp) = (&claims_api, &dp);
+        .map(|(ns, name)| {
+            let claims_api = Api::<IPAddressClaim>::namespaced(client.clone(), ns);
+            let dp = &dp;
             async move {
+                let claims_api = &claims_api;
                 match with_retries(retries, &format!("deleting claim {name}"), || {
                     claims_api.delete(name, dp)
                 })
@@ -1634,7 +1787,7 @@ async fn release_all(
                 }
             }
         })
-        .buffer_unordered(concurrency.max(1))
+        .buffer_unordered(scenario.concurrency.max(1))
         .collect()
         .await;
     results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
@@ -1647,12 +1800,12 @@ async fn release_all(
         // A backstop in case the watch restarted and missed deletions.
         if last_count.elapsed() > Duration::from_secs(5) {
             last_count = Instant::now();
-            if count(&claims_api, &labelled).await? == 0 {
+            if count_claims().await? == 0 {
                 break 0;
             }
         }
-        if t0.elapsed() > timeout {
-            break count(&claims_api, &labelled).await?;
+        if t0.elapsed() > scenario.timeout {
+            break count_claims().await?;
         }
         if last_print.elapsed() > Duration::from_secs(10) {
             eprintln!(
@@ -1670,14 +1823,17 @@ async fn release_all(
     // address to the garbage collector a moment.
     let deadline = Instant::now() + Duration::from_secs(60);
     let (left_addresses, left_reservations) = loop {
-        let addresses = addresses_api
-            .list_metadata(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .filter(|a| a.name_any() != "canary")
-            .count();
-        let reservations = reservations_of(client, ns)
+        let mut addresses = 0;
+        for ns in &namespaces {
+            addresses += Api::<IPAddress>::namespaced(client.clone(), ns)
+                .list_metadata(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|a| a.name_any() != "canary")
+                .count();
+        }
+        let reservations = reservations_in(client, &namespaces)
             .await?
             .iter()
             .filter(|r| r.spec.claim_name != "canary")

@@ -247,6 +247,41 @@ pub fn proc_stat(pid: u32) -> Option<ProcStat> {
 /// CPU seconds of a process and all its descendants (the control plane runs the API server and
 /// the controller manager as child processes).
 pub fn tree_cpu_seconds(root: u32) -> Option<f64> {
+    Some(
+        process_tree(root)?
+            .iter()
+            .filter_map(|p| proc_stat(*p))
+            .map(|s| s.cpu_seconds)
+            .sum(),
+    )
+}
+
+/// Peak resident memory (VmHWM) of the test control plane's parts, MiB: the supervisor, which
+/// hosts etcd in-process, and the API server, the child process it runs as `apiserver`.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct PlanePeaks {
+    pub api_server_mib: Option<f64>,
+    pub etcd_mib: Option<f64>,
+}
+
+pub fn plane_peaks(root: u32) -> PlanePeaks {
+    let peak = |pid: u32| proc_stat(pid).map(|s| s.hwm_kib as f64 / 1024.0);
+    let api_server = process_tree(root)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                cmdline.split(|b| *b == 0).nth(1) == Some(b"apiserver".as_slice())
+            })
+        });
+    PlanePeaks {
+        api_server_mib: api_server.and_then(peak),
+        etcd_mib: peak(root),
+    }
+}
+
+/// A process and all its descendants.
+fn process_tree(root: u32) -> Option<Vec<u32>> {
     let mut parents: Vec<(u32, u32)> = Vec::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
@@ -277,12 +312,7 @@ pub fn tree_cpu_seconds(root: u32) -> Option<f64> {
         );
         i += 1;
     }
-    Some(
-        tree.iter()
-            .filter_map(|p| proc_stat(*p))
-            .map(|s| s.cpu_seconds)
-            .sum(),
-    )
+    Some(tree)
 }
 
 /// `GET http://ADDR/metrics` (plain HTTP/1.0 on 127.0.0.1): the provider's own metrics page.

@@ -105,6 +105,25 @@ const COLOURS: [&str; 6] = [
 /// The panels stacked, sharing an x axis from 0 to `x_max` minutes, the warm-up (until
 /// `warm_up` minutes) shaded, kills (red) and control-plane restarts (blue) marked.
 pub fn svg(title: &str, panels: &[Panel], marks: &[Mark], warm_up: f64, x_max: f64) -> String {
+    svg_with_caption(
+        title,
+        panels,
+        marks,
+        warm_up,
+        x_max,
+        "minutes · shaded: warm-up · red dashes: inpool SIGKILLed · blue dashes: control plane restarted",
+    )
+}
+
+/// The same picture with its own caption under the panels (what the x axis and the marks are).
+pub fn svg_with_caption(
+    title: &str,
+    panels: &[Panel],
+    marks: &[Mark],
+    warm_up: f64,
+    x_max: f64,
+    caption: &str,
+) -> String {
     let plot_width = WIDTH - LEFT - RIGHT;
     let height = TOP + panels.len() as f64 * (PANEL_HEIGHT + GAP) + 10.0;
     let x_max = if x_max > 0.0 { x_max } else { 1.0 };
@@ -206,7 +225,8 @@ pub fn svg(title: &str, panels: &[Panel], marks: &[Mark], warm_up: f64, x_max: f
     let legend_y = height - 6.0;
     let _ = writeln!(
         out,
-        r##"<text x="{LEFT}" y="{legend_y:.1}">minutes · shaded: warm-up · red dashes: inpool SIGKILLed · blue dashes: control plane restarted</text>"##
+        r#"<text x="{LEFT}" y="{legend_y:.1}">{}</text>"#,
+        escape(caption)
     );
     out.push_str("</svg>\n");
     out
