@@ -139,7 +139,7 @@ mod slots;
 mod spec;
 
 pub use addr::{AddrRange, Family, Subnet, canonical};
-pub use any::{AnyAllocator, Footprint, ParsedSpec};
+pub use any::{AnyAllocator, Footprint, Networks, ParsedSpec};
 pub use counts::{Counts, StatusCounts, saturating_i32, saturating_i64};
 pub use entry::{EntryError, parse_entry, parse_ip, parse_network};
 pub use error::{AllocError, Field, PrefixAllocError, SpecError, SpecErrors};
@@ -148,7 +148,7 @@ pub use prefix::{
     DEFAULT_ALLOCATION_PREFIX_LENGTH, ParsedPrefixPool, PrefixAllocator, PrefixPoolSpecInput,
 };
 pub use set::{AddressSet, FamilyMismatch};
-pub use spec::{ParsedPool, PoolSpecInput, PreAllocated, PreAllocationInput};
+pub use spec::{Network, ParsedPool, PoolSpecInput, PreAllocated, PreAllocationInput, SubnetInput};
 
 #[cfg(test)]
 mod tests;

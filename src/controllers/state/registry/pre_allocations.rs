@@ -74,7 +74,7 @@ impl PreAllocations {
 pub enum PreAllocationConflict {
     /// An earlier entry pre-allocates the address to another claim.
     NamedTwice(ObjectKey),
-    /// The address is the pool's gateway.
+    /// The address is the gateway of one of the pool's subnets.
     Gateway,
     /// The pool does not hand the address out (outside `addresses`, excluded, or the subnet's
     /// network or broadcast address).
@@ -208,7 +208,7 @@ impl Registry {
         {
             return Some(PreAllocationConflict::NamedTwice(first.clone()));
         }
-        if entry.network.and_then(|(_, gateway)| gateway) == Some(ip) {
+        if entry.networks.as_ref().is_some_and(|n| n.is_gateway(ip)) {
             return Some(PreAllocationConflict::Gateway);
         }
         if !entry.range().is_some_and(|range| range.contains(ip)) {
