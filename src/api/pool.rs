@@ -572,6 +572,10 @@ fn pre_allocations_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema
 /// | each `preAllocations[].address` | one IP (no CIDR, no range) |
 /// | spec | every `preAllocations[].address` of `first`'s family |
 /// | each `preAllocations` entry (per kind, added in [`crate::api::crds`]) | `claimNamespace` empty on an `InClusterIPPool`, set on a `GlobalInClusterIPPool` |
+/// | each `additionalSubnets` entry | the rules of the spec's own `addresses`, `prefix` and `gateway` above, on the entry's (messages name `spec.additionalSubnets.…`; `prefix` is bounded `1..=128` by the schema) |
+/// | each `additionalSubnets` entry | `gateway` inside the subnet of the entry's first address and `prefix` |
+/// | spec | the first address of every `additionalSubnets` entry of `first`'s family |
+/// | spec | no two subnets overlap (the spec's own, every `additionalSubnets` entry's) |
 ///
 /// Cross-field rules are written `!precondition || check`, so that a value another rule already
 /// reports (an unparsable entry, a missing first entry) never makes them fail or error: each

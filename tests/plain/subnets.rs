@@ -2,19 +2,20 @@
 //! realised subnet by subnet in the order written, each `IPAddress` carrying the prefix and
 //! gateway of the subnet its address came from; the status counts and the pool's gauges add up
 //! across subnets; a two-subnet pool exhausted and then grown serves the claim that waited; a
-//! pre-allocation may name an address of any subnet; and a subnet overlapping another pool shares
-//! its addresses through the same holds as any overlapping pool. The CEL rules on each subnet are
-//! in the invalid corpus (`tests/data/pools/invalid/*subnet*`).
+//! pre-allocation may name an address of any subnet; a subnet overlapping another pool shares its
+//! addresses through the same holds as any overlapping pool; and the largest list of subnets fits
+//! the CEL budget. The CEL rules on each subnet are in the invalid corpus
+//! (`tests/data/pools/invalid/*subnet*`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use inpool::api::{
     AdditionalSubnet, GlobalInClusterIPPool, IPAddress, IPAddressClaim, IPAddressesStatus,
-    InClusterIPPool, PreAllocation,
+    InClusterIPPool, MAX_ADDITIONAL_SUBNETS, MAX_SUBNET_ADDRESS_ENTRIES, PreAllocation,
 };
 use inpool_testenv::{common, support};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use common::*;
@@ -126,6 +127,26 @@ async fn claims_take_the_prefix_and_gateway_of_their_subnet_and_an_exhausted_poo
     }
     wait_counts(&pools, "p", (4, 4, 0, 0)).await;
     wait_gauges(&controller, &ns, (4.0, 4.0, 0.0)).await;
+
+    // kubectl inpool: the pool says it spans two subnets; a claim and the holder of an address
+    // show the prefix (and gateway) of the subnet it came from.
+    let snapshot = inpool::inspect::Snapshot::fetch(&client, Some(&ns))
+        .await
+        .unwrap();
+    let row = snapshot.pools.iter().find(|p| p.name == "p").unwrap();
+    assert_eq!(row.family, "IPv4 (2 subnets)");
+    let c2 = snapshot.claims.iter().find(|c| c.name == "c2").unwrap();
+    assert_eq!(c2.address.as_deref(), Some("100.90.254.1/23"));
+    let holders = inpool::inspect::who_has(&client, "100.90.254.1".parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        holders
+            .iter()
+            .map(|h| (h.claim.as_str(), h.prefix, h.gateway.as_deref()))
+            .collect::<Vec<_>>(),
+        [("c2", Some(23), Some("100.90.254.254"))]
+    );
 
     // Exhausted: the next claim waits, and is served once a third subnet is added.
     create(&claims, &claim("c4", "p")).await;
@@ -276,5 +297,47 @@ async fn a_subnet_overlapping_another_pool_never_hands_out_its_addresses_twice()
             .get("a1")
             .map(String::as_str),
         Some("10.63.0.11")
+    );
+}
+
+/// The largest `additionalSubnets` the CRD allows (every subnet full of IPv6 ranges written out
+/// in full, the costliest text for the rules) passes the API server's runtime CEL budget; one
+/// subnet more is refused by the schema.
+#[tokio::test]
+async fn the_largest_list_of_subnets_fits_and_one_more_is_refused() {
+    let (client, ns) = support::env().namespace().await;
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let subnet = |i: usize| {
+        let range = |j: usize| {
+            format!(
+                "2001:0db8:0000:{i:04x}:0000:0000:{j:04x}:0000-2001:0db8:0000:{i:04x}:0000:0000:{j:04x}:00ff"
+            )
+        };
+        let gateway = format!("2001:0db8:0000:{i:04x}:0000:0000:0000:0001");
+        AdditionalSubnet::new(
+            (1..=MAX_SUBNET_ADDRESS_ENTRIES).map(range),
+            64,
+            Some(&gateway),
+        )
+    };
+    let mut largest = pool("largest", &["2001:db8::10"], 64, Some("2001:db8::1"));
+    largest.spec.additional_subnets = Some((1..=MAX_ADDITIONAL_SUBNETS).map(subnet).collect());
+    pools
+        .create(&PostParams::default(), &largest)
+        .await
+        .unwrap_or_else(|e| panic!("{MAX_ADDITIONAL_SUBNETS} full subnets are refused: {e}"));
+
+    let mut too_many = largest.clone();
+    too_many.metadata.name = Some("too-many".into());
+    if let Some(subnets) = too_many.spec.additional_subnets.as_mut() {
+        subnets.push(subnet(MAX_ADDITIONAL_SUBNETS + 1));
+    }
+    let err = pools
+        .create(&PostParams::default(), &too_many)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("spec.additionalSubnets: Too many"),
+        "{err}"
     );
 }
