@@ -405,8 +405,17 @@ fn pool_row<P: IPPool>(pool: &P, addresses: &[IPAddress], claims: &[IPAddressCla
     };
     let parsed = facts::parse_spec(pool.spec_of());
     let family = match &parsed {
-        Ok(ParsedSpec::Addresses(p)) if p.family() == Family::V4 => "IPv4".to_string(),
-        Ok(ParsedSpec::Addresses(_)) => "IPv6".to_string(),
+        Ok(ParsedSpec::Addresses(p)) => {
+            let family = if p.family() == Family::V4 {
+                "IPv4"
+            } else {
+                "IPv6"
+            };
+            match p.networks().len() {
+                1 => family.to_string(),
+                subnets => format!("{family} ({subnets} subnets)"),
+            }
+        }
         // A prefix pool: IPv6, in sub-prefixes of its allocation length.
         Ok(ParsedSpec::Prefixes(p)) => format!("IPv6/{}", p.allocation_prefix_length()),
         Err(_) => "?".to_string(),

@@ -5,8 +5,9 @@
 //! - line 1: the prefix (an integer; anything else counts as 0),
 //! - line 2: the gateway (empty for none),
 //! - line 3: flags; `r` sets `allocateReservedIPAddresses`,
-//! - then entries: `!entry` is an excluded address, `@ip` an address in use, anything else an
-//!   `addresses` entry.
+//! - then entries: `!entry` is an excluded address, `@ip` an address in use, `+prefix gateway`
+//!   starts an entry of `additionalSubnets` (the entries after it are its addresses), anything
+//!   else an `addresses` entry.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -18,7 +19,7 @@ use libfuzzer_sys::fuzz_target;
 #[path = "../../src/allocator/mod.rs"]
 mod allocator;
 
-use allocator::{AllocError, Allocator, PoolSpecInput, parse_entry, parse_ip};
+use allocator::{AllocError, Allocator, PoolSpecInput, SubnetInput, parse_entry, parse_ip};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
@@ -39,6 +40,15 @@ fuzz_target!(|data: &[u8]| {
             spec.excluded_addresses.push(excluded.to_owned());
         } else if let Some(ip) = line.strip_prefix('@') {
             used.extend(parse_ip(ip).ok());
+        } else if let Some(subnet) = line.strip_prefix('+') {
+            let (prefix, gateway) = subnet.split_once(' ').unwrap_or((subnet, ""));
+            spec.additional_subnets.push(SubnetInput {
+                addresses: Vec::new(),
+                prefix: prefix.parse().unwrap_or(0),
+                gateway: Some(gateway.to_owned()),
+            });
+        } else if let Some(subnet) = spec.additional_subnets.last_mut() {
+            subnet.addresses.push(line.to_owned());
         } else {
             spec.addresses.push(line.to_owned());
         }
@@ -62,9 +72,12 @@ fn check_entry(line: &str) {
 fn exercise(pool: allocator::ParsedPool, used: &[std::net::IpAddr]) {
     let set = pool.allocatable().clone();
     assert!(set.difference(pool.configured()).is_empty());
-    if let Some(gateway) = pool.gateway() {
-        assert!(!set.contains(gateway));
+    for network in pool.networks() {
+        if let Some(gateway) = network.gateway {
+            assert!(!set.contains(gateway));
+        }
     }
+    check_order(&pool, used);
     let mut allocator = Allocator::with_used(set.clone(), used.iter().copied());
     check_counts(&allocator);
     let mut taken = Vec::new();
@@ -96,6 +109,34 @@ fn exercise(pool: allocator::ParsedPool, used: &[std::net::IpAddr]) {
         allocator.release(*ip);
     }
     check_counts(&allocator);
+}
+
+/// Addresses are handed out subnet by subnet, in the order written, each lowest first, and each
+/// lies in the subnet whose prefix and gateway it is given.
+fn check_order(pool: &allocator::ParsedPool, used: &[std::net::IpAddr]) {
+    let order = pool.networks().iter().map(|network| network.subnet.range());
+    let mut allocator = Allocator::in_order(pool.allocatable().clone(), order);
+    for ip in used {
+        allocator.mark_used(*ip);
+    }
+    let index_of = |ip| {
+        pool.networks()
+            .iter()
+            .position(|network| network.subnet.contains(ip))
+            .expect("every handed-out address lies in a subnet")
+    };
+    let mut last: Option<(usize, std::net::IpAddr)> = None;
+    for _ in 0..64 {
+        let Ok(ip) = allocator.allocate_next() else {
+            assert_eq!(allocator.counts().free, 0);
+            break;
+        };
+        assert!(pool.allocatable().contains(ip));
+        assert_eq!(pool.network_of(ip), pool.networks()[index_of(ip)]);
+        let here = (index_of(ip), ip);
+        assert!(last.is_none_or(|last| last < here), "{last:?} then {here:?}");
+        last = Some(here);
+    }
 }
 
 fn check_counts(allocator: &Allocator) {

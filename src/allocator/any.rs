@@ -15,7 +15,7 @@ use super::counts::Counts;
 use super::pool::Allocator;
 use super::prefix::{ParsedPrefixPool, PrefixAllocator};
 use super::set::AddressSet;
-use super::spec::ParsedPool;
+use super::spec::{Network, ParsedPool};
 
 /// What a held block of addresses (an address, or a sub-prefix) uses in a pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,8 +36,8 @@ pub enum ParsedSpec {
 }
 
 impl ParsedSpec {
-    /// What every `IPAddress` of the pool carries besides its address: the prefix length (the
-    /// subnet's for an IP pool, the allocation length for a prefix pool) and the gateway.
+    /// The prefix length and gateway of the pool's own subnet (an IP pool's `prefix` and
+    /// `gateway`; a prefix pool's allocation length and gateway).
     pub fn network(&self) -> (u8, Option<IpAddr>) {
         match self {
             ParsedSpec::Addresses(pool) => (pool.prefix(), pool.gateway()),
@@ -58,9 +58,57 @@ impl ParsedSpec {
         }
     }
 
-    /// The gateway, never handed out.
+    /// The gateway of the pool's own subnet, never handed out.
     pub fn gateway(&self) -> Option<IpAddr> {
         self.network().1
+    }
+
+    /// What every `IPAddress` of the pool carries besides its address, by subnet.
+    pub fn networks(&self) -> Networks {
+        match self {
+            ParsedSpec::Addresses(pool) => Networks {
+                own: self.network(),
+                additional: pool.networks()[1..].to_vec(),
+            },
+            ParsedSpec::Prefixes(_) => Networks {
+                own: self.network(),
+                additional: Vec::new(),
+            },
+        }
+    }
+}
+
+/// The prefix length and gateway an `IPAddress` of a pool carries, by the subnet its address
+/// lies in: an additional subnet's, else the pool's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Networks {
+    own: (u8, Option<IpAddr>),
+    additional: Vec<Network>,
+}
+
+impl Networks {
+    /// The pool's own prefix length and gateway.
+    pub fn own(&self) -> (u8, Option<IpAddr>) {
+        self.own
+    }
+
+    /// The prefix length and gateway for `ip`. O(subnets).
+    pub fn of(&self, ip: IpAddr) -> (u8, Option<IpAddr>) {
+        self.additional
+            .iter()
+            .find(|network| network.subnet.contains(ip))
+            .map_or(self.own, |network| {
+                (network.subnet.prefix(), network.gateway)
+            })
+    }
+
+    /// Whether `ip` is the gateway of one of the pool's subnets.
+    pub fn is_gateway(&self, ip: IpAddr) -> bool {
+        self.own.1 == Some(ip)
+            || self
+                .additional
+                .iter()
+                .any(|network| network.gateway == Some(ip))
     }
 }
 
@@ -76,7 +124,8 @@ impl AnyAllocator {
     pub fn new(spec: ParsedSpec) -> AnyAllocator {
         match spec {
             ParsedSpec::Addresses(pool) => {
-                AnyAllocator::Addresses(Allocator::new(pool.into_allocatable()))
+                let order: Vec<_> = pool.networks().iter().map(|n| n.subnet.range()).collect();
+                AnyAllocator::Addresses(Allocator::in_order(pool.into_allocatable(), order))
             }
             ParsedSpec::Prefixes(pool) => AnyAllocator::Prefixes(PrefixAllocator::new(pool)),
         }
@@ -85,7 +134,7 @@ impl AnyAllocator {
     /// The same pool with everything free again (to recount from the holds).
     pub fn emptied(&self) -> AnyAllocator {
         match self {
-            AnyAllocator::Addresses(a) => AnyAllocator::Addresses(Allocator::new(a.pool().clone())),
+            AnyAllocator::Addresses(a) => AnyAllocator::Addresses(a.emptied()),
             AnyAllocator::Prefixes(a) => {
                 AnyAllocator::Prefixes(PrefixAllocator::new(a.pool().clone()))
             }
@@ -109,10 +158,11 @@ impl AnyAllocator {
         }
     }
 
-    /// Takes the lowest free address, or the first address of the lowest free sub-prefix.
-    pub fn allocate_lowest(&mut self) -> Option<IpAddr> {
+    /// Takes the next address (the lowest free one of the first subnet that has one, subnets in
+    /// the order written), or the first address of the lowest free sub-prefix.
+    pub fn allocate_next(&mut self) -> Option<IpAddr> {
         match self {
-            AnyAllocator::Addresses(a) => a.allocate_lowest().ok(),
+            AnyAllocator::Addresses(a) => a.allocate_next().ok(),
             AnyAllocator::Prefixes(a) => a.allocate_lowest().ok().map(|s| s.network()),
         }
     }
@@ -220,8 +270,8 @@ mod tests {
     #[test]
     fn a_prefix_pool_hands_out_first_addresses_of_aligned_sub_prefixes() {
         let mut pool = prefixes(&["fd00::/62"], 64);
-        assert_eq!(pool.allocate_lowest(), Some(ip("fd00::")));
-        assert_eq!(pool.allocate_lowest(), Some(ip("fd00:0:0:1::")));
+        assert_eq!(pool.allocate_next(), Some(ip("fd00::")));
+        assert_eq!(pool.allocate_next(), Some(ip("fd00:0:0:1::")));
         assert_eq!(pool.counts().total, 4);
         assert_eq!(pool.counts().used, 2);
     }
@@ -231,9 +281,9 @@ mod tests {
         let mut pool = prefixes(&["fd00::/62"], 64);
         assert_eq!(pool.unit_of(ip("fd00::5")), ip("fd00::"));
         pool.mark_used(ip("fd00::5"));
-        assert_eq!(pool.allocate_lowest(), Some(ip("fd00:0:0:1::")));
+        assert_eq!(pool.allocate_next(), Some(ip("fd00:0:0:1::")));
         assert!(pool.release(ip("fd00::7")), "same unit");
-        assert_eq!(pool.allocate_lowest(), Some(ip("fd00::")));
+        assert_eq!(pool.allocate_next(), Some(ip("fd00::")));
         pool.mark_used(ip("10.0.0.1"));
         assert!(!pool.release(ip("10.0.0.1")), "IPv4 is never held here");
     }
@@ -259,6 +309,7 @@ mod tests {
                 excluded_addresses: Vec::new(),
                 allocate_reserved_ip_addresses: true,
                 pre_allocations: Vec::new(),
+                additional_subnets: Vec::new(),
             }
             .parse()
             .unwrap(),
@@ -266,7 +317,7 @@ mod tests {
         assert_eq!(ip_pool.network(), (24, None));
         let mut allocator = AnyAllocator::new(ip_pool);
         assert_eq!(allocator.unit_of(ip("10.0.0.3")), ip("10.0.0.3"));
-        assert_eq!(allocator.allocate_lowest(), Some(ip("10.0.0.0")));
+        assert_eq!(allocator.allocate_next(), Some(ip("10.0.0.0")));
         assert_eq!(allocator.emptied().counts().used, 0);
     }
 }

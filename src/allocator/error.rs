@@ -20,6 +20,15 @@ pub enum Field {
     AllocationPrefixLength,
     /// The address of an IP pool's pre-allocation.
     PreAllocations(usize),
+    /// An entry of `additionalSubnets` as a whole.
+    Subnet(usize),
+    /// `additionalSubnets[subnet].addresses[entry]`.
+    SubnetAddresses {
+        subnet: usize,
+        entry: usize,
+    },
+    SubnetPrefix(usize),
+    SubnetGateway(usize),
 }
 
 impl fmt::Display for Field {
@@ -33,6 +42,12 @@ impl fmt::Display for Field {
             Field::ExcludedPrefixes(index) => write!(f, "excludedPrefixes[{index}]"),
             Field::AllocationPrefixLength => f.write_str("allocationPrefixLength"),
             Field::PreAllocations(index) => write!(f, "preAllocations[{index}].address"),
+            Field::Subnet(index) => write!(f, "additionalSubnets[{index}]"),
+            Field::SubnetAddresses { subnet, entry } => {
+                write!(f, "additionalSubnets[{subnet}].addresses[{entry}]")
+            }
+            Field::SubnetPrefix(index) => write!(f, "additionalSubnets[{index}].prefix"),
+            Field::SubnetGateway(index) => write!(f, "additionalSubnets[{index}].gateway"),
         }
     }
 }
@@ -57,9 +72,14 @@ pub enum SpecError {
     },
     #[error("addresses: at least one address is required")]
     NoAddresses,
+    /// e.g. `additionalSubnets[1].addresses: at least one address is required`.
+    #[error("{field}.addresses: at least one address is required")]
+    NoSubnetAddresses { field: Field },
     /// e.g. `prefix 33: must be between 1 and 32 for IPv4`.
-    #[error("prefix {prefix}: must be between 1 and {} for {}", max_prefix(*.family), family_name(*.family))]
+    #[error("{field} {prefix}: must be between 1 and {} for {}", max_prefix(*.family), family_name(*.family))]
     InvalidPrefix {
+        /// `prefix`, or the prefix of an entry of `additionalSubnets`.
+        field: Field,
         prefix: i64,
         /// The pool family, if any address entry parsed.
         family: Option<Family>,
@@ -73,6 +93,28 @@ pub enum SpecError {
         field: Field,
         entry: String,
         subnet: Subnet,
+    },
+    /// e.g. ``additionalSubnets[0].gateway `10.1.0.1` is outside the subnet 10.2.0.0/24 given by
+    /// its lowest address and its prefix``.
+    #[error(
+        "{field} `{entry}` is outside the subnet {subnet} given by its lowest address and its prefix"
+    )]
+    GatewayOutsideSubnet {
+        field: Field,
+        entry: String,
+        subnet: Subnet,
+    },
+    /// e.g. `additionalSubnets[0]: its subnet 10.0.0.0/23 overlaps the subnet 10.0.1.0/24 of
+    /// addresses`: an address would have two prefixes.
+    #[error(
+        "{field}: its subnet {subnet} overlaps the subnet {other} of {other_field}; the subnets of one pool must not overlap"
+    )]
+    SubnetsOverlap {
+        field: Field,
+        subnet: Subnet,
+        /// `addresses` (the pool's own subnet) or another `additionalSubnets[i]`.
+        other_field: String,
+        other: Subnet,
     },
     #[error("prefixes: at least one prefix is required")]
     NoPrefixes,

@@ -43,6 +43,10 @@
 //!   address, even for /31 and /32 subnets (as the reference).
 //! - The `gateway` is always removed, `allocateReservedIPAddresses` or not.
 //! - `excludedAddresses` are removed.
+//! - `additionalSubnets` (inpool's addition) adds subnets with the same rules, each with its own
+//!   prefix and gateway (which must lie inside it); the subnets must not overlap, every subnet's
+//!   reserved addresses and every gateway are removed, `excludedAddresses` applies to all, and
+//!   the pool is the union ([`ParsedPool::network_of`] tells an address's subnet).
 //!
 //! Errors name the field, the entry and the reason, e.g.
 //! ``addresses[2] `10.0.0.5-10.0.0.1`: range end before start`` or
@@ -56,7 +60,9 @@
 //! # Allocation semantics
 //!
 //! - [`Allocator::allocate_lowest`] hands out the lowest free address, deterministic like the
-//!   reference's bottom-up scan. [`Allocator::allocate`] takes a specific free address.
+//!   reference's bottom-up scan. [`Allocator::allocate_next`] hands out the lowest free address of
+//!   the first range of an allocation order ([`Allocator::in_order`]: a pool's subnets in the
+//!   order written) that has one. [`Allocator::allocate`] takes a specific free address.
 //! - [`Allocator::mark_used`] records an address seen in use (start-up sync, or an address taken
 //!   by someone else); an address outside the pool, of either family, is recorded as *out of
 //!   range*. [`Allocator::release`] frees a pool address or forgets an out-of-range one.
@@ -115,6 +121,7 @@
 //! | `PoolSpecInput::parse`, `PrefixPoolSpecInput::parse` | O(E log E) |
 //! | `Allocator::new` | O(R) |
 //! | `allocate_lowest`, `lowest_free` | O(log F) |
+//! | `allocate_next` (S subnets in the allocation order) | O(S log F) |
 //! | `allocate`, `mark_used`, `release`, `is_used`, `is_free` | O(log R + log F) (+ O(log O) outside the pool) |
 //! | `next_free_after` | O(log F) |
 //! | `counts` | O(1) |
@@ -139,7 +146,7 @@ mod slots;
 mod spec;
 
 pub use addr::{AddrRange, Family, Subnet, canonical};
-pub use any::{AnyAllocator, Footprint, ParsedSpec};
+pub use any::{AnyAllocator, Footprint, Networks, ParsedSpec};
 pub use counts::{Counts, StatusCounts, saturating_i32, saturating_i64};
 pub use entry::{EntryError, parse_entry, parse_ip, parse_network};
 pub use error::{AllocError, Field, PrefixAllocError, SpecError, SpecErrors};
@@ -148,7 +155,7 @@ pub use prefix::{
     DEFAULT_ALLOCATION_PREFIX_LENGTH, ParsedPrefixPool, PrefixAllocator, PrefixPoolSpecInput,
 };
 pub use set::{AddressSet, FamilyMismatch};
-pub use spec::{ParsedPool, PoolSpecInput, PreAllocated, PreAllocationInput};
+pub use spec::{Network, ParsedPool, PoolSpecInput, PreAllocated, PreAllocationInput, SubnetInput};
 
 #[cfg(test)]
 mod tests;

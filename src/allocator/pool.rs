@@ -19,6 +19,9 @@ pub struct Allocator {
     slots: Slots<AddressSet>,
     /// Used addresses of the other family: all out of range.
     other_family: Tally,
+    /// Where [`Allocator::allocate_next`] looks, in turn (a pool's subnets in the order written);
+    /// empty: the whole pool, lowest first.
+    order: Vec<(u128, u128)>,
 }
 
 impl Allocator {
@@ -27,6 +30,30 @@ impl Allocator {
         Allocator {
             slots: Slots::new(pool),
             other_family: Tally::default(),
+            order: Vec::new(),
+        }
+    }
+
+    /// An allocator with every address of `pool` free that hands out addresses of `order`'s
+    /// ranges in turn (see [`Allocator::allocate_next`]). Ranges of the other family are ignored.
+    pub fn in_order(pool: AddressSet, order: impl IntoIterator<Item = AddrRange>) -> Allocator {
+        let family = pool.family();
+        let order = order
+            .into_iter()
+            .filter(|range| range.family() == family)
+            .map(|range| range.bounds())
+            .collect();
+        Allocator {
+            order,
+            ..Allocator::new(pool)
+        }
+    }
+
+    /// The same pool and allocation order, with every address free.
+    pub fn emptied(&self) -> Allocator {
+        Allocator {
+            order: self.order.clone(),
+            ..Allocator::new(self.pool().clone())
         }
     }
 
@@ -69,6 +96,24 @@ impl Allocator {
     /// Takes the lowest free address (the reference's deterministic order).
     pub fn allocate_lowest(&mut self) -> Result<IpAddr, AllocError> {
         let value = self.slots.allocate_lowest().ok_or(AllocError::Exhausted)?;
+        Ok(self.ip(value))
+    }
+
+    /// Takes the next address in the allocation order: the lowest free address of the first
+    /// range of the order that has one, or the lowest free address (no order, or none free in
+    /// its ranges). O(ranges of the order × log F).
+    pub fn allocate_next(&mut self) -> Result<IpAddr, AllocError> {
+        let next = self.order.iter().find_map(|&(first, last)| {
+            self.slots
+                .free_at_or_after(first)
+                .filter(|&value| value <= last)
+        });
+        let Some(value) = next else {
+            return self.allocate_lowest();
+        };
+        self.slots
+            .allocate(value)
+            .map_err(|_| AllocError::InUse(self.ip(value)))?;
         Ok(self.ip(value))
     }
 

@@ -134,7 +134,7 @@ impl PrefixPoolSpecInput {
             v6,
             &mut errors,
         );
-        let gateway = parse_gateway(self.gateway.as_deref(), v6, &mut errors);
+        let gateway = parse_gateway(self.gateway.as_deref(), v6, Field::Gateway, &mut errors);
         if let Some(errors) = SpecErrors::new(errors) {
             return Err(errors);
         }

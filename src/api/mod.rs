@@ -60,9 +60,9 @@ pub use conditions::{
 };
 pub use key::{Name, ObjectKey, PoolKey, PoolKind, Scope};
 pub use pool::{
-    GlobalInClusterIPPool, GlobalInClusterIPPoolSpec, IPAddressesStatus, IPPool, InClusterIPPool,
-    InClusterIPPoolSpec, InClusterIPPoolStatus, MAX_PRE_ALLOCATIONS, PoolSpecRef, PreAllocation,
-    pool_status_patch,
+    AdditionalSubnet, GlobalInClusterIPPool, GlobalInClusterIPPoolSpec, IPAddressesStatus, IPPool,
+    InClusterIPPool, InClusterIPPoolSpec, InClusterIPPoolStatus, MAX_ADDITIONAL_SUBNETS,
+    MAX_PRE_ALLOCATIONS, MAX_SUBNET_ADDRESS_ENTRIES, PoolSpecRef, PreAllocation, pool_status_patch,
 };
 pub use prefix_pool::{
     GlobalInClusterPrefixPool, GlobalInClusterPrefixPoolSpec, InClusterPrefixPool,

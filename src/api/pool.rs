@@ -34,6 +34,13 @@ pub const MAX_ADDRESS_ENTRIES: usize = 800;
 pub const MAX_PRE_ALLOCATIONS: usize = 1000;
 /// Longest text of an IP address: an IPv6 address with every digit and an embedded IPv4 part.
 pub const MAX_IP_TEXT: usize = 45;
+/// Most entries in `spec.additionalSubnets`. The rules comparing every pair of subnets (they
+/// must not overlap) cost the square of it; pools that span subnets span a handful.
+pub const MAX_ADDITIONAL_SUBNETS: usize = 16;
+/// Most entries in one `additionalSubnets[].addresses`. The per-entry rule runs for every entry of
+/// every subnet, so subnets × entries stays within the [`MAX_ADDRESS_ENTRIES`] the API server's
+/// per-rule budget allows.
+pub const MAX_SUBNET_ADDRESS_ENTRIES: usize = MAX_ADDRESS_ENTRIES / MAX_ADDITIONAL_SUBNETS;
 
 /// Spec of a pool, shared by [`InClusterIPPool`] and [`GlobalInClusterIPPool`] (JSON names and
 /// types as in the reference provider's `InClusterIPPoolSpec`).
@@ -93,12 +100,14 @@ pub const MAX_IP_TEXT: usize = 45;
 #[schemars(
     description = "InClusterIPPoolSpec defines the desired state of a pool: the addresses it hands out, their prefix and gateway."
 )]
-#[x_kube(validation = rules::single_family())]
-#[x_kube(validation = rules::ipv4_prefix())]
-#[x_kube(validation = rules::within_subnet())]
-#[x_kube(validation = rules::gateway_family())]
+#[x_kube(validation = rules::single_family(rules::SPEC))]
+#[x_kube(validation = rules::ipv4_prefix(rules::SPEC))]
+#[x_kube(validation = rules::within_subnet(rules::SPEC))]
+#[x_kube(validation = rules::gateway_family(rules::SPEC))]
 #[x_kube(validation = rules::excluded_family())]
 #[x_kube(validation = rules::pre_allocation_family())]
+#[x_kube(validation = rules::additional_subnets_family())]
+#[x_kube(validation = rules::additional_subnets_disjoint())]
 pub struct InClusterIPPoolSpec {
     /// Addresses is a list of IP addresses that can be assigned. This set of addresses can be
     /// non-contiguous. Each entry is a single IP (`10.0.0.10`), a CIDR (`10.0.0.128/28`) or a
@@ -148,6 +157,46 @@ pub struct InClusterIPPoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "pre_allocations_schema")]
     pub pre_allocations: Option<Vec<PreAllocation>>,
+
+    /// AdditionalSubnets are more subnets the pool hands addresses out of, each with its own
+    /// prefix and gateway, beside the pool's own subnet (`addresses`, `prefix`, `gateway`).
+    /// Addresses are handed out from the pool's own subnet first, then from these in the order
+    /// written (inpool's addition; the reference has no such field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "additional_subnets_schema")]
+    pub additional_subnets: Option<Vec<AdditionalSubnet>>,
+}
+
+/// One entry of `spec.additionalSubnets`: a subnet with the meaning of the spec's own
+/// `addresses`, `prefix` and `gateway`, except that the gateway must lie inside the subnet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdditionalSubnet {
+    /// Addresses of the subnet that can be assigned: IPs, CIDRs or `first-last` ranges, of the
+    /// pool's family, inside the subnet given by the first entry and `prefix`.
+    pub addresses: Vec<String>,
+    /// Prefix is the subnet's network prefix (1-32 for IPv4, 1-128 for IPv6), carried by every
+    /// IPAddress handed out of it.
+    pub prefix: i32,
+    /// Gateway of the subnet (optional): an address inside it, carried by every IPAddress handed
+    /// out of it and never handed out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+}
+
+impl AdditionalSubnet {
+    /// A subnet of these addresses, prefix and gateway.
+    pub fn new<S: Into<String>>(
+        addresses: impl IntoIterator<Item = S>,
+        prefix: i32,
+        gateway: Option<&str>,
+    ) -> Self {
+        Self {
+            addresses: addresses.into_iter().map(Into::into).collect(),
+            prefix,
+            gateway: gateway.map(Into::into),
+        }
+    }
 }
 
 /// One entry of `spec.preAllocations`: the claim, and the address it gets.
@@ -199,6 +248,7 @@ impl InClusterIPPoolSpec {
             excluded_addresses: None,
             address_reuse_grace_period_seconds: None,
             pre_allocations: None,
+            additional_subnets: None,
         }
     }
 }
@@ -389,7 +439,7 @@ fn gateway_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "type": "string",
         "maxLength": MAX_ADDRESS_TEXT,
         "description": "Gateway is the address of the network's gateway (optional, same family as the addresses).",
-        "x-kubernetes-validations": [rules::gateway_parses()]
+        "x-kubernetes-validations": [rules::gateway_parses(rules::SPEC)]
     })
 }
 
@@ -403,7 +453,54 @@ fn addresses_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
             "maxLength": MAX_ADDRESS_TEXT,
             "x-kubernetes-validations": [rules::entry_parses("spec.addresses")]
         },
-        "x-kubernetes-validations": [rules::addresses_not_empty()]
+        "x-kubernetes-validations": [rules::addresses_not_empty(rules::SPEC)]
+    })
+}
+
+fn additional_subnets_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let names = rules::ADDITIONAL_SUBNET;
+    schemars::json_schema!({
+        "type": "array",
+        "description": "AdditionalSubnets are more subnets the pool hands addresses out of, each with its own prefix and gateway, beside the pool's own subnet (addresses, prefix, gateway). Addresses are handed out from the pool's own subnet first, then from these in the order written. The subnets of a pool must not overlap.",
+        "maxItems": MAX_ADDITIONAL_SUBNETS,
+        "x-kubernetes-list-type": "atomic",
+        "items": {
+            "type": "object",
+            "required": ["addresses", "prefix"],
+            "properties": {
+                "addresses": {
+                    "type": "array",
+                    "description": "Addresses of the subnet that can be assigned: IPs, CIDRs or first-last ranges, of the pool's family, inside the subnet given by the first entry and prefix.",
+                    "maxItems": MAX_SUBNET_ADDRESS_ENTRIES,
+                    "items": {
+                        "type": "string",
+                        "maxLength": MAX_ADDRESS_TEXT,
+                        "x-kubernetes-validations": [rules::entry_parses(names.addresses)]
+                    },
+                    "x-kubernetes-validations": [rules::addresses_not_empty(names)]
+                },
+                "prefix": {
+                    "type": "integer",
+                    "format": "int32",
+                    "minimum": 1,
+                    "maximum": 128,
+                    "description": "Prefix is the subnet's network prefix (1-32 for IPv4, 1-128 for IPv6), carried by every IPAddress handed out of it."
+                },
+                "gateway": {
+                    "type": "string",
+                    "maxLength": MAX_ADDRESS_TEXT,
+                    "description": "Gateway of the subnet (optional): an address inside it, carried by every IPAddress handed out of it and never handed out.",
+                    "x-kubernetes-validations": [rules::gateway_parses(names)]
+                }
+            },
+            "x-kubernetes-validations": [
+                rules::to_json(rules::single_family(names)),
+                rules::to_json(rules::ipv4_prefix(names)),
+                rules::to_json(rules::within_subnet(names)),
+                rules::to_json(rules::gateway_family(names)),
+                rules::to_json(rules::gateway_inside(names))
+            ]
+        }
     })
 }
 
@@ -475,6 +572,10 @@ fn pre_allocations_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema
 /// | each `preAllocations[].address` | one IP (no CIDR, no range) |
 /// | spec | every `preAllocations[].address` of `first`'s family |
 /// | each `preAllocations` entry (per kind, added in [`crate::api::crds`]) | `claimNamespace` empty on an `InClusterIPPool`, set on a `GlobalInClusterIPPool` |
+/// | each `additionalSubnets` entry | the rules of the spec's own `addresses`, `prefix` and `gateway` above, on the entry's (messages name `spec.additionalSubnets.…`; `prefix` is bounded `1..=128` by the schema) |
+/// | each `additionalSubnets` entry | `gateway` inside the subnet of the entry's first address and `prefix` |
+/// | spec | the first address of every `additionalSubnets` entry of `first`'s family |
+/// | spec | no two subnets overlap (the spec's own, every `additionalSubnets` entry's) |
 ///
 /// Cross-field rules are written `!precondition || check`, so that a value another rule already
 /// reports (an unparsable entry, a missing first entry) never makes them fail or error: each
@@ -501,8 +602,32 @@ pub mod rules {
         serde_json::to_value(r).expect("rule serialises")
     }
 
-    /// The first entry of `spec.addresses` (only used behind `size(self.addresses) > 0`).
+    /// The first entry of `addresses` (only used behind `size(self.addresses) > 0`).
     const FIRST: &str = "self.addresses[0]";
+
+    /// How the messages of the rules about one subnet (`self` is an object with `addresses`,
+    /// `prefix` and `gateway`) name its fields: the spec's own, or an entry of
+    /// `additionalSubnets` (the API server's error adds the entry's index to the path).
+    #[derive(Clone, Copy, Debug)]
+    pub struct SubnetNames {
+        pub addresses: &'static str,
+        pub prefix: &'static str,
+        pub gateway: &'static str,
+    }
+
+    /// The spec's own subnet.
+    pub const SPEC: SubnetNames = SubnetNames {
+        addresses: "spec.addresses",
+        prefix: "spec.prefix",
+        gateway: "spec.gateway",
+    };
+
+    /// An entry of `spec.additionalSubnets`.
+    pub const ADDITIONAL_SUBNET: SubnetNames = SubnetNames {
+        addresses: "spec.additionalSubnets.addresses",
+        prefix: "spec.additionalSubnets.prefix",
+        gateway: "spec.additionalSubnets.gateway",
+    };
 
     /// `['0', '1', ..., '128']`: the text of a prefix length, by index.
     pub(crate) fn numbers() -> String {
@@ -625,20 +750,23 @@ pub mod rules {
         ))
     }
 
-    /// Rule on `spec.addresses` itself: not empty.
-    pub fn addresses_not_empty() -> Value {
+    /// Rule on `addresses` itself: not empty.
+    pub fn addresses_not_empty(names: SubnetNames) -> Value {
         to_json(rule(
             "size(self) > 0".into(),
-            "'spec.addresses: at least one address, CIDR or first-last range is required'".into(),
+            format!(
+                "'{}: at least one address, CIDR or first-last range is required'",
+                names.addresses
+            ),
             None,
         ))
     }
 
-    /// Rule on `spec.gateway`: empty (unset, as in the reference) or an IP.
-    pub fn gateway_parses() -> Value {
+    /// Rule on `gateway`: empty (unset, as in the reference) or an IP.
+    pub fn gateway_parses(names: SubnetNames) -> Value {
         to_json(rule(
             "self == '' || isIP(self)".into(),
-            "'spec.gateway: \"' + self + '\" is not an IP address'".into(),
+            format!("'{}: \"' + self + '\" is not an IP address'", names.gateway),
             None,
         ))
     }
@@ -652,8 +780,8 @@ pub mod rules {
         )
     }
 
-    /// Spec rule: every entry of `addresses` has the family of the first.
-    pub fn single_family() -> Rule {
+    /// Subnet rule: every entry of `addresses` has the family of the first.
+    pub fn single_family(names: SubnetNames) -> Rule {
         let f = entry_family(FIRST);
         rule(
             format!(
@@ -663,7 +791,8 @@ pub mod rules {
                 fe = entry_family("e"),
             ),
             format!(
-                "'spec.addresses: ' + self.addresses.filter(e, {ge} && {fe} != {f})[0] + ' is IPv' + ({f} == 4 ? '6' : '4') + ' but the first entry ' + {FIRST} + ' is IPv' + {ft} + ': a pool holds addresses of one family'",
+                "'{a}: ' + self.addresses.filter(e, {ge} && {fe} != {f})[0] + ' is IPv' + ({f} == 4 ? '6' : '4') + ' but the first entry ' + {FIRST} + ' is IPv' + {ft} + ': a pool holds addresses of one family'",
+                a = names.addresses,
                 ge = entry_shaped("e"),
                 fe = entry_family("e"),
                 ft = family_text(&f),
@@ -672,8 +801,8 @@ pub mod rules {
         )
     }
 
-    /// Spec rule: `prefix <= 32` for an IPv4 pool.
-    pub fn ipv4_prefix() -> Rule {
+    /// Subnet rule: `prefix <= 32` for an IPv4 pool.
+    pub fn ipv4_prefix(names: SubnetNames) -> Rule {
         rule(
             format!(
                 "size(self.addresses) == 0 || !{g} || {f} == 6 || self.prefix <= 32",
@@ -681,7 +810,8 @@ pub mod rules {
                 f = entry_family(FIRST)
             ),
             format!(
-                "'spec.prefix: ' + {p} + ' is longer than 32, the longest prefix of an IPv4 pool'",
+                "'{n}: ' + {p} + ' is longer than 32, the longest prefix of an IPv4 pool'",
+                n = names.prefix,
                 p = prefix_text()
             ),
             Some(".prefix"),
@@ -705,21 +835,32 @@ pub mod rules {
         )
     }
 
-    /// Spec rule: every entry of `addresses` lies inside the subnet of the first entry's address
-    /// and `prefix` (checked only once every entry has a shape, one family and the prefix
-    /// fits; the other rules report those).
-    pub fn within_subnet() -> Rule {
+    /// True when the subnet of the first entry's address and `prefix` is not defined yet: some
+    /// entry has no shape or another family, or the prefix does not fit (other rules report
+    /// those).
+    fn subnet_undefined() -> String {
         let f = entry_family(FIRST);
+        format!(
+            "size(self.addresses) == 0 || !self.addresses.all(e, {ge}) || !self.addresses.all(e, {fe} == {f}) || self.prefix < 1 || self.prefix > ({f} == 4 ? 32 : 128)",
+            ge = entry_shaped("e"),
+            fe = entry_family("e"),
+        )
+    }
+
+    /// Subnet rule: every entry of `addresses` lies inside the subnet of the first entry's
+    /// address and `prefix`.
+    pub fn within_subnet(names: SubnetNames) -> Rule {
         rule(
             format!(
-                "size(self.addresses) == 0 || !self.addresses.all(e, {ge}) || !self.addresses.all(e, {fe} == {f}) || self.prefix < 1 || self.prefix > ({f} == 4 ? 32 : 128) || [{s}].all(s, self.addresses.all(e, {ie}))",
-                ge = entry_shaped("e"),
-                fe = entry_family("e"),
+                "{u} || [{s}].all(s, self.addresses.all(e, {ie}))",
+                u = subnet_undefined(),
                 s = subnet_cidr(),
                 ie = inside("e", "s"),
             ),
             format!(
-                "[{s}].map(s, 'spec.addresses: ' + self.addresses.filter(e, !{ie})[0] + ' is not inside the /' + {p} + ' subnet (spec.prefix) of ' + {a} + ', the first address of spec.addresses')[0]",
+                "[{s}].map(s, '{n}: ' + self.addresses.filter(e, !{ie})[0] + ' is not inside the /' + {p} + ' subnet ({prefix}) of ' + {a} + ', the first address of {n}')[0]",
+                n = names.addresses,
+                prefix = names.prefix,
                 s = subnet_cidr(),
                 ie = inside("e", "s"),
                 p = prefix_text(),
@@ -729,8 +870,30 @@ pub mod rules {
         )
     }
 
-    /// Spec rule: the gateway has the family of the addresses.
-    pub fn gateway_family() -> Rule {
+    /// Subnet rule for `additionalSubnets` entries: the gateway lies inside the subnet of the
+    /// first entry's address and `prefix` (the spec's own gateway need not, as in the reference).
+    pub fn gateway_inside(names: SubnetNames) -> Rule {
+        let f = entry_family(FIRST);
+        rule(
+            format!(
+                "!has(self.gateway) || !isIP(self.gateway) || {u} || ip(self.gateway).family() != {f} || [{s}].all(s, s.containsIP(self.gateway))",
+                u = subnet_undefined(),
+                s = subnet_cidr(),
+            ),
+            format!(
+                "'{g}: ' + self.gateway + ' is not inside the /' + {p} + ' subnet ({prefix}) of ' + {a} + ', the first address of {n}'",
+                g = names.gateway,
+                n = names.addresses,
+                prefix = names.prefix,
+                p = prefix_text(),
+                a = entry_address(FIRST),
+            ),
+            Some(".gateway"),
+        )
+    }
+
+    /// Subnet rule: the gateway has the family of the addresses.
+    pub fn gateway_family(names: SubnetNames) -> Rule {
         let f = entry_family(FIRST);
         rule(
             format!(
@@ -738,7 +901,9 @@ pub mod rules {
                 g = entry_shaped(FIRST)
             ),
             format!(
-                "'spec.gateway: ' + self.gateway + ' is IPv' + {gt} + ' but spec.addresses is IPv' + {ft}",
+                "'{g}: ' + self.gateway + ' is IPv' + {gt} + ' but {a} is IPv' + {ft}",
+                g = names.gateway,
+                a = names.addresses,
                 gt = family_text("ip(self.gateway).family()"),
                 ft = family_text(&f),
             ),
@@ -809,5 +974,86 @@ pub mod rules {
                 None,
             ))
         }
+    }
+
+    /// The first address of subnet `o`'s first entry, and whether the subnet of it and `o`'s
+    /// prefix is defined and of the family `f` of the spec's addresses (the entries themselves
+    /// are checked by each subnet's own rules).
+    fn subnet_defined(o: &str, f: &str) -> String {
+        let first = format!("{o}.addresses[0]");
+        format!(
+            "(size({o}.addresses) > 0 && {g} && {fam} == {f} && {o}.prefix >= 1 && {o}.prefix <= ({f} == 4 ? 32 : 128))",
+            g = entry_shaped(&first),
+            fam = entry_family(&first),
+        )
+    }
+
+    /// The subnet of `o`'s first entry and prefix, as a CIDR (behind [`subnet_defined`]).
+    fn subnet_of(o: &str) -> String {
+        format!(
+            "cidr({a} + '/' + {n}[{o}.prefix])",
+            a = entry_address(&format!("{o}.addresses[0]")),
+            n = numbers(),
+        )
+    }
+
+    /// Spec rule: the first entry of every `additionalSubnets` entry has the family of
+    /// `spec.addresses` (each subnet's own rule checks its other entries against its first).
+    pub fn additional_subnets_family() -> Rule {
+        let f = entry_family(FIRST);
+        let other_family = |s: &str| {
+            let first = format!("{s}.addresses[0]");
+            format!(
+                "(size({s}.addresses) > 0 && {g} && {fam} != {f})",
+                g = entry_shaped(&first),
+                fam = entry_family(&first),
+            )
+        };
+        rule(
+            format!(
+                "!has(self.additionalSubnets) || size(self.addresses) == 0 || !{g} || !self.additionalSubnets.exists(s, {o})",
+                g = entry_shaped(FIRST),
+                o = other_family("s"),
+            ),
+            format!(
+                "'spec.additionalSubnets: ' + self.additionalSubnets.filter(s, {o})[0].addresses[0] + ' is IPv' + ({f} == 4 ? '6' : '4') + ' but spec.addresses is IPv' + {ft} + ': a pool holds addresses of one family'",
+                o = other_family("s"),
+                ft = family_text(&f),
+            ),
+            Some(".additionalSubnets"),
+        )
+    }
+
+    /// Spec rule: the subnets of a pool (the spec's own, and every `additionalSubnets` entry's)
+    /// do not overlap, so that every address has one prefix and one gateway. Two CIDRs overlap
+    /// exactly when one contains the other; each subnet overlaps itself, so "no other" is
+    /// "exactly one" among the entries.
+    pub fn additional_subnets_disjoint() -> Rule {
+        let f = entry_family(FIRST);
+        let overlap =
+            |a: &str, b: &str| format!("({a}.containsCIDR({b}) || {b}.containsCIDR({a}))");
+        let clear = format!(
+            "(!{ds} || [{cs}].all(c, (!{dself} || [{cself}].all(o, !{oo})) && self.additionalSubnets.exists_one(t, {dt} && [{ct}].all(d, {od}))))",
+            ds = subnet_defined("s", &f),
+            cs = subnet_of("s"),
+            dself = subnet_defined("self", &f),
+            cself = subnet_of("self"),
+            oo = overlap("c", "o"),
+            dt = subnet_defined("t", &f),
+            ct = subnet_of("t"),
+            od = overlap("c", "d"),
+        );
+        rule(
+            format!(
+                "!has(self.additionalSubnets) || size(self.addresses) == 0 || !{g} || self.additionalSubnets.all(s, {clear})",
+                g = entry_shaped(FIRST),
+            ),
+            format!(
+                "[self.additionalSubnets.filter(s, !{clear})[0]].map(s, 'spec.additionalSubnets: the /' + {n}[s.prefix] + ' subnet of ' + {a} + ' overlaps the subnet of spec.addresses or of another entry: the subnets of one pool must not overlap, so that each address has one prefix and one gateway')[0]",
+                n = numbers(),
+                a = entry_address("s.addresses[0]"),
+            ),
+            Some(".additionalSubnets"),
+        )
     }
 }

@@ -157,6 +157,7 @@ impl SpecGen {
             excluded_addresses: texts(&self.excluded),
             allocate_reserved_ip_addresses: self.allocate_reserved,
             pre_allocations: Vec::new(),
+            additional_subnets: Vec::new(),
         }
     }
 
@@ -497,6 +498,7 @@ proptest! {
             excluded_addresses: excluded,
             allocate_reserved_ip_addresses: allocate_reserved,
             pre_allocations: Vec::new(),
+            additional_subnets: Vec::new(),
         };
         match input.parse() {
             Ok(parsed) => {

@@ -312,6 +312,17 @@ fn invalid_corpus_is_large_enough_and_states_expectations() {
         "but spec.addresses is IPv4",                            // gateway / excluded family
         "spec.gateway: 10.0.0.1 is IPv4 but spec.addresses is IPv6",
         "spec.excludedAddresses: 2001:db8::5 is IPv6", // excluded family
+        // Each rule about an entry of spec.additionalSubnets:
+        "spec.additionalSubnets.addresses: \"", // entry parses
+        "spec.additionalSubnets.addresses: at least one", // not empty
+        "spec.additionalSubnets.addresses: 2001:db8::1 is IPv6 but the first entry", // one family
+        "spec.additionalSubnets.prefix: 33 is longer than 32", // IPv4 prefix
+        "subnet (spec.additionalSubnets.prefix) of", // inside the subnet
+        "spec.additionalSubnets.gateway: \"",   // gateway parses
+        "spec.additionalSubnets.gateway: 2001:db8::1 is IPv6", // gateway family
+        "spec.additionalSubnets.gateway: 10.1.0.1 is not inside", // gateway inside
+        "spec.additionalSubnets: 2001:db8::10 is IPv6 but spec.addresses", // subnets' family
+        "overlaps the subnet of spec.addresses or of another entry", // subnets disjoint
     ] {
         assert!(
             all_expectations.iter().any(|e| e.contains(needle)),

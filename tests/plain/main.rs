@@ -15,3 +15,4 @@ mod migration;
 mod pools;
 mod pre_allocations;
 mod prefix_pools;
+mod subnets;

@@ -150,10 +150,13 @@ async fn a_pre_allocated_claim_gets_its_address_on_namespaced_and_global_pools()
         1,
         "{held:?}"
     );
+    // The pre-allocated address counts as used before its claim holds it, so `used == 10` alone
+    // can be read before the status has seen the claim realised: wait for both.
     let pool = wait_for("the pool's status", Duration::from_secs(30), || async {
         let pool = pools.get("p").await.ok()?;
         let counts = pool.status.as_ref()?.ip_addresses?;
-        (counts.used == 10).then_some(pool)
+        let (_, _, message) = pool_condition(&pool, "PreAllocations")?;
+        (counts.used == 10 && message.starts_with("1 of 1 entries realised")).then_some(pool)
     })
     .await;
     let (status, reason, message) = pool_condition(&pool, "PreAllocations").unwrap();

@@ -1,7 +1,7 @@
-use super::ip;
+use super::{ip, texts};
 use crate::allocator::{
-    Allocator, EntryError, Family, Field, ParsedPool, PoolSpecInput, PreAllocationInput, SpecError,
-    SpecErrors,
+    Allocator, AnyAllocator, EntryError, Family, Field, ParsedPool, ParsedSpec, PoolSpecInput,
+    PreAllocationInput, SpecError, SpecErrors, SubnetInput,
 };
 
 fn input(addresses: &[&str], prefix: i64) -> PoolSpecInput {
@@ -310,9 +310,14 @@ fn every_problem_is_reported() {
                 ..Default::default()
             })
             .collect(),
+        additional_subnets: vec![SubnetInput {
+            addresses: vec!["10.1.0.5".into()],
+            prefix: 40,
+            gateway: None,
+        }],
     };
     let errors: SpecErrors = spec.parse().unwrap_err();
-    assert_eq!(errors.errors().len(), 7, "{errors}");
+    assert_eq!(errors.errors().len(), 8, "{errors}");
     assert_eq!(errors.first().to_string(), "addresses[1] ``: empty");
     assert_eq!(
         errors.to_string(),
@@ -322,7 +327,8 @@ fn every_problem_is_reported() {
          gateway `gw`: not an IP address; \
          prefix 40: must be between 1 and 32 for IPv4; \
          preAllocations[1].address `10.0.0.0/28`: not an IP address; \
-         mixed address families: preAllocations[2].address `2001:db8::9` is IPv6 but the pool is IPv4"
+         mixed address families: preAllocations[2].address `2001:db8::9` is IPv6 but the pool is IPv4; \
+         additionalSubnets[0].prefix 40: must be between 1 and 32 for IPv4"
     );
 }
 
@@ -370,4 +376,171 @@ fn status_counts_saturate_for_huge_pools() {
     assert_eq!(status.total, i64::MAX);
     assert_eq!(status.free, i64::MAX);
     assert_eq!(status.used, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pools that span subnets (`additionalSubnets`)
+
+/// The issue's example: two subnets of different prefixes, each with its gateway.
+fn two_subnets() -> PoolSpecInput {
+    let mut spec = with_gateway(input(&["100.96.32.1-100.96.32.100"], 22), "100.96.32.254");
+    spec.additional_subnets = vec![SubnetInput {
+        addresses: vec!["100.98.254.1-100.98.254.100".into()],
+        prefix: 23,
+        gateway: Some("100.98.254.254".into()),
+    }];
+    spec
+}
+
+#[test]
+fn a_pool_hands_out_the_union_of_its_subnets() {
+    let pool = parsed(&two_subnets());
+    assert_eq!(
+        pool.allocatable().to_string(),
+        "100.96.32.1-100.96.32.100, 100.98.254.1-100.98.254.100"
+    );
+    // Counts add up across subnets: 100 + 100.
+    assert_eq!(
+        Allocator::new(pool.allocatable().clone()).counts().total,
+        200
+    );
+    assert_eq!(pool.configured().len(), 200);
+    assert_eq!(
+        texts(pool.networks().iter().map(|n| n.subnet)),
+        ["100.96.32.0/22", "100.98.254.0/23"]
+    );
+}
+
+#[test]
+fn each_address_has_the_prefix_and_gateway_of_its_subnet() {
+    let pool = parsed(&two_subnets());
+    let own = pool.network_of(ip("100.96.32.5"));
+    assert_eq!(
+        (own.subnet.prefix(), own.gateway),
+        (22, Some(ip("100.96.32.254")))
+    );
+    let second = pool.network_of(ip("100.98.254.5"));
+    assert_eq!(
+        (second.subnet.prefix(), second.gateway),
+        (23, Some(ip("100.98.254.254")))
+    );
+    let networks = ParsedSpec::Addresses(pool).networks();
+    assert_eq!(
+        networks.of(ip("100.98.254.5")),
+        (23, Some(ip("100.98.254.254")))
+    );
+    assert_eq!(
+        networks.of(ip("100.96.32.5")),
+        (22, Some(ip("100.96.32.254")))
+    );
+    assert!(networks.is_gateway(ip("100.98.254.254")));
+    assert!(!networks.is_gateway(ip("100.98.254.253")));
+}
+
+#[test]
+fn addresses_are_handed_out_subnet_by_subnet_in_the_order_written() {
+    // The additional subnet is numerically lower, and still comes second.
+    let mut spec = input(&["10.9.0.1-10.9.0.2"], 24);
+    spec.additional_subnets = vec![
+        SubnetInput {
+            addresses: vec!["10.1.0.5-10.1.0.6".into()],
+            prefix: 24,
+            gateway: None,
+        },
+        SubnetInput {
+            addresses: vec!["10.5.0.7".into()],
+            prefix: 24,
+            gateway: None,
+        },
+    ];
+    let mut allocator = AnyAllocator::new(ParsedSpec::Addresses(parsed(&spec)));
+    let order: Vec<_> = std::iter::from_fn(|| allocator.allocate_next()).collect();
+    assert_eq!(
+        texts(order),
+        ["10.9.0.1", "10.9.0.2", "10.1.0.5", "10.1.0.6", "10.5.0.7"]
+    );
+    // A released address of an earlier subnet is the next one handed out.
+    assert!(allocator.release(ip("10.9.0.2")));
+    assert_eq!(allocator.allocate_next(), Some(ip("10.9.0.2")));
+    // The order survives a rebuild.
+    let mut fresh = allocator.emptied();
+    fresh.mark_used(ip("10.9.0.1"));
+    assert_eq!(fresh.allocate_next(), Some(ip("10.9.0.2")));
+    assert_eq!(fresh.allocate_next(), Some(ip("10.1.0.5")));
+}
+
+#[test]
+fn each_subnet_loses_its_reserved_addresses_and_every_gateway_is_kept_out() {
+    let mut spec = with_gateway(input(&["10.0.0.0/30"], 30), "10.0.1.2");
+    spec.additional_subnets = vec![SubnetInput {
+        addresses: vec!["10.0.1.0/30".into()],
+        prefix: 30,
+        gateway: Some("10.0.1.1".into()),
+    }];
+    // Own subnet: .1 .2 (network .0, broadcast .3 reserved). Second: .1 is its gateway, .2 the
+    // spec's own gateway (outside its own subnet, as the reference allows): nothing left there.
+    assert_eq!(allocatable(&spec), "10.0.0.1-10.0.0.2");
+    spec.allocate_reserved_ip_addresses = true;
+    assert_eq!(allocatable(&spec), "10.0.0.0-10.0.0.3, 10.0.1.0, 10.0.1.3");
+    spec.excluded_addresses = vec!["10.0.1.3".into()];
+    assert_eq!(allocatable(&spec), "10.0.0.0-10.0.0.3, 10.0.1.0");
+}
+
+#[test]
+fn a_bad_subnet_is_reported_by_its_field() {
+    let subnet = |addresses: &[&str], prefix: i64, gateway: Option<&str>| SubnetInput {
+        addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        prefix,
+        gateway: gateway.map(Into::into),
+    };
+    let with = |subnets: Vec<SubnetInput>| {
+        let mut spec = input(&["10.0.0.10-10.0.0.20"], 24);
+        spec.additional_subnets = subnets;
+        errors(&spec)
+    };
+    assert_eq!(
+        with(vec![subnet(&["10.1.0.5"], 24, Some("10.2.0.1"))]),
+        "additionalSubnets[0].gateway `10.2.0.1` is outside the subnet 10.1.0.0/24 given by its lowest address and its prefix"
+    );
+    assert_eq!(
+        with(vec![subnet(&["10.1.0.5", "10.1.1.5"], 24, None)]),
+        "additionalSubnets[0].addresses[1] `10.1.1.5` is outside the subnet 10.1.0.0/24 given by the lowest address and the prefix"
+    );
+    assert_eq!(
+        with(vec![subnet(&["10.1.0.5"], 33, None)]),
+        "additionalSubnets[0].prefix 33: must be between 1 and 32 for IPv4"
+    );
+    assert_eq!(
+        with(vec![subnet(&["2001:db8::1"], 24, None)]),
+        "mixed address families: additionalSubnets[0].addresses[0] `2001:db8::1` is IPv6 but the pool is IPv4"
+    );
+    assert_eq!(
+        with(vec![subnet(&[], 24, None)]),
+        "additionalSubnets[0].addresses: at least one address is required"
+    );
+    assert_eq!(
+        with(vec![subnet(&["10.0.1.5"], 23, None)]),
+        "additionalSubnets[0]: its subnet 10.0.0.0/23 overlaps the subnet 10.0.0.0/24 of addresses; the subnets of one pool must not overlap"
+    );
+    assert_eq!(
+        with(vec![
+            subnet(&["10.4.0.5"], 16, None),
+            subnet(&["10.3.0.5"], 24, None),
+            subnet(&["10.4.9.5"], 24, None),
+        ]),
+        "additionalSubnets[2]: its subnet 10.4.9.0/24 overlaps the subnet 10.4.0.0/16 of additionalSubnets[0]; the subnets of one pool must not overlap"
+    );
+}
+
+#[test]
+fn a_pre_allocation_may_name_an_address_of_any_subnet() {
+    let mut spec = two_subnets();
+    spec.pre_allocations = vec![PreAllocationInput {
+        claim_namespace: String::new(),
+        claim_name: "vm".into(),
+        address: "100.98.254.50".into(),
+    }];
+    let pool = parsed(&spec);
+    assert_eq!(pool.pre_allocations()[0].ip, ip("100.98.254.50"));
+    assert!(pool.allocatable().contains(ip("100.98.254.50")));
 }

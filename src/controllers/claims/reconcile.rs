@@ -608,7 +608,7 @@ fn build_address(
     ctx: &Context,
     ip: IpAddr,
 ) -> Result<IPAddress, String> {
-    let Some((prefix, gateway)) = ctx.registry().network(pool) else {
+    let Some((prefix, gateway)) = ctx.registry().network_of(pool, ip) else {
         return Err(format!(
             "{pool} changed while the address was being allocated"
         ));

@@ -431,7 +431,7 @@ fn in_range_condition(
     let outside = if key.kind.is_prefix() {
         "outside spec.prefixes or overlapped by spec.excludedPrefixes"
     } else {
-        "outside spec.addresses"
+        "outside spec.addresses and spec.additionalSubnets"
     };
     condition(
         ADDRESSES_IN_RANGE_CONDITION,

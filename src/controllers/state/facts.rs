@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use crate::allocator::{
-    ParsedSpec, PoolSpecInput, PreAllocationInput, PrefixPoolSpecInput, SpecErrors,
+    ParsedSpec, PoolSpecInput, PreAllocationInput, PrefixPoolSpecInput, SpecErrors, SubnetInput,
 };
 use crate::api::ObjectKey;
 use crate::api::{
@@ -50,6 +50,16 @@ pub fn spec_input(spec: &InClusterIPPoolSpec) -> PoolSpecInput {
                 claim_namespace: entry.claim_namespace.clone(),
                 claim_name: entry.claim_name.clone(),
                 address: entry.address.clone(),
+            })
+            .collect(),
+        additional_subnets: spec
+            .additional_subnets
+            .iter()
+            .flatten()
+            .map(|subnet| SubnetInput {
+                addresses: subnet.addresses.clone(),
+                prefix: i64::from(subnet.prefix),
+                gateway: subnet.gateway.clone(),
             })
             .collect(),
     }

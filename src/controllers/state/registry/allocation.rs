@@ -70,7 +70,7 @@ impl Registry {
                 ahead: entry.waiting.range(..&claim).count(),
             };
         }
-        let Some(ip) = allocator.allocate_lowest() else {
+        let Some(ip) = allocator.allocate_next() else {
             return Allocation::Exhausted {
                 total: counts.total,
                 ahead,

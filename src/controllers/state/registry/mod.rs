@@ -156,12 +156,12 @@ impl Registry {
         let entry = self.pool_entry(key);
         match parsed {
             Ok(parsed) => {
-                entry.network = Some(parsed.network());
+                entry.networks = Some(parsed.networks());
                 entry.state = Some(Ok(AnyAllocator::new(parsed)));
             }
             Err(unready) => {
                 entry.state = Some(Err(unready));
-                entry.network = None;
+                entry.networks = None;
             }
         }
         let new_range = self.pools[key].range().cloned();

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use super::pre_allocations::PreAllocations;
 use super::{HoldRecord, QueuedClaim, Unready, scopes_meet};
-use crate::allocator::{AnyAllocator, Footprint, ParsedSpec, Subnet};
+use crate::allocator::{AnyAllocator, Footprint, Networks, ParsedSpec, Subnet};
 use crate::api::{ObjectKey, PoolKey};
 
 #[derive(Default)]
@@ -15,8 +15,8 @@ pub(super) struct PoolEntry {
     pub(super) source: Option<Result<ParsedSpec, Unready>>,
     pub(super) state: Option<Result<AnyAllocator, Unready>>,
     /// Prefix (an IP pool's subnet's, a prefix pool's allocation length) and gateway of a ready
-    /// pool, copied onto every `IPAddress`.
-    pub(super) network: Option<(u8, Option<IpAddr>)>,
+    /// pool, by subnet, copied onto every `IPAddress`.
+    pub(super) networks: Option<Networks>,
     /// Records (reservations, `IPAddress`es and allocations in flight) holding each unit (see
     /// [`Footprint::Unit`]).
     pub(super) holds: HashMap<IpAddr, u32>,

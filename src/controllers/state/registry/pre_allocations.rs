@@ -74,7 +74,7 @@ impl PreAllocations {
 pub enum PreAllocationConflict {
     /// An earlier entry pre-allocates the address to another claim.
     NamedTwice(ObjectKey),
-    /// The address is the pool's gateway.
+    /// The address is the gateway of one of the pool's subnets.
     Gateway,
     /// The pool does not hand the address out (outside `addresses`, excluded, or the subnet's
     /// network or broadcast address).
@@ -208,7 +208,7 @@ impl Registry {
         {
             return Some(PreAllocationConflict::NamedTwice(first.clone()));
         }
-        if entry.network.and_then(|(_, gateway)| gateway) == Some(ip) {
+        if entry.networks.as_ref().is_some_and(|n| n.is_gateway(ip)) {
             return Some(PreAllocationConflict::Gateway);
         }
         if !entry.range().is_some_and(|range| range.contains(ip)) {
@@ -354,19 +354,24 @@ mod tests {
             addresses: addresses.iter().map(|s| s.to_string()).collect(),
             prefix: 24,
             gateway: Some("10.0.0.1".into()),
-            pre_allocations: entries
-                .iter()
-                .map(|(name, address)| PreAllocationInput {
-                    claim_name: name.to_string(),
-                    address: address.to_string(),
-                    ..Default::default()
-                })
-                .collect(),
+            pre_allocations: inputs(entries),
             ..Default::default()
         }
         .parse()
         .expect("valid spec");
         Ok(ParsedSpec::Addresses(parsed))
+    }
+
+    /// `(claim, address)` entries as the parser takes them.
+    fn inputs(entries: &[(&str, &str)]) -> Vec<PreAllocationInput> {
+        entries
+            .iter()
+            .map(|(name, address)| PreAllocationInput {
+                claim_name: name.to_string(),
+                address: address.to_string(),
+                ..Default::default()
+            })
+            .collect()
     }
 
     fn hold(name: &str, address: &str) -> HoldRecord {
@@ -451,6 +456,49 @@ mod tests {
             reserved(r.try_allocate(&pool(), queued("t1", "vm"))),
             Some(ip("10.0.0.11"))
         );
+    }
+
+    #[test]
+    fn an_entry_in_another_subnet_is_served_and_every_subnets_gateway_is_a_conflict() {
+        let mut r = Registry::default();
+        r.set_pool(&pool(), Ok(ParsedSpec::Addresses(parsed_with_subnet())));
+        assert_eq!(
+            reserved(r.try_allocate(&pool(), queued("t", "second"))),
+            Some(ip("10.9.0.20"))
+        );
+        assert_eq!(
+            r.network_of(&pool(), ip("10.9.0.20")),
+            Some((16, Some(ip("10.9.0.1"))))
+        );
+        assert_eq!(
+            r.network_of(&pool(), ip("10.0.0.10")),
+            Some((24, Some(ip("10.0.0.1"))))
+        );
+        match r.try_allocate(&pool(), queued("t", "gw")) {
+            Allocation::PreAllocationConflict { conflict, .. } => {
+                assert_eq!(conflict, PreAllocationConflict::Gateway)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Pool `ns/p`: 10.0.0.10-12/24 (gateway .1) and 10.9.0.10-30/16 (gateway 10.9.0.1), with
+    /// entries for `second` (10.9.0.20) and `gw` (the second subnet's gateway).
+    fn parsed_with_subnet() -> crate::allocator::ParsedPool {
+        PoolSpecInput {
+            addresses: vec!["10.0.0.10-10.0.0.12".into()],
+            prefix: 24,
+            gateway: Some("10.0.0.1".into()),
+            additional_subnets: vec![crate::allocator::SubnetInput {
+                addresses: vec!["10.9.0.10-10.9.0.30".into()],
+                prefix: 16,
+                gateway: Some("10.9.0.1".into()),
+            }],
+            pre_allocations: inputs(&[("second", "10.9.0.20"), ("gw", "10.9.0.1")]),
+            ..Default::default()
+        }
+        .parse()
+        .expect("valid spec")
     }
 
     #[test]

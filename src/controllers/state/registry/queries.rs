@@ -15,9 +15,21 @@ impl Registry {
             .is_some_and(|entry| matches!(entry.state, Some(Err(Unready::Paused))))
     }
 
-    /// Prefix and gateway of a ready pool.
+    /// Prefix and gateway of a ready pool's own subnet (a prefix pool's allocation length).
     pub fn network(&self, key: &PoolKey) -> Option<(u8, Option<IpAddr>)> {
-        self.pools.get(key).and_then(|e| e.network)
+        self.pools
+            .get(key)
+            .and_then(|e| e.networks.as_ref())
+            .map(|n| n.own())
+    }
+
+    /// Prefix and gateway that the `IPAddress` of `ip` from a ready pool carries: those of the
+    /// subnet `ip` lies in.
+    pub fn network_of(&self, key: &PoolKey, ip: IpAddr) -> Option<(u8, Option<IpAddr>)> {
+        self.pools
+            .get(key)
+            .and_then(|e| e.networks.as_ref())
+            .map(|n| n.of(ip))
     }
 
     #[cfg(test)]
