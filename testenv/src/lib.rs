@@ -374,7 +374,12 @@ impl ControlPlane {
             .map_err(|e| format!("starting inpool-testenv: {e}"))?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("stdout is piped");
-        let ready = match wait_ready_line(stdout) {
+        // The supervisor gives up at its own start timeout; this waits a minute longer, so that its
+        // reason is what the caller sees.
+        let wait = options
+            .start_timeout
+            .map_or(START_TIMEOUT, |timeout| timeout + Duration::from_secs(60));
+        let ready = match wait_ready_line(stdout, wait) {
             Ok(ready) => ready,
             Err(e) => {
                 let _ = child.kill();
@@ -443,7 +448,7 @@ struct Ready {
 
 /// Reads the supervisor's stdout until it says it is ready (then keeps draining it in the
 /// background, so that a later line never meets a closed pipe).
-fn wait_ready_line(stdout: std::process::ChildStdout) -> Result<Ready, String> {
+fn wait_ready_line(stdout: std::process::ChildStdout, wait: Duration) -> Result<Ready, String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut announced = false;
@@ -461,8 +466,8 @@ fn wait_ready_line(stdout: std::process::ChildStdout) -> Result<Ready, String> {
         }
     });
     let line = rx
-        .recv_timeout(START_TIMEOUT)
-        .map_err(|_| format!("inpool-testenv was not ready within {START_TIMEOUT:?}"))??;
+        .recv_timeout(wait)
+        .map_err(|_| format!("inpool-testenv was not ready within {wait:?}"))??;
     let field = |name: &str| {
         line.split_whitespace()
             .find_map(|f| f.strip_prefix(name))
