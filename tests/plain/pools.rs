@@ -85,7 +85,8 @@ async fn delete_claim(claims: &Api<IPAddressClaim>, name: &str) {
     wait_gone(claims, name, Duration::from_secs(30)).await;
 }
 
-async fn patch_spec(pools: &Api<InClusterIPPool>, name: &str, spec: serde_json::Value) {
+/// Merge-patches a pool's spec with `spec`.
+pub(super) async fn patch_spec(pools: &Api<InClusterIPPool>, name: &str, spec: serde_json::Value) {
     pools
         .patch(
             name,

@@ -15,7 +15,7 @@ use inpool::api::{
 };
 use inpool_testenv::{common, support};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -107,14 +107,7 @@ impl Bed {
     }
 
     async fn patch_spec(&self, spec: serde_json::Value) {
-        self.pools
-            .patch(
-                "p",
-                &PatchParams::default(),
-                &Patch::Merge(&json!({ "spec": spec })),
-            )
-            .await
-            .unwrap();
+        super::pools::patch_spec(&self.pools, "p", spec).await;
     }
 }
 
