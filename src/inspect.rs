@@ -784,6 +784,80 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
     Ok(holders.into_values().collect())
 }
 
+/// What the IP pools' additions did, one sentence each: for every `spec.preAllocations` entry,
+/// what its claim holds; for every address handed out of an additional subnet, its prefix and
+/// gateway as the `IPAddress` carries them and the subnet they come from. The demo shows them.
+pub async fn pre_allocations_and_subnets(client: &Client) -> anyhow::Result<Vec<String>> {
+    let pools = ip_pools(client).await?;
+    let addresses = Api::<IPAddress>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let network = |a: &IPAddress| {
+        let gateway = a
+            .spec
+            .gateway
+            .as_deref()
+            .map_or("no gateway".to_string(), |g| format!("gateway {g}"));
+        format!("{}/{}, {gateway}", a.spec.address, a.spec.prefix)
+    };
+    let mut lines = Vec::new();
+    for pool in &pools {
+        let Ok(parsed) = facts::spec_input(&pool.spec).parse() else {
+            continue;
+        };
+        let named = match &pool.namespace {
+            Some(namespace) => format!("{} in {namespace}", pool.pool),
+            None => pool.pool.clone(),
+        };
+        let of_pool: Vec<&IPAddress> = addresses
+            .iter()
+            .filter(|a| {
+                let claim_namespace = a.namespace().unwrap_or_default();
+                pool.is(
+                    &format!("{}/{}", a.spec.pool_ref.kind, a.spec.pool_ref.name),
+                    &claim_namespace,
+                )
+            })
+            .collect();
+        for entry in pool.spec.pre_allocations.iter().flatten() {
+            let namespace = pool
+                .namespace
+                .clone()
+                .unwrap_or_else(|| entry.claim_namespace.clone());
+            let held = of_pool.iter().find(|a| {
+                a.spec.claim_ref.name == entry.claim_name
+                    && a.namespace().as_deref() == Some(namespace.as_str())
+            });
+            lines.push(format!(
+                "pre-allocation: {named} names {} for claim {namespace}/{}, {}",
+                entry.address,
+                entry.claim_name,
+                held.map_or("which holds nothing yet".to_string(), |a| format!(
+                    "which holds {}",
+                    network(a)
+                ))
+            ));
+        }
+        for a in &of_pool {
+            let Ok(ip) = a.spec.address.parse::<IpAddr>() else {
+                continue;
+            };
+            if parsed.subnet_index_of(ip).is_some_and(|index| index > 0)
+                && let Some(subnet) = subnet_named(&parsed, ip)
+            {
+                lines.push(format!(
+                    "subnet: claim {}/{} holds {} from {subnet} of {named}",
+                    a.namespace().unwrap_or_default(),
+                    a.spec.claim_ref.name,
+                    network(a)
+                ));
+            }
+        }
+    }
+    Ok(lines)
+}
+
 /// What a claim is waiting for, from the API alone.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
