@@ -10,20 +10,22 @@
 //! A waiting claim's place in the queue is computed as inpool's registry orders it: by creation
 //! time, then namespace and name (first come, first served).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 
-use crate::allocator::{AnyAllocator, Family, ParsedSpec};
+use crate::allocator::{
+    AddressSet, AnyAllocator, Family, Network, ParsedPool, ParsedSpec, subnet_field,
+};
 use crate::api::ObjectKey;
 use crate::api::{
     Cluster, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAM_GROUP, IPAddress,
-    IPAddressClaim, IPPool, IPPoolReference, InClusterIPPool, InClusterPrefixPool,
-    PAUSED_ANNOTATION, PoolKey, PoolKind, READY_CONDITION, REASON_ADDRESS_ALLOCATED,
-    REASON_POOL_EXHAUSTED, find_condition,
+    IPAddressClaim, IPPool, IPPoolReference, InClusterIPPool, InClusterIPPoolSpec,
+    InClusterPrefixPool, PAUSED_ANNOTATION, PoolKey, PoolKind, READY_CONDITION,
+    REASON_ADDRESS_ALLOCATED, REASON_POOL_EXHAUSTED, find_condition,
 };
 use crate::controllers::runtime::api_in;
 use crate::controllers::state::QueuedClaim;
@@ -539,9 +541,13 @@ pub struct Holder {
     pub claim: String,
     /// The `IPAddress` object's name, if one exists.
     pub ip_address: Option<String>,
-    /// The `IPAddress`'s prefix length and gateway.
+    /// The `IPAddress`'s prefix length and gateway (on a row without one, those of the
+    /// address's subnet in the pool's spec).
     pub prefix: Option<i32>,
     pub gateway: Option<String>,
+    /// The subnet of the pool the address lies in, when the pool spans several
+    /// (`spec.additionalSubnets`): see [`subnet_named`].
+    pub subnet: Option<String>,
     /// When the `IPAddress` (else the reservation) was created.
     pub since: Option<String>,
     /// The reservation's name, if one exists.
@@ -553,54 +559,115 @@ pub struct Holder {
     pub pre_allocated: bool,
 }
 
-/// Every `spec.preAllocations` entry of an IP pool that names `address`: (pool as `Kind/name`,
-/// claim namespace, claim name).
-async fn pre_allocations_of(
-    client: &Client,
-    address: IpAddr,
-) -> anyhow::Result<Vec<(String, String, String)>> {
-    let lp = ListParams::default();
-    let names = |spec: &crate::api::InClusterIPPoolSpec, namespace: Option<String>| {
-        spec.pre_allocations
+/// One IP pool of either kind, as `who-has` needs it.
+struct IpPoolSpec {
+    /// `Kind/name`, as a [`Holder`] names its pool.
+    pool: String,
+    /// The pool's namespace; `None` for a global pool.
+    namespace: Option<String>,
+    spec: InClusterIPPoolSpec,
+}
+
+impl IpPoolSpec {
+    /// Whether this is the pool `pool` (`Kind/name`) as a claim of `claim_namespace` names it.
+    fn is(&self, pool: &str, claim_namespace: &str) -> bool {
+        self.pool == pool
+            && self
+                .namespace
+                .as_deref()
+                .is_none_or(|namespace| namespace == claim_namespace)
+    }
+
+    /// Every `spec.preAllocations` entry that names `address`: (claim namespace, claim name).
+    fn pre_allocations_of(&self, address: IpAddr) -> Vec<(String, String)> {
+        self.spec
+            .pre_allocations
             .iter()
             .flatten()
             .filter(|entry| entry.address.parse::<IpAddr>().ok() == Some(address))
             .map(|entry| {
-                let claim_namespace = namespace
+                let claim_namespace = self
+                    .namespace
                     .clone()
                     .unwrap_or_else(|| entry.claim_namespace.clone());
                 (claim_namespace, entry.claim_name.clone())
             })
-            .collect::<Vec<_>>()
-    };
-    let mut found = Vec::new();
-    for pool in Api::<InClusterIPPool>::all(client.clone())
-        .list(&lp)
-        .await?
-        .items
-    {
-        for (namespace, claim) in names(&pool.spec, pool.namespace()) {
-            found.push((
-                format!("InClusterIPPool/{}", pool.name_any()),
-                namespace,
-                claim,
-            ));
-        }
+            .collect()
     }
-    for pool in Api::<GlobalInClusterIPPool>::all(client.clone())
+}
+
+/// Every IP pool of both kinds.
+async fn ip_pools(client: &Client) -> anyhow::Result<Vec<IpPoolSpec>> {
+    let lp = ListParams::default();
+    let namespaced = Api::<InClusterIPPool>::all(client.clone())
         .list(&lp)
-        .await?
+        .await?;
+    let global = Api::<GlobalInClusterIPPool>::all(client.clone())
+        .list(&lp)
+        .await?;
+    Ok(namespaced
         .items
-    {
-        for (namespace, claim) in names(&pool.spec, None) {
-            found.push((
-                format!("GlobalInClusterIPPool/{}", pool.name_any()),
-                namespace,
-                claim,
-            ));
-        }
+        .into_iter()
+        .map(|pool| IpPoolSpec {
+            pool: format!("InClusterIPPool/{}", pool.name_any()),
+            namespace: pool.namespace(),
+            spec: pool.spec,
+        })
+        .chain(global.items.into_iter().map(|pool| IpPoolSpec {
+            pool: format!("GlobalInClusterIPPool/{}", pool.name_any()),
+            namespace: None,
+            spec: pool.spec.0,
+        }))
+        .collect())
+}
+
+/// The subnet of `pool` that `ip` lies in, as `kubectl inpool` names it when the pool spans
+/// several: `spec.additionalSubnets[0] (10.41.0.0/26, gateway 10.41.0.1)`, the pool's own
+/// subnet as `spec.addresses (…)`. `None` for a pool of one subnet (its fields say it all), or an
+/// address in none of the subnets.
+pub fn subnet_named(pool: &ParsedPool, ip: IpAddr) -> Option<String> {
+    if pool.networks().len() < 2 {
+        return None;
     }
-    Ok(found)
+    let index = pool.subnet_index_of(ip)?;
+    Some(describe_subnet(index, &pool.networks()[index]))
+}
+
+/// `spec.additionalSubnets[0] (10.41.0.0/26, gateway 10.41.0.1)`.
+fn describe_subnet(index: usize, network: &Network) -> String {
+    let gateway = network
+        .gateway
+        .map_or("no gateway".to_string(), |g| format!("gateway {g}"));
+    format!("{} ({}, {gateway})", subnet_field(index), network.subnet)
+}
+
+/// Each subnet of a pool that spans several, with how many of its addresses are in use:
+/// `spec.additionalSubnets[0] (10.41.0.0/26, gateway 10.41.0.1): 2 of 11 in use`. An address
+/// is in use when `used` holds it (held by any `IPAddress`, or pre-allocated). `None` for a pool
+/// of one subnet.
+pub fn subnet_counts(pool: &ParsedPool, used: &HashSet<IpAddr>) -> Option<String> {
+    if pool.networks().len() < 2 {
+        return None;
+    }
+    let family = pool.family();
+    let counts: Vec<String> = pool
+        .networks()
+        .iter()
+        .enumerate()
+        .map(|(index, network)| {
+            let range = network.subnet.range();
+            let handed_out = AddressSet::from_ranges(family, [range])
+                .map(|subnet| pool.allocatable().intersection(&subnet))
+                .unwrap_or_else(|_| AddressSet::empty(family));
+            let in_use = used.iter().filter(|ip| handed_out.contains(**ip)).count();
+            format!(
+                "{}: {in_use} of {} in use",
+                describe_subnet(index, network),
+                handed_out.len()
+            )
+        })
+        .collect();
+    Some(counts.join("; "))
 }
 
 /// Who holds `address`: every `IPAddress` with that address (in any namespace) and every
@@ -613,6 +680,7 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
         .list(&lp)
         .await?
         .items;
+    let pools = ip_pools(client).await?;
     let mut holders: BTreeMap<(String, String, String), Holder> = BTreeMap::new();
     // An address is held by the `IPAddress` or reservation of its own, or of a sub-prefix that
     // contains it (a prefix pool's, which may overlap an IP pool).
@@ -636,6 +704,7 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
                 ip_address: Some(a.name_any()),
                 prefix: Some(a.spec.prefix),
                 gateway: a.spec.gateway.clone(),
+                subnet: None,
                 since: a.creation_timestamp().map(|t| t.0.to_string()),
                 reservation: None,
                 released_until: None,
@@ -662,6 +731,7 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
                 ip_address: None,
                 prefix: None,
                 gateway: None,
+                subnet: None,
                 since: r.creation_timestamp().map(|t| t.0.to_string()),
                 reservation: None,
                 released_until: None,
@@ -672,25 +742,120 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
             holder.released_until = r.reusable_after().map(|t| t.to_string());
         }
     }
-    for (pool, namespace, claim) in pre_allocations_of(client, address).await? {
-        holders
-            .entry((namespace.clone(), claim.clone(), pool.clone()))
-            .or_insert_with(|| Holder {
-                address: address.to_string(),
-                pool,
-                namespace,
-                claim,
-                ip_address: None,
-                prefix: None,
-                gateway: None,
-                since: None,
-                reservation: None,
-                released_until: None,
-                pre_allocated: true,
-            })
-            .pre_allocated = true;
+    for pool in &pools {
+        for (namespace, claim) in pool.pre_allocations_of(address) {
+            holders
+                .entry((namespace.clone(), claim.clone(), pool.pool.clone()))
+                .or_insert_with(|| Holder {
+                    address: address.to_string(),
+                    pool: pool.pool.clone(),
+                    namespace,
+                    claim,
+                    ip_address: None,
+                    prefix: None,
+                    gateway: None,
+                    subnet: None,
+                    since: None,
+                    reservation: None,
+                    released_until: None,
+                    pre_allocated: true,
+                })
+                .pre_allocated = true;
+        }
+    }
+    // The subnet, from the pool's spec as it is now; a row without an `IPAddress` (a
+    // pre-allocation not yet taken) gets the prefix and gateway its address will carry.
+    for holder in holders.values_mut() {
+        let Some(parsed) = pools
+            .iter()
+            .find(|p| p.is(&holder.pool, &holder.namespace))
+            .and_then(|p| facts::spec_input(&p.spec).parse().ok())
+        else {
+            continue;
+        };
+        let ip = holder.address.parse().unwrap_or(address);
+        holder.subnet = subnet_named(&parsed, ip);
+        if holder.ip_address.is_none() && parsed.subnet_index_of(ip).is_some() {
+            let network = parsed.network_of(ip);
+            holder.prefix = Some(i32::from(network.subnet.prefix()));
+            holder.gateway = network.gateway.map(|g| g.to_string());
+        }
     }
     Ok(holders.into_values().collect())
+}
+
+/// What the IP pools' additions did, one sentence each: for every `spec.preAllocations` entry,
+/// what its claim holds; for every address handed out of an additional subnet, its prefix and
+/// gateway as the `IPAddress` carries them and the subnet they come from. The demo shows them.
+pub async fn pre_allocations_and_subnets(client: &Client) -> anyhow::Result<Vec<String>> {
+    let pools = ip_pools(client).await?;
+    let addresses = Api::<IPAddress>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let network = |a: &IPAddress| {
+        let gateway = a
+            .spec
+            .gateway
+            .as_deref()
+            .map_or("no gateway".to_string(), |g| format!("gateway {g}"));
+        format!("{}/{}, {gateway}", a.spec.address, a.spec.prefix)
+    };
+    let mut lines = Vec::new();
+    for pool in &pools {
+        let Ok(parsed) = facts::spec_input(&pool.spec).parse() else {
+            continue;
+        };
+        let named = match &pool.namespace {
+            Some(namespace) => format!("{} in {namespace}", pool.pool),
+            None => pool.pool.clone(),
+        };
+        let of_pool: Vec<&IPAddress> = addresses
+            .iter()
+            .filter(|a| {
+                let claim_namespace = a.namespace().unwrap_or_default();
+                pool.is(
+                    &format!("{}/{}", a.spec.pool_ref.kind, a.spec.pool_ref.name),
+                    &claim_namespace,
+                )
+            })
+            .collect();
+        for entry in pool.spec.pre_allocations.iter().flatten() {
+            let namespace = pool
+                .namespace
+                .clone()
+                .unwrap_or_else(|| entry.claim_namespace.clone());
+            let held = of_pool.iter().find(|a| {
+                a.spec.claim_ref.name == entry.claim_name
+                    && a.namespace().as_deref() == Some(namespace.as_str())
+            });
+            lines.push(format!(
+                "pre-allocation: {named} names {} for claim {namespace}/{}, {}",
+                entry.address,
+                entry.claim_name,
+                held.map_or("which holds nothing yet".to_string(), |a| format!(
+                    "which holds {}",
+                    network(a)
+                ))
+            ));
+        }
+        for a in &of_pool {
+            let Ok(ip) = a.spec.address.parse::<IpAddr>() else {
+                continue;
+            };
+            if parsed.subnet_index_of(ip).is_some_and(|index| index > 0)
+                && let Some(subnet) = subnet_named(&parsed, ip)
+            {
+                lines.push(format!(
+                    "subnet: claim {}/{} holds {} from {subnet} of {named}",
+                    a.namespace().unwrap_or_default(),
+                    a.spec.claim_ref.name,
+                    network(a)
+                ));
+            }
+        }
+    }
+    Ok(lines)
 }
 
 /// What a claim is waiting for, from the API alone.
@@ -704,6 +869,9 @@ pub struct Why {
     pub pool_paused: bool,
     /// The address the pool's `spec.preAllocations` names for the claim, if any.
     pub pre_allocated: Option<String>,
+    /// When the pool spans several subnets: the subnet of the address the claim holds (else of
+    /// its pre-allocated address), see [`subnet_named`].
+    pub subnet: Option<String>,
     /// The claim's Cluster, if it names one: (name, exists, paused).
     pub cluster: Option<(String, bool, bool)>,
     /// `true` when the claim carries the paused annotation.
@@ -774,17 +942,33 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
             .find(|e| e.claim_name == claim.name_any() && e.claim_namespace == claim_namespace)
             .map(|e| e.address.clone())
     };
-    let pre_allocated = match served.as_ref().map(|key| key.kind) {
+    // An IP pool's spec, and the namespace its entries give their claims.
+    let ip_pool = match served.as_ref().map(|key| key.kind) {
         Some(PoolKind::InCluster) => api_in::<InClusterIPPool>(client, Some(namespace))
             .get_opt(name)
             .await?
-            .and_then(|p| entry_of(&p.spec, "")),
+            .map(|p| (p.spec, "")),
         Some(PoolKind::Global) => Api::<GlobalInClusterIPPool>::all(client.clone())
             .get_opt(name)
             .await?
-            .and_then(|p| entry_of(&p.spec, namespace)),
+            .map(|p| (p.spec.0, namespace)),
         _ => None,
     };
+    let pre_allocated = ip_pool
+        .as_ref()
+        .and_then(|(spec, claim_namespace)| entry_of(spec, claim_namespace));
+    let parsed = ip_pool
+        .as_ref()
+        .and_then(|(spec, _)| facts::spec_input(spec).parse().ok());
+    let held_ip = row
+        .address
+        .as_deref()
+        .and_then(|a| a.split('/').next())
+        .and_then(|a| a.parse::<IpAddr>().ok());
+    let subnet = parsed.as_ref().and_then(|parsed| {
+        let ip = held_ip.or_else(|| pre_allocated.as_deref()?.parse().ok())?;
+        subnet_named(parsed, ip)
+    });
 
     let mut findings = Vec::new();
     if !ours {
@@ -831,6 +1015,12 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
                     p.waiting,
                     row.position.map_or("?".into(), |n| n.to_string()),
                 ));
+                if let Some(parsed) = parsed.as_ref().filter(|p| p.networks().len() > 1) {
+                    let used = addresses_in_use(client, parsed).await?;
+                    if let Some(counts) = subnet_counts(parsed, &used) {
+                        findings.push(format!("its pool's subnets: {counts}"));
+                    }
+                }
             }
         }
         None => {}
@@ -847,8 +1037,10 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
             )),
             Some(_) => {}
             None => findings.push(format!(
-                "its pool's spec.preAllocations names {entry} for it, and no other claim gets that address; now: {}: {}",
-                row.reason, row.message
+                "its pool's spec.preAllocations names {entry}{} for it, and no other claim gets that address; now: {}: {}",
+                subnet.as_ref().map_or(String::new(), |s| format!(" (of {s})")),
+                row.reason,
+                row.message
             )),
         }
     }
@@ -863,8 +1055,11 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
     if findings.is_empty() {
         findings.push(match row.ready.as_str() {
             "True" => format!(
-                "nothing: the claim holds {}{}",
+                "nothing: the claim holds {}{}{}",
                 row.address.clone().unwrap_or_default(),
+                subnet
+                    .as_ref()
+                    .map_or(String::new(), |s| format!(" from its pool's subnet {s}")),
                 if pre_allocated.is_some() {
                     ", as its pool's spec.preAllocations names"
                 } else {
@@ -879,10 +1074,27 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
         pool,
         pool_paused,
         pre_allocated,
+        subnet,
         cluster,
         claim_paused,
         findings,
     })
+}
+
+/// The addresses in use in `pool`'s range: held by an `IPAddress` of any namespace (of this pool
+/// or an overlapping one, as inpool counts them), or pre-allocated by its spec.
+async fn addresses_in_use(client: &Client, pool: &ParsedPool) -> anyhow::Result<HashSet<IpAddr>> {
+    let addresses = Api::<IPAddress>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    Ok(addresses
+        .iter()
+        .filter(|a| a.metadata.deletion_timestamp.is_none())
+        .filter_map(|a| a.spec.address.parse::<IpAddr>().ok())
+        .chain(pool.pre_allocations().iter().map(|entry| entry.ip))
+        .filter(|ip| pool.allocatable().contains(*ip))
+        .collect())
 }
 
 /// Whether the pool `name` exists and carries the paused annotation.
@@ -907,6 +1119,74 @@ mod tests {
             "InClusterPrefixPools are not shown: the API server does not serve the kind (its CRD is not installed)"
         );
         assert!(unlisted_note("GlobalInClusterPrefixPool", 403).contains("403 Forbidden"));
+    }
+
+    /// `100.96.32.1-2/22` (gateway .254) and `100.90.254.1-2/23` (gateway .254), with an entry
+    /// for `vm` at 100.90.254.2.
+    fn two_subnets() -> ParsedPool {
+        crate::allocator::PoolSpecInput {
+            addresses: vec!["100.96.32.1-100.96.32.2".into()],
+            prefix: 22,
+            gateway: Some("100.96.32.254".into()),
+            additional_subnets: vec![crate::allocator::SubnetInput {
+                addresses: vec!["100.90.254.1-100.90.254.2".into()],
+                prefix: 23,
+                gateway: Some("100.90.254.254".into()),
+            }],
+            pre_allocations: vec![crate::allocator::PreAllocationInput {
+                claim_name: "vm".into(),
+                address: "100.90.254.2".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .parse()
+        .expect("valid spec")
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn an_address_of_a_pool_of_several_subnets_is_named_by_its_subnet() {
+        let pool = two_subnets();
+        assert_eq!(
+            subnet_named(&pool, ip("100.90.254.1")).as_deref(),
+            Some("spec.additionalSubnets[0] (100.90.254.0/23, gateway 100.90.254.254)")
+        );
+        assert_eq!(
+            subnet_named(&pool, ip("100.96.32.2")).as_deref(),
+            Some("spec.addresses (100.96.32.0/22, gateway 100.96.32.254)")
+        );
+        assert_eq!(subnet_named(&pool, ip("10.0.0.1")), None, "in no subnet");
+        let single = crate::allocator::PoolSpecInput {
+            addresses: vec!["10.0.0.10".into()],
+            prefix: 24,
+            ..Default::default()
+        }
+        .parse()
+        .unwrap();
+        assert_eq!(
+            subnet_named(&single, ip("10.0.0.10")),
+            None,
+            "one subnet: the flat fields say it all"
+        );
+        assert_eq!(subnet_counts(&single, &HashSet::new()), None);
+    }
+
+    #[test]
+    fn the_counts_of_each_subnet_add_held_and_pre_allocated_addresses() {
+        let pool = two_subnets();
+        // Held: 100.96.32.1 and one address outside the pool; pre-allocated: 100.90.254.2.
+        let used: HashSet<IpAddr> = [ip("100.96.32.1"), ip("10.0.0.1"), ip("100.90.254.2")].into();
+        assert_eq!(
+            subnet_counts(&pool, &used).as_deref(),
+            Some(
+                "spec.addresses (100.96.32.0/22, gateway 100.96.32.254): 1 of 2 in use; \
+                 spec.additionalSubnets[0] (100.90.254.0/23, gateway 100.90.254.254): 1 of 2 in use"
+            )
+        );
     }
 
     #[test]

@@ -101,15 +101,6 @@ impl Networks {
                 (network.subnet.prefix(), network.gateway)
             })
     }
-
-    /// Whether `ip` is the gateway of one of the pool's subnets.
-    pub fn is_gateway(&self, ip: IpAddr) -> bool {
-        self.own.1 == Some(ip)
-            || self
-                .additional
-                .iter()
-                .any(|network| network.gateway == Some(ip))
-    }
 }
 
 /// The allocation state of a pool of either shape.

@@ -155,7 +155,10 @@ pub use prefix::{
     DEFAULT_ALLOCATION_PREFIX_LENGTH, ParsedPrefixPool, PrefixAllocator, PrefixPoolSpecInput,
 };
 pub use set::{AddressSet, FamilyMismatch};
-pub use spec::{Network, ParsedPool, PoolSpecInput, PreAllocated, PreAllocationInput, SubnetInput};
+pub use spec::{
+    Network, NotHandedOut, ParsedPool, PoolSpecInput, PreAllocated, PreAllocationInput,
+    SubnetInput, subnet_field,
+};
 
 #[cfg(test)]
 mod tests;

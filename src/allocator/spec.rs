@@ -144,6 +144,117 @@ impl ParsedPool {
     pub fn into_allocatable(self) -> AddressSet {
         self.allocatable
     }
+
+    /// The index in [`ParsedPool::networks`] of the subnet whose network holds `ip`, if any.
+    pub fn subnet_index_of(&self, ip: IpAddr) -> Option<usize> {
+        self.networks
+            .iter()
+            .position(|network| network.subnet.contains(ip))
+    }
+
+    /// Why the pool does not hand out `ip`, naming the subnet; `None` if it does.
+    pub fn not_handed_out(&self, ip: IpAddr) -> Option<NotHandedOut> {
+        if let Some(index) = self
+            .networks
+            .iter()
+            .position(|network| network.gateway == Some(ip))
+        {
+            return Some(NotHandedOut::Gateway {
+                index,
+                subnet: self.networks[index].subnet,
+            });
+        }
+        if self.allocatable.contains(ip) {
+            return None;
+        }
+        if !self.configured.contains(ip) {
+            return Some(NotHandedOut::OutsideEverySubnet {
+                subnets: self.networks.iter().map(|n| n.subnet).collect(),
+            });
+        }
+        let reserved_in = self.networks.iter().position(|network| {
+            reserved(network.subnet)
+                .iter()
+                .any(|range| range.contains(ip))
+        });
+        Some(match reserved_in {
+            Some(index) => NotHandedOut::Reserved {
+                index,
+                subnet: self.networks[index].subnet,
+            },
+            None => NotHandedOut::Excluded,
+        })
+    }
+}
+
+/// How messages name subnet `index` of [`ParsedPool::networks`]: the pool's own by its
+/// `spec.addresses`, an additional one by its entry of `spec.additionalSubnets`.
+pub fn subnet_field(index: usize) -> String {
+    match index.checked_sub(1) {
+        None => "spec.addresses".into(),
+        Some(additional) => format!("spec.{}", Field::Subnet(additional)),
+    }
+}
+
+/// Why an IP pool does not hand out an address, naming the subnet concerned, for the messages
+/// of a pre-allocation that names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotHandedOut {
+    /// The gateway of subnet `index` (see [`subnet_field`]).
+    Gateway { index: usize, subnet: Subnet },
+    /// In none of the subnets' `addresses`.
+    OutsideEverySubnet { subnets: Vec<Subnet> },
+    /// The network address (or IPv4 broadcast address) of subnet `index`, without
+    /// `allocateReservedIPAddresses`.
+    Reserved { index: usize, subnet: Subnet },
+    /// In `excludedAddresses`.
+    Excluded,
+}
+
+impl std::fmt::Display for NotHandedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotHandedOut::Gateway { index: 0, .. } => {
+                f.write_str("it is the pool's gateway (spec.gateway)")
+            }
+            NotHandedOut::Gateway { index, subnet } => write!(
+                f,
+                "it is the pool's gateway of subnet {subnet} ({}.gateway)",
+                subnet_field(*index)
+            ),
+            NotHandedOut::OutsideEverySubnet { subnets } => {
+                let named: Vec<String> = subnets
+                    .iter()
+                    .enumerate()
+                    .map(|(index, subnet)| format!("{} (subnet {subnet})", addresses_field(index)))
+                    .collect();
+                match named.as_slice() {
+                    [one] => write!(f, "the pool does not hand it out: it is outside {one}"),
+                    _ => write!(
+                        f,
+                        "the pool does not hand it out: it is outside the addresses of every subnet: {}",
+                        named.join(", ")
+                    ),
+                }
+            }
+            NotHandedOut::Reserved { index, subnet } => write!(
+                f,
+                "the pool does not hand it out: it is the network or broadcast address of subnet {subnet} ({}); spec.allocateReservedIPAddresses hands it out",
+                subnet_field(*index)
+            ),
+            NotHandedOut::Excluded => {
+                f.write_str("the pool does not hand it out: it is in spec.excludedAddresses")
+            }
+        }
+    }
+}
+
+/// `spec.addresses`, or `spec.additionalSubnets[i].addresses`.
+fn addresses_field(index: usize) -> String {
+    match index {
+        0 => subnet_field(0),
+        _ => format!("{}.addresses", subnet_field(index)),
+    }
 }
 
 /// How the fields of one subnet are named in errors: the spec's own, or an additional subnet's.

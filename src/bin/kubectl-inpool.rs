@@ -5,7 +5,7 @@
 //! ```text
 //! kubectl inpool pools [--watch]     pools: total/used/free/waiting, conditions
 //! kubectl inpool claims [--waiting]  claims: reason, message, queue place
-//! kubectl inpool who-has ADDRESS     pool, claim, IPAddress, since, reservation, pre-allocated
+//! kubectl inpool who-has ADDRESS     pool, claim, IPAddress, subnet, since, reservation, pre-allocated
 //! kubectl inpool why CLAIM           what the claim waits for
 //!
 //! everywhere: [-n NS | -A] [-o table|json|yaml] [--kubeconfig FILE] [--context NAME]
@@ -169,6 +169,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             h.pool.clone(),
                             dash(&h.ip_address),
                             h.prefix.map_or("-".into(), |p| p.to_string()),
+                            dash(&h.subnet),
                             dash(&h.since),
                             match (&h.reservation, &h.released_until) {
                                 (Some(r), Some(until)) => {
@@ -189,6 +190,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             "POOL",
                             "IPADDRESS",
                             "PREFIX",
+                            "SUBNET",
                             "SINCE",
                             "RESERVATION",
                             "PRE-ALLOCATED"
@@ -206,6 +208,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("  Ready: {} {}: {}", c.ready, c.reason, c.message);
                 if let Some(address) = &c.address {
                     println!("  address: {address}");
+                }
+                if let Some(subnet) = &why.subnet {
+                    println!("  subnet: {subnet}");
                 }
                 match &why.pool {
                     Some(p) => println!(

@@ -1,6 +1,7 @@
 //! The demo (`cargo run --bin demo`), run as a user would: with `--once` it shows claims
-//! realised and `PoolExhausted`, grows the pool, shows every claim realised and exits 0; without
-//! it, Ctrl-C (SIGINT) stops it with exit 0. Either way the control plane it started is gone
+//! realised and `PoolExhausted`, a pre-allocated claim holding its address and an address of a
+//! second subnet with that subnet's prefix and gateway, grows the pool, shows every claim
+//! realised and exits 0; without it, Ctrl-C (SIGINT) stops it with exit 0. Either way the control plane it started is gone
 //! afterwards: its process ended, its API server port is closed and its data directory removed.
 //!
 //! The demo does not need `../shared`: it installs `crds/` and `config/local-capi/` only.
@@ -76,8 +77,7 @@ fn assert_control_plane_gone(started: &Started, output: &str) {
 /// Claim rows of one picture: (name, ready, reason, address).
 fn claim_rows(picture: &str) -> Vec<(String, String, String, String)> {
     let row =
-        Regex::new(r"(?m)^default\s+(machine-\S+)\s+\S+\s+(True|False|-)\s+(\S+)\s+(\S+)\s*$")
-            .unwrap();
+        Regex::new(r"(?m)^default\s+(\S+)\s+\S+/\S+\s+(True|False|-)\s+(\S+)\s+(\S+)\s*$").unwrap();
     row.captures_iter(picture)
         .map(|c| (c[1].into(), c[2].into(), c[3].into(), c[4].into()))
         .collect()
@@ -104,8 +104,8 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
     );
     assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
 
-    // Before the pool grows: five IPv4 claims realised, three waiting, both IPv6 claims and both
-    // prefix-pool claims realised.
+    // Before the pool grows: five claims of the 5-address pool realised, three waiting, both
+    // IPv6 claims, both prefix-pool claims and the three claims of the two-subnet pool realised.
     let (before, after) = stdout
         .split_once("step 4/4: growing")
         .unwrap_or_else(|| panic!("the demo never grew the pool:\n{stdout}"));
@@ -114,7 +114,7 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
         .copied()
         .unwrap_or_else(|| panic!("no picture before the growth:\n{stdout}"));
     let rows = claim_rows(first);
-    assert_eq!(rows.len(), 12, "{first}");
+    assert_eq!(rows.len(), 15, "{first}");
     let exhausted: Vec<_> = rows
         .iter()
         .filter(|(_, ready, reason, address)| {
@@ -126,8 +126,48 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
         .iter()
         .filter(|(_, ready, reason, _)| ready == "True" && reason == "AddressAllocated")
         .collect();
-    assert_eq!(realised.len(), 9, "{first}");
+    assert_eq!(realised.len(), 12, "{first}");
     assert!(first.contains("the first picture is stable"), "{first}");
+
+    // The two-subnet pool: the pre-allocated claim holds its address; of the two other claims,
+    // one takes the own subnet's last free address, the other the second subnet's first, with
+    // that subnet's prefix and gateway.
+    let address_of = |name: &str| {
+        rows.iter()
+            .find(|(n, ..)| n == name)
+            .map(|(_, _, _, a)| a.as_str())
+    };
+    assert_eq!(address_of("vip-0"), Some("10.20.0.11/24"), "{first}");
+    let mut edges = [address_of("edge-0"), address_of("edge-1")];
+    edges.sort();
+    assert_eq!(
+        edges,
+        [Some("10.20.0.10/24"), Some("10.21.0.10/26")],
+        "{first}"
+    );
+    assert!(
+        Regex::new(
+            r"InClusterIPPool\s+default\s+demo-subnets\s+IPv4 \(2 subnets\)\s+12\s+3\s+9\s+"
+        )
+        .unwrap()
+        .is_match(first),
+        "the two-subnet pool counts both subnets and the pre-allocation:\n{first}"
+    );
+    assert!(
+        before.contains(
+            "pre-allocation: InClusterIPPool/demo-subnets in default names 10.20.0.11 for \
+             claim default/vip-0, which holds 10.20.0.11/24, gateway 10.20.0.1"
+        ),
+        "{before}"
+    );
+    assert!(
+        Regex::new(
+            r"subnet: claim default/edge-[01] holds 10\.21\.0\.10/26, gateway 10\.21\.0\.1 from spec\.additionalSubnets\[0\] \(10\.21\.0\.0/26, gateway 10\.21\.0\.1\) of InClusterIPPool/demo-subnets in default"
+        )
+        .unwrap()
+        .is_match(before),
+        "{before}"
+    );
 
     // After: every claim realised, each with its own address; the IPv4 pool has 8 addresses.
     let last = pictures(after)
@@ -136,7 +176,7 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
         .unwrap_or_else(|| panic!("no picture after the growth:\n{stdout}"));
     assert!(last.contains("(final)"), "{last}");
     let rows = claim_rows(last);
-    assert_eq!(rows.len(), 12, "{last}");
+    assert_eq!(rows.len(), 15, "{last}");
     for (name, ready, reason, address) in &rows {
         assert_eq!(
             (ready.as_str(), reason.as_str()),
@@ -148,7 +188,7 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
     let mut addresses: Vec<&String> = rows.iter().map(|(_, _, _, a)| a).collect();
     addresses.sort();
     addresses.dedup();
-    assert_eq!(addresses.len(), 12, "addresses are unique:\n{last}");
+    assert_eq!(addresses.len(), 15, "addresses are unique:\n{last}");
     let v4 = addresses
         .iter()
         .filter(|a| a.starts_with("10.10.0."))
@@ -173,7 +213,7 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
             .is_match(last),
         "the prefix pool shows 256 sub-prefixes, 2 used:\n{last}"
     );
-    assert!(stdout.contains("all 12 claims are Ready"), "{stdout}");
+    assert!(stdout.contains("all 15 claims are Ready"), "{stdout}");
     assert!(stdout.contains("kubeconfig: "), "{stdout}");
 
     assert_control_plane_gone(&started(&stdout), &stdout);

@@ -3,6 +3,10 @@
 //! v1.14.2, the simulator and CAPV's manager run beside the control plane; an inpool controller
 //! runs in the test).
 //!
+//! The pool features consumers ask for are exercised through CAPV too: a pre-allocation naming the
+//! claim CAPV will create, and a pool spanning two subnets whose second subnet's prefix and
+//! gateway reach the VM.
+//!
 //! Everything a test asserts is read from what CAPV itself wrote: the `IPAddressClaim`s it
 //! creates for a `VSphereMachine`'s `addressesFromPools`, the network configuration it writes into
 //! the cloned VM (which the simulator's guest applies and prints), the `VSphereVM`'s
@@ -12,7 +16,10 @@
 
 use std::time::Duration;
 
-use inpool::api::{GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool};
+use inpool::api::{
+    AdditionalSubnet, GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool,
+    PreAllocation,
+};
 use inpool_testenv::capv::{self, GROUP as INFRASTRUCTURE};
 use inpool_testenv::{common, support};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
@@ -481,4 +488,72 @@ async fn capv_takes_addresses_from_an_ipv6_pool_and_a_global_pool_the_same_way()
         .delete(&global_name, &DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// A pool whose own subnet holds one address, pre-allocated to the claim CAPV creates for machine
+/// `pre-m1` (CAPV names it `<VSphereVM>-<device>-<pool entry>`), and a second subnet with another
+/// prefix and gateway. The pre-allocated address counts as used, so any other claim lands in the
+/// second subnet whatever the order the claims come in: the setup is deterministic without
+/// exhausting anything by hand.
+#[tokio::test]
+async fn capv_gives_a_vm_its_pre_allocated_address_and_another_vm_the_second_subnets_gateway() {
+    let (client, ns) = support::capv_env().namespace().await;
+    let _inpool = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let mut spanning = pool("spanning", &["10.40.0.10"], 24, Some("10.40.0.1"));
+    spanning.spec.pre_allocations = Some(vec![PreAllocation::new("pre-m1-0-0", "10.40.0.10")]);
+    spanning.spec.additional_subnets = Some(vec![AdditionalSubnet::new(
+        ["10.41.0.10-10.41.0.20"],
+        26,
+        Some("10.41.0.1"),
+    )]);
+    create(&pools, &spanning).await;
+    let site = Site::new(&client, &ns).await;
+
+    // The machine without an entry comes first and is served first: the pre-allocated address,
+    // the lowest of the pool's first subnet, is kept from it, so it gets the second subnet's first.
+    site.machine("span-m2", &[("InClusterIPPool", "spanning")])
+        .await;
+    site.claim_created_by_capv("span-m2-0-0", "span-m2").await;
+    wait_reason(&site.claims(), "span-m2-0-0", "AddressAllocated").await;
+    site.machine("pre-m1", &[("InClusterIPPool", "spanning")])
+        .await;
+    site.claim_created_by_capv("pre-m1-0-0", "pre-m1").await;
+    let realised = wait_reason(&site.claims(), "pre-m1-0-0", "AddressAllocated").await;
+    let message = ready_message(&realised);
+    assert!(
+        message.contains("pre-allocated to the claim by the pool's spec.preAllocations"),
+        "{message}"
+    );
+
+    let pre = site.addresses().get("pre-m1-0-0").await.unwrap();
+    assert_eq!(
+        (address_of(&pre), pre.spec.gateway.as_deref()),
+        ("10.40.0.10/24".to_string(), Some("10.40.0.1"))
+    );
+    let spilled = site.addresses().get("span-m2-0-0").await.unwrap();
+    assert_eq!(
+        (address_of(&spilled), spilled.spec.gateway.as_deref()),
+        ("10.41.0.10/26".to_string(), Some("10.41.0.1"))
+    );
+
+    // What CAPV wrote into each VM, as its guest applied it, and what CAPV reports back.
+    assert_eq!(
+        site.guest_network("pre-m1").await,
+        "addresses=[10.40.0.10/24] gateway4=10.40.0.1 gateway6="
+    );
+    assert_eq!(
+        site.guest_network("span-m2").await,
+        "addresses=[10.41.0.10/26] gateway4=10.41.0.1 gateway6="
+    );
+    site.vm_reports("pre-m1", "10.40.0.10").await;
+    site.vm_reports("span-m2", "10.41.0.10").await;
+    site.vm_with_claimed("pre-m1", "True", "").await;
+    site.vm_with_claimed("span-m2", "True", "").await;
+    show_kubectl_get(&ns);
+
+    // Released, the pre-allocated address is kept for its claim: it still counts as used.
+    site.delete_machine("pre-m1", &["pre-m1-0-0"]).await;
+    site.delete_machine("span-m2", &["span-m2-0-0"]).await;
+    wait_pool_used(&pools, "spanning", 1).await;
 }

@@ -250,3 +250,84 @@ async fn who_has_and_why_say_when_an_address_is_pre_allocated() {
     );
     assert_yaml_is_json(&["who-has", "10.48.0.16"]);
 }
+
+/// In a pool that spans subnets, `who-has` and `why` name the subnet an address comes from, and
+/// `why` gives each subnet's count for a claim waiting on the exhausted pool.
+#[tokio::test]
+async fn who_has_and_why_name_the_subnet_of_a_pool_of_two_subnets() {
+    let (client, ns) = support::env().namespace().await;
+    let _controller = start_controller(&client, &ns);
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    let mut spans = pool("spans", &["10.49.0.10"], 24, Some("10.49.0.1"));
+    spans.spec.additional_subnets = Some(vec![inpool::api::AdditionalSubnet::new(
+        ["10.49.8.10-10.49.8.11"],
+        26,
+        Some("10.49.8.1"),
+    )]);
+    spans.spec.pre_allocations = Some(vec![inpool::api::PreAllocation::new("later", "10.49.8.11")]);
+    create(&pools, &spans).await;
+    // One after the other: `own` takes the first subnet's only address, `second` the second
+    // subnet's first (its other one is pre-allocated), and `waits` finds the pool exhausted.
+    for (name, reason) in [
+        ("own", "AddressAllocated"),
+        ("second", "AddressAllocated"),
+        ("waits", "PoolExhausted"),
+    ] {
+        create(&claims, &claim(name, "spans")).await;
+        wait_reason(&claims, name, reason).await;
+    }
+    let own_subnet = "spec.addresses (10.49.0.0/24, gateway 10.49.0.1)";
+    let second_subnet = "spec.additionalSubnets[0] (10.49.8.0/26, gateway 10.49.8.1)";
+
+    let held = json(&["who-has", "10.49.8.10"]);
+    assert_eq!(held[0]["claim"], "second", "{held}");
+    assert_eq!(held[0]["prefix"], 26, "{held}");
+    assert_eq!(held[0]["subnet"], second_subnet, "{held}");
+    let own = json(&["who-has", "10.49.0.10"]);
+    assert_eq!(own[0]["subnet"], own_subnet, "{own}");
+    // The pre-allocated address no claim holds yet: the prefix and gateway it will carry.
+    let kept = json(&["who-has", "10.49.8.11"]);
+    assert_eq!(kept[0]["claim"], "later", "{kept}");
+    assert!(kept[0]["ipAddress"].is_null(), "{kept}");
+    assert_eq!(
+        (&kept[0]["prefix"], &kept[0]["gateway"], &kept[0]["subnet"]),
+        (
+            &Value::from(26),
+            &Value::from("10.49.8.1"),
+            &Value::from(second_subnet)
+        ),
+        "{kept}"
+    );
+    let table = plugin(&["who-has", "10.49.8.10"]);
+    assert!(
+        table.contains("SUBNET") && table.contains(second_subnet),
+        "{table}"
+    );
+
+    let second = plugin(&["why", "second", "-n", &ns]);
+    assert!(
+        second.contains(&format!(
+            "nothing: the claim holds 10.49.8.10/26 from its pool's subnet {second_subnet}"
+        )) && second.contains(&format!("subnet: {second_subnet}")),
+        "{second}"
+    );
+    let waits = json(&["why", "waits", "-n", &ns]);
+    let findings: Vec<&str> = waits["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        findings.contains(
+            &format!(
+                "its pool's subnets: {own_subnet}: 1 of 1 in use; {second_subnet}: 2 of 2 in use"
+            )
+            .as_str()
+        ),
+        "{waits}"
+    );
+    assert_yaml_is_json(&["who-has", "10.49.8.11"]);
+    assert_yaml_is_json(&["why", "waits", "-n", &ns]);
+}

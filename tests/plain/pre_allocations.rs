@@ -1,8 +1,9 @@
 //! Pre-allocations (`spec.preAllocations`) on the real control plane: the named claim gets its
 //! address, no other claim ever does (a 300-claim burst watched object by object), conflicts
 //! fail the claim with the entry, the address and the holder and resolve by themselves, a
-//! changed or removed entry never moves a realised claim and the pool reports it, and the CRD
-//! takes the largest list and refuses one entry more.
+//! changed or removed entry never moves a realised claim and the pool reports it, a conflict in a
+//! pool of several subnets names the subnet, and the CRD takes the largest list and refuses one
+//! entry more.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -10,8 +11,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use inpool::api::{
-    GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool, MAX_PRE_ALLOCATIONS,
-    PreAllocation,
+    AdditionalSubnet, GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool,
+    MAX_PRE_ALLOCATIONS, PreAllocation,
 };
 use inpool_testenv::{common, support};
 use k8s_openapi::api::events::v1::Event;
@@ -261,6 +262,68 @@ async fn a_conflict_names_the_entry_the_address_and_the_holder_and_resolves() {
         .await;
     wait_reason(claims, "out", "AddressAllocated").await;
     bed.assert_holds("out", "10.52.0.50").await;
+}
+
+/// In a pool that spans subnets, an entry inside any subnet is inside the pool; the gateway
+/// conflict names the subnet whose gateway it is, and an entry outside every subnet says so,
+/// naming each subnet; adding a subnet that holds it resolves the conflict.
+#[tokio::test]
+async fn a_conflict_in_a_pool_of_two_subnets_names_the_subnet() {
+    let mut spanning = pool("p", &["10.56.0.10-10.56.0.12"], 24, Some("10.56.0.1"));
+    spanning.spec.additional_subnets = Some(vec![AdditionalSubnet::new(
+        ["10.57.0.10-10.57.0.20"],
+        26,
+        Some("10.57.0.1"),
+    )]);
+    let bed = bed(with_entries(
+        spanning,
+        &[
+            ("second", "10.57.0.15"),
+            ("gw", "10.57.0.1"),
+            ("out", "10.58.0.5"),
+        ],
+    ))
+    .await;
+    let (pools, claims) = (&bed.pools, &bed.claims);
+    for name in ["second", "gw", "out"] {
+        create(claims, &claim(name, "p")).await;
+    }
+    wait_reason(claims, "second", "AddressAllocated").await;
+    bed.assert_holds("second", "10.57.0.15").await;
+    let gateway =
+        "it is the pool's gateway of subnet 10.57.0.0/26 (spec.additionalSubnets[0].gateway)";
+    wait_failed_with(claims, "gw", "AllocationFailed", &["10.57.0.1", gateway]).await;
+    let outside = "the pool does not hand it out: it is outside the addresses of every subnet: \
+                   spec.addresses (subnet 10.56.0.0/24), spec.additionalSubnets[0].addresses \
+                   (subnet 10.57.0.0/26)";
+    wait_failed_with(claims, "out", "AllocationFailed", &["10.58.0.5", outside]).await;
+    // The pool's condition says the same.
+    let pool = wait_for("the pool's conflicts", Duration::from_secs(30), || async {
+        let pool = pools.get("p").await.ok()?;
+        let (_, reason, message) = pool_condition(&pool, "PreAllocations")?;
+        (reason == "PreAllocationConflict" && message.contains(outside)).then_some(pool)
+    })
+    .await;
+    let (_, _, message) = pool_condition(&pool, "PreAllocations").unwrap();
+    assert!(message.contains(gateway), "{message}");
+
+    // A third subnet that holds the address: the claim gets it, with that subnet's network.
+    bed.patch_spec(json!({"additionalSubnets": [
+        {"addresses": ["10.57.0.10-10.57.0.20"], "prefix": 26, "gateway": "10.57.0.1"},
+        {"addresses": ["10.58.0.2-10.58.0.9"], "prefix": 24, "gateway": "10.58.0.1"},
+    ]}))
+    .await;
+    wait_reason(claims, "out", "AddressAllocated").await;
+    let addresses: Api<IPAddress> = Api::namespaced(bed.client.clone(), &bed.ns);
+    let out = addresses.get("out").await.unwrap();
+    assert_eq!(
+        (
+            out.spec.address.as_str(),
+            out.spec.prefix,
+            out.spec.gateway.as_deref()
+        ),
+        ("10.58.0.5", 24, Some("10.58.0.1"))
+    );
 }
 
 #[tokio::test]

@@ -433,8 +433,59 @@ fn each_address_has_the_prefix_and_gateway_of_its_subnet() {
         networks.of(ip("100.96.32.5")),
         (22, Some(ip("100.96.32.254")))
     );
-    assert!(networks.is_gateway(ip("100.98.254.254")));
-    assert!(!networks.is_gateway(ip("100.98.254.253")));
+}
+
+#[test]
+fn why_an_address_is_not_handed_out_names_its_subnet() {
+    let mut spec = two_subnets();
+    spec.excluded_addresses = vec!["100.98.254.50".into()];
+    spec.additional_subnets[0]
+        .addresses
+        .push("100.98.254.0".into());
+    let pool = parsed(&spec);
+    let why = |text: &str| pool.not_handed_out(ip(text)).map(|why| why.to_string());
+    assert_eq!(why("100.98.254.10"), None);
+    assert_eq!(why("100.96.32.1"), None);
+    assert_eq!(pool.subnet_index_of(ip("100.98.254.10")), Some(1));
+    assert_eq!(pool.subnet_index_of(ip("100.96.32.1")), Some(0));
+    assert_eq!(pool.subnet_index_of(ip("10.0.0.1")), None);
+    assert_eq!(
+        why("100.96.32.254").as_deref(),
+        Some("it is the pool's gateway (spec.gateway)")
+    );
+    assert_eq!(
+        why("100.98.254.254").as_deref(),
+        Some(
+            "it is the pool's gateway of subnet 100.98.254.0/23 (spec.additionalSubnets[0].gateway)"
+        )
+    );
+    assert_eq!(
+        why("100.98.254.50").as_deref(),
+        Some("the pool does not hand it out: it is in spec.excludedAddresses")
+    );
+    assert_eq!(
+        why("100.98.254.0").as_deref(),
+        Some(
+            "the pool does not hand it out: it is the network or broadcast address of subnet \
+             100.98.254.0/23 (spec.additionalSubnets[0]); spec.allocateReservedIPAddresses hands it out"
+        )
+    );
+    // Inside the second subnet's network, outside its addresses: outside the pool.
+    assert_eq!(
+        why("100.98.254.200").as_deref(),
+        Some(
+            "the pool does not hand it out: it is outside the addresses of every subnet: \
+             spec.addresses (subnet 100.96.32.0/22), spec.additionalSubnets[0].addresses \
+             (subnet 100.98.254.0/23)"
+        )
+    );
+    assert_eq!(
+        parsed(&input(&["10.0.0.10"], 24))
+            .not_handed_out(ip("10.0.0.11"))
+            .map(|why| why.to_string())
+            .as_deref(),
+        Some("the pool does not hand it out: it is outside spec.addresses (subnet 10.0.0.0/24)")
+    );
 }
 
 #[test]

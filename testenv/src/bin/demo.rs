@@ -7,12 +7,13 @@
 //! 2. Runs inpool's controllers in this process, as the `inpool` binary does (its log goes to a
 //!    file, so the terminal shows the picture), and serves its `/metrics` on 127.0.0.1.
 //! 3. Applies `config/samples/*.yaml` with server-side apply: a Cluster, a 5-address IPv4 pool, a
-//!    global IPv6 pool, a global prefix pool (/64s out of a /56) and 12 claims, 8 of them for the
-//!    IPv4 pool.
+//!    global IPv6 pool, a global prefix pool (/64s out of a /56), an IPv4 pool spanning two
+//!    subnets with a pre-allocation, and 15 claims, 8 of them for the 5-address pool.
 //! 4. Shows pools (total/used/free, conditions) and claims (Ready, reason, address) every second.
-//!    Once every claim has a Ready condition and the picture is stable (5 realised, 3
-//!    `PoolExhausted`), applies `config/samples/grow/*.yaml`, which grows the IPv4 pool to 8
-//!    addresses, and the waiting claims turn Ready.
+//!    Once every claim has a Ready condition and the picture is stable (12 realised, 3
+//!    `PoolExhausted`), says what each pre-allocated claim and each address of an additional
+//!    subnet holds (prefix and gateway), then applies `config/samples/grow/*.yaml`, which grows
+//!    the 5-address pool to 8 addresses, and the waiting claims turn Ready.
 //! 5. Keeps showing the picture until Ctrl-C (or, with `--once`, exits 0 once every claim is
 //!    Ready), then stops the controllers and the control plane and removes its data directory.
 //!
@@ -35,7 +36,7 @@ use tokio::sync::watch;
 
 use inpool::api::PoolKind;
 use inpool::cli::Settings;
-use inpool::inspect::Snapshot;
+use inpool::inspect::{self, Snapshot};
 use inpool::telemetry::{HealthState, Metrics, server};
 use inpool_testenv::{self as testenv, ControlPlane, StartOptions};
 
@@ -255,6 +256,9 @@ async fn demo(
                         "the first picture is stable: {ready} claims realised, {exhausted} waiting \
                          (Ready=False, PoolExhausted)"
                     ));
+                    for line in inspect::pre_allocations_and_subnets(&client).await? {
+                        screen.note(&line);
+                    }
                     if exhausted == 0 || grow.is_empty() {
                         screen.note("nothing to grow");
                         Phase::Done

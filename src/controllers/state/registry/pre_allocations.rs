@@ -17,7 +17,7 @@ use std::net::IpAddr;
 
 use super::pool_entry::PoolEntry;
 use super::{Allocation, HoldRecord, Holder, Registry, Unready};
-use crate::allocator::{ParsedSpec, canonical};
+use crate::allocator::{NotHandedOut, ParsedSpec, canonical};
 use crate::api::{ObjectKey, PoolKey};
 
 /// One pool's pre-allocations, by claim and by address.
@@ -74,11 +74,9 @@ impl PreAllocations {
 pub enum PreAllocationConflict {
     /// An earlier entry pre-allocates the address to another claim.
     NamedTwice(ObjectKey),
-    /// The address is the gateway of one of the pool's subnets.
-    Gateway,
-    /// The pool does not hand the address out (outside `addresses`, excluded, or the subnet's
-    /// network or broadcast address).
-    OutsidePool,
+    /// The pool does not hand the address out: the gateway of one of its subnets, outside every
+    /// subnet's addresses, excluded, or a subnet's network or broadcast address.
+    NotHandedOut(NotHandedOut),
     /// A reservation, an `IPAddress` or an allocation in flight holds it (this pool's or an
     /// overlapping one's).
     HeldBy(Holder),
@@ -87,14 +85,10 @@ pub enum PreAllocationConflict {
 impl std::fmt::Display for PreAllocationConflict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PreAllocationConflict::NamedTwice(first) => write!(
-                f,
-                "an earlier entry pre-allocates it to claim {first}"
-            ),
-            PreAllocationConflict::Gateway => f.write_str("it is the pool's gateway"),
-            PreAllocationConflict::OutsidePool => f.write_str(
-                "the pool does not hand it out (outside spec.addresses, in spec.excludedAddresses, or the subnet's network or broadcast address)",
-            ),
+            PreAllocationConflict::NamedTwice(first) => {
+                write!(f, "an earlier entry pre-allocates it to claim {first}")
+            }
+            PreAllocationConflict::NotHandedOut(why) => why.fmt(f),
             PreAllocationConflict::HeldBy(holder) => write!(f, "it is held by {holder}"),
         }
     }
@@ -208,11 +202,19 @@ impl Registry {
         {
             return Some(PreAllocationConflict::NamedTwice(first.clone()));
         }
-        if entry.networks.as_ref().is_some_and(|n| n.is_gateway(ip)) {
-            return Some(PreAllocationConflict::Gateway);
+        // Entries come from a parsed IP pool spec only, so a pool without one has none; the
+        // range check below still keeps an address it does not hand out from the claim.
+        if let Some(Ok(ParsedSpec::Addresses(parsed))) = &entry.source
+            && let Some(why) = parsed.not_handed_out(ip)
+        {
+            return Some(PreAllocationConflict::NotHandedOut(why));
         }
         if !entry.range().is_some_and(|range| range.contains(ip)) {
-            return Some(PreAllocationConflict::OutsidePool);
+            return Some(PreAllocationConflict::NotHandedOut(
+                NotHandedOut::OutsideEverySubnet {
+                    subnets: Vec::new(),
+                },
+            ));
         }
         if !entry.is_held(ip) {
             return None;
@@ -475,9 +477,10 @@ mod tests {
             Some((24, Some(ip("10.0.0.1"))))
         );
         match r.try_allocate(&pool(), queued("t", "gw")) {
-            Allocation::PreAllocationConflict { conflict, .. } => {
-                assert_eq!(conflict, PreAllocationConflict::Gateway)
-            }
+            Allocation::PreAllocationConflict { conflict, .. } => assert_eq!(
+                conflict.to_string(),
+                "it is the pool's gateway of subnet 10.9.0.0/16 (spec.additionalSubnets[0].gateway)"
+            ),
             other => panic!("{other:?}"),
         }
     }
@@ -520,8 +523,14 @@ mod tests {
                 Allocation::PreAllocationConflict { conflict, .. } => conflict,
                 other => panic!("{name}: {other:?}"),
             };
-        assert_eq!(conflict(&mut r, "gw"), PreAllocationConflict::Gateway);
-        assert_eq!(conflict(&mut r, "out"), PreAllocationConflict::OutsidePool);
+        assert_eq!(
+            conflict(&mut r, "gw").to_string(),
+            "it is the pool's gateway (spec.gateway)"
+        );
+        assert_eq!(
+            conflict(&mut r, "out").to_string(),
+            "the pool does not hand it out: it is outside spec.addresses (subnet 10.0.0.0/24)"
+        );
         assert_eq!(
             conflict(&mut r, "twice"),
             PreAllocationConflict::NamedTwice(claim("out"))
