@@ -719,7 +719,12 @@ const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-config
 pub fn drop_unread_fields<K: ResourceExt>(object: &mut K) {
     object.managed_fields_mut().clear();
     if object.annotations().contains_key(LAST_APPLIED_ANNOTATION) {
-        object.annotations_mut().remove(LAST_APPLIED_ANNOTATION);
+        let annotations = object.annotations_mut();
+        annotations.remove(LAST_APPLIED_ANNOTATION);
+        if annotations.is_empty() {
+            // An emptied map keeps its node; a new one has none.
+            *annotations = Default::default();
+        }
     }
 }
 
