@@ -226,19 +226,38 @@ fn pools_count() -> usize {
         .unwrap_or(1_000)
 }
 
-/// Pool `j` of a fleet: one namespace each, a /64 each, its status as inpool writes it.
+/// Pool `j` of a fleet: one namespace each, a /64 each, applied with kubectl (its last applied
+/// manifest in an annotation), its status as inpool writes it, and the managed fields of the
+/// two writers, as the API server serves it.
 fn fleet_pool(j: usize) -> InClusterIPPool {
     let condition = |type_: &str, reason: &str, message: &str| {
         json!({"type": type_, "status": "True", "reason": reason, "message": message,
             "lastTransitionTime": "2026-11-30T10:00:01Z", "observedGeneration": 1})
     };
+    let (name, namespace) = (format!("pool-{j:04}"), format!("fleet-edge-{j:04}"));
+    let spec = json!({"addresses": [format!("fd00:0:0:{j:x}::/64")], "prefix": 64});
+    let last_applied = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+        "metadata": {"annotations": {}, "name": name, "namespace": namespace}, "spec": spec});
+    let managed = |manager: &str, operation: &str, subresource: Option<&str>, fields: Value| {
+        json!({"manager": manager, "operation": operation, "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2",
+            "time": "2026-11-30T10:00:01Z", "fieldsType": "FieldsV1", "subresource": subresource,
+            "fieldsV1": fields})
+    };
     serde_json::from_value(json!({
         "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
-        "metadata": {"name": format!("pool-{j:04}"), "namespace": format!("fleet-edge-{j:04}"),
+        "metadata": {"name": name, "namespace": namespace,
             "uid": format!("7e1c2b9e-0d4a-4b8e-9c3f-{j:012}"), "resourceVersion": format!("{}", 200_000 + j),
             "generation": 1, "creationTimestamp": "2026-11-30T10:00:00Z",
-            "finalizers": ["ipam.cluster.x-k8s.io/ProtectPool"]},
-        "spec": {"addresses": [format!("fd00:0:0:{j:x}::/64")], "prefix": 64},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": format!("{last_applied}\n")},
+            "finalizers": ["ipam.cluster.x-k8s.io/ProtectPool"],
+            "managedFields": [
+                managed("kubectl-client-side-apply", "Update", None, json!({"f:metadata": {"f:annotations": {".": {},
+                    "f:kubectl.kubernetes.io/last-applied-configuration": {}}}, "f:spec": {".": {}, "f:addresses": {}, "f:prefix": {}}})),
+                managed("inpool", "Update", None, json!({"f:metadata": {"f:finalizers": {".": {},
+                    "v:\"ipam.cluster.x-k8s.io/ProtectPool\"": {}}}})),
+                managed("inpool", "Apply", Some("status"), json!({"f:status": {"f:conditions": {}, "f:ipAddresses": {
+                    "f:free": {}, "f:outOfRange": {}, "f:total": {}, "f:used": {}}}}))]},
+        "spec": spec,
         "status": {"ipAddresses": {"total": i64::MAX, "used": 10, "free": i64::MAX, "outOfRange": 0},
             "conditions": [
                 condition("Ready", "Ready", "the spec is valid; addresses are handed out"),
@@ -254,15 +273,7 @@ fn fleet_pool(j: usize) -> InClusterIPPool {
 fn pools_section() {
     let count = pools_count();
     let pools: Vec<InClusterIPPool> = (0..count).map(fleet_pool).collect();
-    let (store, kept_store) = per_claim(count, || {
-        let mut writer = Writer::<InClusterIPPool>::default();
-        writer.apply_watcher_event(&Event::Init);
-        for p in &pools {
-            writer.apply_watcher_event(&Event::InitApply(p.clone()));
-        }
-        writer.apply_watcher_event(&Event::InitDone);
-        writer
-    });
+    let (store, kept_store) = per_claim(count, || footprint::pool_store(&pools));
     let (registry, kept_registry) = per_claim(count, || RegistryFootprint::with_pools(&pools));
     let (metrics, kept_metrics) = per_claim(count, || footprint::pool_metrics(&pools));
     let lines = [

@@ -1,10 +1,12 @@
 //! What the memory benchmark (`benches/memory.rs`) measures: the structures inpool keeps for its
 //! claims, built from API objects the way the watches build them. The handles are opaque: the
 //! benchmark counts the heap they own, and nothing outside the controllers reads them.
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::Event;
 
 use super::claims::cache::{CacheWriter, ClaimCache};
 use super::claims::cached_claim::WatchedClaim;
+use super::sources::watch::drop_unread_fields;
 use super::state::facts::{address_hold, address_key, pool_state};
 use super::state::reservation::hold_of;
 use super::state::{Change, Registry};
@@ -35,6 +37,20 @@ impl ClaimCacheFootprint {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+}
+
+/// The pool store after the pool watch listed `pools`: each object as the watch keeps it (see
+/// `sources::watch::drop_unread_fields`).
+pub fn pool_store(pools: &[InClusterIPPool]) -> Writer<InClusterIPPool> {
+    let mut writer = Writer::default();
+    writer.apply_watcher_event(&Event::Init);
+    for pool in pools {
+        let mut pool = pool.clone();
+        drop_unread_fields(&mut pool);
+        writer.apply_watcher_event(&Event::InitApply(pool));
+    }
+    writer.apply_watcher_event(&Event::InitDone);
+    writer
 }
 
 /// The registry with one pool, and what it holds in it.

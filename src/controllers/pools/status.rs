@@ -4,9 +4,11 @@
 //! It is woken for a pool whenever the registry marks it dirty (a hold, an allocation, a queue
 //! change, a spec change of an overlapping pool). Status is written only when it changes, at
 //! most once per [`MIN_STATUS_INTERVAL`] per pool (a burst of allocations in one pool costs one
-//! write, never one per address), and at most [`STATUS_WRITES_PER_SECOND`] over all pools (see
-//! [`StatusPacing`]): claims spread over many pools cost a bounded rate of status writes, never
-//! one per claim.
+//! write a second, never one per address). While more than [`FEW_POOLS_DUE`] pools have a status
+//! to write, a pool writes once [`CLAIMS_PER_WRITE`] claims moved its counts, or once its oldest
+//! unpublished change is [`MAX_LAG`] old (see [`StatusPacing`]): status writes scale with the
+//! claims realised and the pools, never with wall time, and every pool's status converges within
+//! a bounded lag.
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,66 +40,103 @@ use crate::controllers::state::facts::pool_state;
 use crate::controllers::state::reservation::IPAddressReservation;
 use crate::controllers::state::{Holder, PreAllocationState, Unready};
 
-/// The shortest time between two status writes of one pool.
+/// The shortest time between two status writes of one pool: a burst of allocations in one pool
+/// costs one write a second, never one per address.
 pub const MIN_STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The most pool status writes per second over all pools, once [`STATUS_WRITES_AT_ONCE`] have
-/// gone. A pool with a change waits its turn, first come first served: its status lags by at
-/// most (pools waiting) / this rate. Chosen against the claim path's rate on one API server (35
-/// to 75 claims a second in the scale harness, 5 writes each): status costs at most a few
-/// percent of the writes, whatever the number of pools.
-pub const STATUS_WRITES_PER_SECOND: u32 = 5;
+/// While at most this many pools have a status to write, each writes at once (after its
+/// [`MIN_STATUS_INTERVAL`]): a few pools (every test, most installations) are never held back.
+pub const FEW_POOLS_DUE: usize = 10;
 
-/// Status writes of different pools that may go at once before the rate applies: a few pools
-/// (every test, most installations) are never held back.
-pub const STATUS_WRITES_AT_ONCE: u32 = 10;
+/// A pool whose counts moved by at least this many claims since its status writes at once
+/// (after its [`MIN_STATUS_INTERVAL`]): its own claims pay for the write, so these writes cost
+/// at most 1/25 = 0.04 of a write per claim, however many pools there are and however slowly the
+/// API server realises claims.
+pub const CLAIMS_PER_WRITE: u64 = 25;
 
-/// When each pool may write its status next, and the turn of the next pool that must wait.
+/// Otherwise (more than [`FEW_POOLS_DUE`] pools due, fewer than [`CLAIMS_PER_WRITE`] claims
+/// unpublished) a pool's status waits until its first unpublished change is this old. Each pool
+/// is then written at most once per this lag for claims that did not pay for a write themselves,
+/// so those writes scale with the pools, not with the claims or with wall time spent busy.
+pub const MAX_LAG: Duration = Duration::from_secs(300);
+
+/// The most writes per second of pools whose [`MAX_LAG`] has run out, over all pools: pools due
+/// at the same time (a start, a bulk of claims over 1,000 pools) take turns, first due first.
+/// Their lag is then at most the pools due divided by this rate, if that exceeds [`MAX_LAG`].
+pub const LAGGED_WRITES_PER_SECOND: u32 = 5;
+
+/// When each pool's status may be written: the pools with a status to write (due), since when,
+/// and the turns of those that waited out [`MAX_LAG`].
 #[derive(Default)]
 pub struct StatusPacing {
-    pools: HashMap<PoolKey, Turn>,
-    /// The first instant not yet given to a pool.
+    pools: HashMap<PoolKey, Pacing>,
+    /// How many of `pools` are due.
+    due: usize,
+    /// The first instant not yet given as a turn.
     next_turn: Option<Instant>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Turn {
+#[derive(Clone, Copy, Debug, Default)]
+struct Pacing {
     /// The pool's status was last written then.
-    Written(Instant),
-    /// The pool may write then, and no other pool was given that instant.
-    Given(Instant),
+    written: Option<Instant>,
+    /// The pool's status has differed from what it should be since then.
+    due_since: Option<Instant>,
+    /// The pool writes then, its lag run out; no other pool was given that instant.
+    turn: Option<Instant>,
 }
 
 impl StatusPacing {
-    /// A pool's status differs from what it should be: how long it must wait before writing,
-    /// if at all. A pool that must wait keeps its turn until it writes.
-    pub fn ask(&mut self, pool: &PoolKey, now: Instant) -> Option<Duration> {
-        let earliest = match self.pools.get(pool) {
-            Some(Turn::Given(at)) => {
-                return at.checked_duration_since(now).filter(|d| !d.is_zero());
-            }
-            Some(Turn::Written(at)) => (*at + MIN_STATUS_INTERVAL).max(now),
-            None => now,
+    /// A pool's status differs from what it should be, by `changes` claims (counted in its
+    /// addresses used and total; `u64::MAX` when it has no counts yet): how long it must wait
+    /// before writing, if at all. A pool that must wait keeps its place until it writes.
+    pub fn ask(&mut self, pool: &PoolKey, changes: u64, now: Instant) -> Option<Duration> {
+        let pacing = self.pools.entry(pool.clone()).or_default();
+        if pacing.due_since.is_none() {
+            pacing.due_since = Some(now);
+            self.due += 1;
+        }
+        let earliest = pacing
+            .written
+            .map_or(now, |at| (at + MIN_STATUS_INTERVAL).max(now));
+        let at = if self.due <= FEW_POOLS_DUE || changes >= CLAIMS_PER_WRITE {
+            earliest
+        } else if let Some(turn) = pacing.turn {
+            turn.max(earliest)
+        } else {
+            let lag_out = pacing.due_since.map_or(now, |since| since + MAX_LAG);
+            let turn = lag_out.max(earliest).max(self.next_turn.unwrap_or(now));
+            self.next_turn = Some(turn + Duration::from_secs(1) / LAGGED_WRITES_PER_SECOND);
+            pacing.turn = Some(turn);
+            turn
         };
-        // The rate's own schedule: one write every `spacing`, running ahead of `now` by at most
-        // the writes that may go at once.
-        let spacing = Duration::from_secs(1) / STATUS_WRITES_PER_SECOND;
-        let ahead = spacing * STATUS_WRITES_AT_ONCE.saturating_sub(1);
-        let scheduled = self.next_turn.map_or(now, |next| next.max(now));
-        let turn = earliest.max(scheduled.checked_sub(ahead).unwrap_or(now));
-        self.next_turn = Some(scheduled + spacing);
-        self.pools.insert(pool.clone(), Turn::Given(turn));
-        turn.checked_duration_since(now).filter(|d| !d.is_zero())
+        at.checked_duration_since(now).filter(|d| !d.is_zero())
     }
 
     /// The pool's status was written at `now`.
     pub fn written(&mut self, pool: &PoolKey, now: Instant) {
-        self.pools.insert(pool.clone(), Turn::Written(now));
+        self.settled(pool);
+        self.pools.entry(pool.clone()).or_default().written = Some(now);
+    }
+
+    /// The pool's status is what it should be.
+    pub fn settled(&mut self, pool: &PoolKey) {
+        if let Some(pacing) = self.pools.get_mut(pool)
+            && pacing.due_since.take().is_some()
+        {
+            pacing.turn = None;
+            self.due -= 1;
+        }
     }
 
     /// Forgets the pools `known` does not hold.
     pub fn retain(&mut self, known: &std::collections::HashSet<PoolKey>) {
         self.pools.retain(|pool, _| known.contains(pool));
+        self.due = self
+            .pools
+            .values()
+            .filter(|p| p.due_since.is_some())
+            .count();
     }
 }
 
@@ -188,9 +227,11 @@ async fn reconcile_pool<P: PoolObject>(pool: &P, ctx: &Context) -> Result<Action
     let status = desired_status(pool, &key, ctx);
     publish_metrics(ctx, &key, status.ip_addresses.as_ref());
     if !changed(pool.pool_status(), &status) {
+        pacing(ctx).settled(&key);
         return Ok(Action::await_change());
     }
-    if let Some(wait) = pacing(ctx).ask(&key, Instant::now()) {
+    let changes = claims_changed(pool.pool_status(), &status);
+    if let Some(wait) = pacing(ctx).ask(&key, changes, Instant::now()) {
         return Ok(Action::requeue(wait));
     }
     api.patch_status(
@@ -586,6 +627,20 @@ fn changed(current: Option<&InClusterIPPoolStatus>, desired: &InClusterIPPoolSta
     })
 }
 
+/// By how many claims the pool's counts moved since its status: the addresses used and total
+/// that differ (`u64::MAX` when the status has no counts yet, or the pool none any more).
+fn claims_changed(current: Option<&InClusterIPPoolStatus>, desired: &InClusterIPPoolStatus) -> u64 {
+    let current = current.and_then(|s| s.ip_addresses.as_ref());
+    match (current, desired.ip_addresses.as_ref()) {
+        (Some(have), Some(want)) => {
+            let apart = |a: i64, b: i64| a.abs_diff(b);
+            apart(have.used, want.used).saturating_add(apart(have.total, want.total))
+        }
+        (None, None) => 0,
+        _ => u64::MAX,
+    }
+}
+
 fn publish_metrics(ctx: &Context, key: &PoolKey, counts: Option<&IPAddressesStatus>) {
     let clamp = |v: i64| u64::try_from(v).unwrap_or(0);
     if let Some(c) = counts {
@@ -612,31 +667,119 @@ mod tests {
     use crate::api::ObjectKey;
     use crate::api::PoolKind;
 
+    fn pool(i: usize) -> PoolKey {
+        PoolKey::in_cluster("ns", &format!("p{i}"))
+    }
+
+    /// Makes pools `range` due at `now`, each with one claim unpublished, each written at once.
+    fn due_and_written(pacing: &mut StatusPacing, range: std::ops::Range<usize>, now: Instant) {
+        for i in range {
+            assert_eq!(pacing.ask(&pool(i), 1, now), None, "pool {i}");
+            pacing.written(&pool(i), now);
+        }
+    }
+
     #[test]
-    fn status_writes_of_many_pools_take_turns_at_a_bounded_rate() {
-        let pool = |i: usize| PoolKey::in_cluster("ns", &format!("p{i}"));
-        let spacing = Duration::from_secs(1) / STATUS_WRITES_PER_SECOND;
+    fn a_few_pools_write_at_once_each_at_most_once_a_second() {
         let start = Instant::now();
         let mut pacing = StatusPacing::default();
-        // A few pools write at once.
-        for i in 0..STATUS_WRITES_AT_ONCE as usize {
-            assert_eq!(pacing.ask(&pool(i), start), None, "pool {i}");
-            pacing.written(&pool(i), start);
-        }
-        // Then one a turn, first come first served, each keeping its turn until it writes.
-        let waits: Vec<Option<Duration>> = (10..13).map(|i| pacing.ask(&pool(i), start)).collect();
-        assert_eq!(waits, [Some(spacing), Some(spacing * 2), Some(spacing * 3)]);
-        assert_eq!(pacing.ask(&pool(11), start), Some(spacing * 2));
-        assert_eq!(pacing.ask(&pool(11), start + spacing * 2), None);
-        // A pool just written waits its own interval, and its turn comes after the others'.
-        let later = start + spacing * 3;
+        due_and_written(&mut pacing, 0..FEW_POOLS_DUE, start);
+        let soon = start + Duration::from_millis(300);
         assert_eq!(
-            pacing.ask(&pool(0), later),
-            Some(MIN_STATUS_INTERVAL - spacing * 3)
+            pacing.ask(&pool(0), 1, soon),
+            Some(MIN_STATUS_INTERVAL - Duration::from_millis(300))
         );
-        // Once the rate has room again, a pool writes at once.
-        let idle = start + Duration::from_secs(60);
-        assert_eq!(pacing.ask(&pool(50), idle), None);
+        assert_eq!(pacing.ask(&pool(0), 1, start + MIN_STATUS_INTERVAL), None);
+    }
+
+    #[test]
+    fn among_many_pools_due_a_status_waits_for_its_claims_or_its_lag() {
+        let start = Instant::now();
+        let mut pacing = StatusPacing::default();
+        // Many pools due, none written: each waits out the lag from when it became due.
+        for i in 0..20 {
+            pacing.ask(&pool(i), 1, start);
+        }
+        let later = start + Duration::from_secs(10);
+        assert_eq!(pacing.ask(&pool(20), 1, later), Some(MAX_LAG));
+        // It keeps its place, whatever else asks.
+        assert_eq!(
+            pacing.ask(&pool(20), 3, later + Duration::from_secs(100)),
+            Some(MAX_LAG - Duration::from_secs(100))
+        );
+        assert_eq!(pacing.ask(&pool(20), 3, later + MAX_LAG), None);
+        // Enough claims pay for a write at once.
+        assert_eq!(pacing.ask(&pool(21), CLAIMS_PER_WRITE, later), None);
+        pacing.written(&pool(21), later);
+        // ... but not twice within a second.
+        assert_eq!(
+            pacing.ask(&pool(21), CLAIMS_PER_WRITE, later),
+            Some(MIN_STATUS_INTERVAL)
+        );
+        // A pool with no counts yet writes at once.
+        assert_eq!(pacing.ask(&pool(22), u64::MAX, later), None);
+    }
+
+    #[test]
+    fn pools_whose_lag_runs_out_together_take_turns_at_a_bounded_rate() {
+        let spacing = Duration::from_secs(1) / LAGGED_WRITES_PER_SECOND;
+        let start = Instant::now();
+        let mut pacing = StatusPacing::default();
+        let waits: Vec<Option<Duration>> = (0..FEW_POOLS_DUE + 3)
+            .map(|i| pacing.ask(&pool(i), 1, start))
+            .collect();
+        assert!(waits[..FEW_POOLS_DUE].iter().all(Option::is_none));
+        assert_eq!(
+            waits[FEW_POOLS_DUE..],
+            [
+                Some(MAX_LAG),
+                Some(MAX_LAG + spacing),
+                Some(MAX_LAG + spacing * 2)
+            ]
+        );
+        // A pool due later than those turns waits its own lag only.
+        let later = start + Duration::from_secs(60);
+        assert_eq!(pacing.ask(&pool(50), 1, later), Some(MAX_LAG));
+    }
+
+    #[test]
+    fn once_few_pools_are_due_again_a_pool_writes_at_once() {
+        let start = Instant::now();
+        let mut pacing = StatusPacing::default();
+        for i in 0..=FEW_POOLS_DUE {
+            pacing.ask(&pool(i), 1, start);
+        }
+        assert!(pacing.ask(&pool(99), 1, start).is_some());
+        // Statuses settle (written, or back to what they were): fewer pools are due.
+        pacing.written(&pool(0), start);
+        pacing.settled(&pool(1));
+        pacing.settled(&pool(1));
+        assert_eq!(pacing.ask(&pool(99), 1, start), None);
+        // Pools that are gone no longer count.
+        let known = (0..3).map(pool).collect();
+        pacing.retain(&known);
+        assert_eq!(pacing.ask(&pool(200), 1, start), None);
+    }
+
+    #[test]
+    fn the_claims_a_status_would_publish_count_used_and_total() {
+        let status = |used, total| InClusterIPPoolStatus {
+            ip_addresses: Some(IPAddressesStatus {
+                total,
+                used,
+                free: total - used,
+                out_of_range: 0,
+            }),
+            conditions: None,
+        };
+        assert_eq!(claims_changed(Some(&status(3, 10)), &status(7, 10)), 4);
+        assert_eq!(claims_changed(Some(&status(7, 10)), &status(3, 12)), 6);
+        assert_eq!(claims_changed(None, &status(0, 10)), u64::MAX);
+        let no_counts = InClusterIPPoolStatus {
+            ip_addresses: None,
+            conditions: None,
+        };
+        assert_eq!(claims_changed(Some(&no_counts), &no_counts), 0);
     }
 
     #[test]

@@ -445,14 +445,14 @@ where
     K: serde::de::DeserializeOwned + 'static,
     T: Send + 'static,
 {
-    // Kept objects lose their managedFields; a watch that keeps only the facts `project` takes
+    // Kept objects lose the fields no reader reads; a watch that keeps only the facts `project` takes
     // hands it the whole object (who wrote an `IPAddress` is read from them).
     let keeps_objects = store.is_some() || subscriber.is_some();
     let events = watcher::watcher(api, watch_config())
         .default_backoff()
         .modify(move |object| {
             if keeps_objects {
-                drop_managed_fields(object);
+                drop_unread_fields(object);
             }
         });
     let events = match store {
@@ -706,12 +706,26 @@ where
     (store, subscription)
 }
 
-/// Cached objects keep everything but `metadata.managedFields`: no reader of a cached object
-/// reads them (who wrote an `IPAddress` is taken before, from the watch event), and a claim
-/// carries one entry per writer. Dropping them took the scale harness's 2,000-claim run
-/// from 51 to 33 MiB peak memory (docs/performance.md).
-pub fn drop_managed_fields<K: ResourceExt>(object: &mut K) {
+/// The annotation in which client-side `kubectl apply` keeps the manifest it last applied.
+const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Cached objects keep everything but what no reader of a cached object reads:
+/// `metadata.managedFields` (who wrote an `IPAddress` is taken before, from the watch event; a
+/// claim carries one entry per writer) and [`LAST_APPLIED_ANNOTATION`] (a copy of the whole
+/// manifest on every object applied with kubectl, pools most of all). Dropping the managed
+/// fields took the scale harness's 2,000-claim run from 51 to 33 MiB peak memory
+/// (docs/performance.md). Nothing writes a cached object's fields back, so nothing dropped here
+/// is ever lost on the API server.
+pub fn drop_unread_fields<K: ResourceExt>(object: &mut K) {
     object.managed_fields_mut().clear();
+    if object.annotations().contains_key(LAST_APPLIED_ANNOTATION) {
+        let annotations = object.annotations_mut();
+        annotations.remove(LAST_APPLIED_ANNOTATION);
+        if annotations.is_empty() {
+            // An emptied map keeps its node; a new one has none.
+            *annotations = Default::default();
+        }
+    }
 }
 
 /// Applies every change to the registry and wakes the claims it can serve. Runs until a watch

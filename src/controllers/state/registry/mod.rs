@@ -60,7 +60,9 @@ pub use pre_allocations::{PreAllocationConflict, PreAllocationState};
 /// The picture itself (see the module).
 #[derive(Default)]
 pub struct Registry {
-    pools: HashMap<PoolKey, PoolEntry>,
+    /// Boxed: the table holds a pointer per pool (a hash table has up to twice the slots it
+    /// fills, and an entry inline is hundreds of bytes; memory per pool).
+    pools: HashMap<PoolKey, Box<PoolEntry>>,
     /// The range of every ready pool, by address.
     by_range: PoolsByRange,
     /// Reservation objects by name.
@@ -88,7 +90,11 @@ impl Registry {
             Change::Pool(key, parsed) => self.set_pool(&key, parsed),
             Change::PoolGone(key) => {
                 let woken = self.set_pool(&key, Err(Unready::Missing));
-                if self.pools.get(&key).is_some_and(PoolEntry::is_forgettable) {
+                if self
+                    .pools
+                    .get(&key)
+                    .is_some_and(|entry| entry.is_forgettable())
+                {
                     self.pools.remove(&key);
                 }
                 woken

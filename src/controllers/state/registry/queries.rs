@@ -34,7 +34,7 @@ impl Registry {
 
     #[cfg(test)]
     pub fn free(&self, key: &PoolKey) -> u128 {
-        self.pools.get(key).map_or(0, PoolEntry::free)
+        self.pools.get(key).map_or(0, |entry| entry.free())
     }
 
     pub fn counts(&self, key: &PoolKey) -> Option<crate::allocator::Counts> {
@@ -104,7 +104,7 @@ impl Registry {
     /// Other pools that share addresses with this one and that claims of one namespace can
     /// reach together with it, with the first shared range.
     pub fn overlaps(&self, pool: &PoolKey) -> Vec<(PoolKey, crate::allocator::AddrRange)> {
-        let Some(range) = self.pools.get(pool).and_then(PoolEntry::range) else {
+        let Some(range) = self.pools.get(pool).and_then(|entry| entry.range()) else {
             return Vec::new();
         };
         // Sorted by key, as the index answers.
