@@ -2,7 +2,8 @@
 //! control plane, side by side with the floor that control plane allows.
 //!
 //! ```text
-//! cargo run --release --example scale -- [--claims 10000] [--pools 10 --claims-per-pool 100]
+//! cargo run --release --example scale -- [--claims 10000] [--pre-allocations 1000]
+//!     [--pools 10 --claims-per-pool 100]
 //!     [--global-pools 200 --global-namespaces 50] [--prefix-claims 1000] [--foreign-claims 100000]
 //!     [--skip-floor] [--provider-command "CMD"] [--provider-name NAME] [--json PATH]
 //!     [--scenarios restart,idle,trickle] [--idle-window 600] [--trickle-claims 100]
@@ -15,7 +16,8 @@
 //!
 //! 1. the floor: the same claims, realised by an ideal provider inside the harness that only
 //!    writes (see `harness::FLOOR_DEFINITION`);
-//! 2. the provider (inpool's release binary unless `--provider-command`) on N claims in one pool;
+//! 2. the provider (inpool's release binary unless `--provider-command`) on N claims in one pool
+//!    (with `--pre-allocations P`, the pool names P of them in `spec.preAllocations`);
 //! 3. a fresh provider process on M pools × K claims;
 //! 4. with `--global-pools G`, a fresh provider process watching every namespace on G
 //!    `GlobalInClusterIPPool`s × K claims, the claims spread over `--global-namespaces`
@@ -56,6 +58,11 @@ struct Args {
     /// Claims in the single-pool scenario (0 skips it). The floor uses the same number.
     #[arg(long, default_value_t = 10_000)]
     claims: usize,
+    /// Claims of the single-pool scenario its pool names in `spec.preAllocations` (at most
+    /// --claims and 1,000): every (claims / N)-th claim, their addresses spread across the pool;
+    /// the claims are created in the usual order.
+    #[arg(long, default_value_t = 0)]
+    pre_allocations: usize,
     /// Pools in the multi-pool scenario (0 skips it).
     #[arg(long, default_value_t = 10)]
     pools: usize,
@@ -276,6 +283,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         }
     }
     let at_size = args.at_size();
+    if args.pre_allocations > 0 && args.claims == 0 {
+        bail!("--pre-allocations is for the single-pool scenario: give --claims N (N > 0)");
+    }
     if !at_size.is_empty() && args.claims == 0 {
         bail!("--scenarios runs on the single-pool scenario: give --claims N (N > 0)");
     }
@@ -291,11 +301,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         sub_prefixes: None,
         at_size: atsize::Plan::default(),
         shared_by_namespaces: None,
+        pre_allocations: 0,
     };
     let mut scenarios = Vec::new();
     if args.claims > 0 {
         scenarios.push(Scenario {
             at_size,
+            pre_allocations: args.pre_allocations,
             ..scenario("single", 1, args.claims)
         });
     }

@@ -32,6 +32,8 @@ use common::{
 
 // Overlapping pools of every shape under a burst.
 mod overlap;
+// Pre-allocations, on a pool of two subnets, under SIGKILLs and control-plane restarts.
+mod pre_allocations;
 
 /// The control plane of this test binary, restartable.
 struct Plane {

@@ -17,9 +17,19 @@
 //! the CRD's stored versions, accepted once it is not); the reference's conversion webhook,
 //! which the takeover leaves on the CRDs, is removed; and the `inpool` binary runs as its
 //! ServiceAccount. Every claim keeps its address (the same `IPAddress` object, untouched), every
-//! adopted address gets a reservation, and a new claim gets a free address. Then an upgrade:
-//! inpool stops, the components are applied again and inpool starts again (a newer build is the
-//! same binary here): nothing changes.
+//! adopted address gets a reservation, and a new claim gets a free address.
+//!
+//! A reference manifest (the example of the reference's README, its YAML bytes sent unchanged)
+//! is created under the reference's CRD before the takeover and again under inpool's after it:
+//! both are accepted, both store exactly the manifest's spec, and inpool counts both alike. Then
+//! the adopted reference pool is edited to use inpool's additions (`spec.preAllocations`,
+//! `spec.additionalSubnets`): the adopted addresses stay where they are, a pre-allocated claim
+//! gets its entry's address, an entry naming an address the reference had given another claim
+//! fails its claim with `AllocationFailed` naming the holder, and moving that entry to the new
+//! subnet realises the claim with that subnet's prefix and gateway.
+//!
+//! Then an upgrade: inpool stops, the components are applied again and inpool starts again (a
+//! newer build is the same binary here): nothing changes, the pool using the additions included.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,7 +52,8 @@ use serde_json::{Value, json};
 
 use common::{
     GROUP, Inpool, apply_objects, claim, components, create, global_prefix_claim, of_cluster,
-    ready_of, reservations_of, service_account_kubeconfig, typed, wait_for, wait_reason,
+    ready_message, ready_of, reservations_of, service_account_kubeconfig, typed, wait_for,
+    wait_reason,
 };
 
 const NS: &str = "workloads";
@@ -74,8 +85,14 @@ const ADOPTED: [(&str, &str); 5] = [
     // the lowest, fd20::.
     ("m-p6", "fd20:0:0:3::"),
 ];
-/// The claims of the walkthrough: the adopted ones and one new claim on each of two pools.
-const CLAIMS: u64 = ADOPTED.len() as u64 + 2;
+/// The claims of the walkthrough: the adopted ones, one new claim on each of two pools, and the
+/// two claims the edited reference pool pre-allocates.
+const CLAIMS: u64 = ADOPTED.len() as u64 + 4;
+/// The example of the reference provider's README, as its bytes: a manifest written for the
+/// reference, never edited for inpool.
+const REFERENCE_MANIFEST: &str = include_str!("../data/pools/valid/ipv4-reference-readme.yaml");
+/// Where the reference manifest is created again after the takeover.
+const NS_AFTER_TAKEOVER: &str = "workloads-after";
 
 // ------------------------------------------------------------------------------------------
 // What the reference provider leaves behind
@@ -231,6 +248,10 @@ async fn create_reference_objects(client: &Client) {
     )
     .await;
 
+    create_manifest(client, NS, REFERENCE_MANIFEST)
+        .await
+        .expect("the reference's CRD takes its own README's manifest");
+
     // Claims and their addresses (a prefix pool's: the sub-prefix's first address, the
     // allocation length, the pool's gateway).
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), NS);
@@ -313,6 +334,23 @@ async fn create_reference_objects(client: &Client) {
             .await
             .unwrap();
     }
+}
+
+/// Creates the `InClusterIPPool` of a YAML manifest in `ns`, sending the manifest's bytes as they
+/// are (`Content-Type: application/yaml`), so that nothing on the client side re-encodes them.
+async fn create_manifest(client: &Client, ns: &str, manifest: &str) -> Result<(), kube::Error> {
+    let request = http::Request::post(format!(
+        "/apis/{GROUP}/v1alpha2/namespaces/{ns}/inclusterippools"
+    ))
+    .header(http::header::CONTENT_TYPE, "application/yaml")
+    .body(manifest.as_bytes().to_vec())
+    .expect("a request");
+    client.request_text(request).await.map(drop)
+}
+
+/// The reference manifest's object, as JSON.
+fn manifest_object() -> Value {
+    serde_saphyr::from_str(REFERENCE_MANIFEST).expect("the reference manifest is YAML")
 }
 
 /// A pool as the reference leaves it: `object` with its `ProtectPool` finalizer, and its counts
@@ -801,6 +839,121 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
         || async {
             let counts = pools.get("ref-pool").await.ok()?.status?.ip_addresses?;
             ((counts.total, counts.used, counts.free) == (10, 4, 6)).then_some(())
+        },
+    )
+    .await;
+
+    // The reference manifest, created under the reference's CRD, reads back under inpool's with
+    // exactly the manifest's spec; the same bytes are accepted again under inpool's CRD, store
+    // the same spec, and inpool counts both pools alike (1 + 9 + 16 addresses, none in use).
+    let written = manifest_object();
+    let sample = written["metadata"]["name"].as_str().unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &typed(json!({ "apiVersion": "v1", "kind": "Namespace",
+                           "metadata": { "name": NS_AFTER_TAKEOVER } })),
+        )
+        .await
+        .unwrap();
+    create_manifest(&client, NS_AFTER_TAKEOVER, REFERENCE_MANIFEST)
+        .await
+        .expect("inpool's CRD takes the reference's manifest unchanged");
+    for ns in [NS, NS_AFTER_TAKEOVER] {
+        let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), ns);
+        let stored = serde_json::to_value(pools.get(sample).await.unwrap()).unwrap();
+        assert_eq!(
+            stored["spec"], written["spec"],
+            "{ns}/{sample}: the stored spec is the manifest's"
+        );
+        wait_for(
+            &format!("inpool's counts of {ns}/{sample}"),
+            Duration::from_secs(30),
+            || async {
+                let counts = pools.get(sample).await.ok()?.status?.ip_addresses?;
+                ((counts.total, counts.used, counts.free) == (26, 0, 26)).then_some(())
+            },
+        )
+        .await;
+    }
+
+    // The adopted reference pool, edited to use inpool's additions: a second subnet, a claim
+    // pre-allocated a free address, and one pre-allocated the address the reference gave m-0.
+    let edited = |clash: &str| {
+        json!({ "spec": {
+            "additionalSubnets": [
+                { "addresses": ["10.21.0.10-10.21.0.19"], "prefix": 25, "gateway": "10.21.0.1" }
+            ],
+            "preAllocations": [
+                { "claimName": "m-pre", "address": "10.20.0.19" },
+                { "claimName": "m-clash", "address": clash },
+            ],
+        }})
+    };
+    pools
+        .patch(
+            "ref-pool",
+            &PatchParams::default(),
+            &Patch::Merge(edited("10.20.0.13")),
+        )
+        .await
+        .unwrap();
+    create(&claims, &of_cluster(claim("m-pre", "ref-pool"), "prod")).await;
+    create(&claims, &of_cluster(claim("m-clash", "ref-pool"), "prod")).await;
+    wait_reason(&claims, "m-pre", "AddressAllocated").await;
+    let clash = wait_reason(&claims, "m-clash", "AllocationFailed").await;
+    let message = ready_message(&clash);
+    for part in [
+        "spec.preAllocations entry",
+        "m-clash",
+        "10.20.0.13",
+        &format!("held by claim {NS}/m-0"),
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message:?}");
+    }
+    let now = addresses(&client).await;
+    assert_eq!(now["m-pre"].2, "10.20.0.19", "{now:?}");
+    assert!(!now.contains_key("m-clash"), "{now:?}");
+    for (name, _) in ADOPTED {
+        assert_eq!(
+            now[name], before[name],
+            "{name} moved when its pool was edited"
+        );
+    }
+    // The entry moved to the second subnet: the claim is realised there, with its prefix and
+    // gateway.
+    pools
+        .patch(
+            "ref-pool",
+            &PatchParams::default(),
+            &Patch::Merge(edited("10.21.0.15")),
+        )
+        .await
+        .unwrap();
+    wait_reason(&claims, "m-clash", "AddressAllocated").await;
+    let realised = Api::<IPAddress>::namespaced(client.clone(), NS)
+        .get("m-clash")
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            realised.spec.address.as_str(),
+            realised.spec.prefix,
+            realised.spec.gateway.as_deref()
+        ),
+        ("10.21.0.15", 25, Some("10.21.0.1"))
+    );
+    for (name, _) in ADOPTED {
+        assert_eq!(addresses(&client).await[name], before[name], "{name} moved");
+    }
+    // Counts across both subnets: 10 + 10 addresses; the adopted three, m-new and the two
+    // pre-allocated ones used.
+    wait_for(
+        "the edited pool's counts",
+        Duration::from_secs(30),
+        || async {
+            let counts = pools.get("ref-pool").await.ok()?.status?.ip_addresses?;
+            ((counts.total, counts.used, counts.free) == (20, 6, 14)).then_some(())
         },
     )
     .await;

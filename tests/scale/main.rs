@@ -1,8 +1,9 @@
-//! The scale harness's correctness check at a small size: 200 claims in one pool, and
-//! 100 in one prefix pool, against the `inpool` binary as a separate process, on the test
-//! control plane. It asserts the
-//! end state only — every claim Ready with its own address inside the pool, one reservation per
-//! claim, no orphan `IPAddress`, nothing left after every claim is deleted — never timing. Before
+//! The scale harness's correctness check at a small size: 200 claims in one pool, 100 in one
+//! pool that pre-allocates each of them an address, and 100 in one prefix pool, against the
+//! `inpool` binary as a separate process, on the test control plane. It asserts the end state
+//! only — every claim Ready with its own address inside the pool (a pre-allocated one with its
+//! entry's), one reservation per claim, no orphan `IPAddress`, nothing left after every claim is
+//! deleted — and counts of writes per claim, never timing. Before
 //! the release it restarts the provider (the harness's `restart` scenario) and asserts that the new
 //! process writes nothing while it catches up and reconciles each existing claim at most once.
 //! The full run with timings is `cargo run --release --example scale`.
@@ -39,13 +40,22 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_claims_in_one_pool_are_realised_distinct_and_released_without_orphans() {
-    realise_and_release("scale-test", 200, None).await;
+    realise_and_release("scale-test", 200, None, 0).await;
 }
 
 /// The same on a prefix pool: distinct /64s inside its /48, and the same writes per claim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_claims_in_one_prefix_pool_get_distinct_sub_prefixes_and_are_released() {
-    realise_and_release("scale-test-prefix", 100, Some(64)).await;
+    realise_and_release("scale-test-prefix", 100, Some(64), 0).await;
+}
+
+/// The same with every claim named in the pool's `spec.preAllocations` (the harness's
+/// `--pre-allocations`, addresses spread across the pool): each claim gets its entry's address,
+/// and a pre-allocated claim costs the writes of a plain one, while realised, after a restart
+/// and when released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_pre_allocated_claims_get_their_entries_at_the_writes_of_plain_ones() {
+    realise_and_release("scale-test-pre", 100, None, 100).await;
 }
 
 /// 120 claims from 3 namespaces over 4 `GlobalInClusterIPPool`s, each pool serving every
@@ -68,6 +78,7 @@ async fn claims_of_three_namespaces_on_shared_global_pools_are_realised_distinct
         sub_prefixes: None,
         at_size: atsize::Plan::default(),
         shared_by_namespaces: Some(3),
+        pre_allocations: 0,
     };
     let (run, log_dir) = run_on_the_test_plane(&scenario).await;
     assert_end_state(&run, POOLS * PER_POOL);
@@ -172,9 +183,15 @@ async fn claims_of_another_providers_pool_are_not_kept_reconciled_or_written() {
     let _ = std::fs::remove_dir_all(&log_dir);
 }
 
-/// Runs `claims` claims in one pool of the scenario's kind (`sub_prefixes`: a prefix pool) and
-/// checks the end state and the writes per claim.
-async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Option<u8>) {
+/// Runs `claims` claims in one pool of the scenario's kind (`sub_prefixes`: a prefix pool), of
+/// which the pool pre-allocates `pre_allocations`, and checks the end state and the writes per
+/// claim.
+async fn realise_and_release(
+    namespace: &str,
+    claims: usize,
+    sub_prefixes: Option<u8>,
+    pre_allocations: usize,
+) {
     let _turn = ONE_AT_A_TIME.lock().await;
     let scenario = harness::Scenario {
         name: "single".into(),
@@ -192,6 +209,7 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
             ..Default::default()
         },
         shared_by_namespaces: None,
+        pre_allocations,
     };
     let (run, log_dir) = run_on_the_test_plane(&scenario).await;
 
@@ -218,6 +236,12 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
     );
 
     assert_end_state(&run, claims);
+    let honoured = run.correctness.as_ref().map(|c| c.pre_allocations_honoured);
+    assert_eq!(
+        honoured,
+        Some(pre_allocations),
+        "pre-allocated claims holding exactly their entry's address"
+    );
     let release = run.release.as_ref().expect("every claim was released");
     // Releasing costs 4 writes and one Event per claim (docs/contract.md, "API writes per claim");
     // waking a deleting claim again (e.g. when its own IPAddress goes) would run the release twice.
@@ -229,10 +253,11 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
     );
 
     // The writes per claim of docs/contract.md ("API writes per claim"): finalizer patch,
-    // reservation, IPAddress, status, and one Event: at most that (an upper bound only, as the last
-    // Events may land after the last Ready was seen). The slack (2%) is for a retry after a
+    // reservation, IPAddress, status, and one Event. Every claim is Ready, so each of the first
+    // four was written at least once per claim; the Event has an upper bound only, as the last
+    // Events may land after the last Ready was seen. The slack (2%) is for a retry after a
     // transient API error; writing any of them again per claim (e.g. status on every reconcile)
-    // fails.
+    // fails. The same figures hold a pre-allocated claim to the cost of a plain one.
     let writes = |resource: &str, subresource: &str| {
         run.requests
             .iter()
@@ -246,15 +271,31 @@ async fn realise_and_release(namespace: &str, claims: usize, sub_prefixes: Optio
             "claim create + finalizer",
             writes("ipaddressclaims", ""),
             2.0,
+            true,
         ),
-        ("reservation", writes("ipaddressreservations", ""), 1.0),
-        ("IPAddress", writes("ipaddresses", ""), 1.0),
-        ("claim status", writes("ipaddressclaims", "status"), 1.0),
-        ("Event", writes("events", ""), 1.0),
+        (
+            "reservation",
+            writes("ipaddressreservations", ""),
+            1.0,
+            true,
+        ),
+        ("IPAddress", writes("ipaddresses", ""), 1.0, true),
+        (
+            "claim status",
+            writes("ipaddressclaims", "status"),
+            1.0,
+            true,
+        ),
+        ("Event", writes("events", ""), 1.0, false),
     ];
-    for (what, count, expected) in per_claim {
+    for (what, count, expected, at_least) in per_claim {
+        let least = if at_least {
+            claims as f64 * expected
+        } else {
+            0.0
+        };
         assert!(
-            count <= claims as f64 * expected * 1.02,
+            (least..=claims as f64 * expected * 1.02).contains(&count),
             "{what}: {count} writes for {claims} claims, expected {expected} per claim"
         );
     }

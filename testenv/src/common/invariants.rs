@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use inpool::allocator::{AddrRange, AddressSet, Family, PoolSpecInput, Subnet};
+use inpool::allocator::{AddrRange, AddressSet, Family, PoolSpecInput, Subnet, SubnetInput};
 use inpool::api::reservation::IPAddressReservation;
 use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool};
 use kube::api::{Api, ListParams};
@@ -172,7 +172,8 @@ pub fn block_of(address: &IPAddress) -> Option<AddrRange> {
 }
 
 /// How many addresses of the namespaced IP pool `pool` are in use: its own `IPAddress`es
-/// outside its range, and every address of its range inside one of `blocks`.
+/// outside its range (the union of its subnets), every address of its range inside one of
+/// `blocks`, and every pre-allocated address of its range.
 fn used_in_pool(pool: &InClusterIPPool, own: &[&IPAddress], blocks: &[(AddrRange, String)]) -> i64 {
     let name = pool.name_any();
     let spec = &pool.spec;
@@ -182,6 +183,16 @@ fn used_in_pool(pool: &InClusterIPPool, own: &[&IPAddress], blocks: &[(AddrRange
         gateway: spec.gateway.clone(),
         excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
         allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
+        additional_subnets: spec
+            .additional_subnets
+            .iter()
+            .flatten()
+            .map(|subnet| SubnetInput {
+                addresses: subnet.addresses.clone(),
+                prefix: i64::from(subnet.prefix),
+                gateway: subnet.gateway.clone(),
+            })
+            .collect(),
         ..Default::default()
     })
     .parse() else {

@@ -17,8 +17,9 @@ use inpool::api::{
     GLOBAL_IN_CLUSTER_IP_POOL_KIND, GlobalInClusterIPPool, GlobalInClusterIPPoolSpec,
     IN_CLUSTER_IP_POOL_KIND, IN_CLUSTER_PREFIX_POOL_KIND, IPAM_GROUP, IPAddress, IPAddressClaim,
     IPAddressClaimReference, IPAddressClaimSpec, IPAddressSpec, IPPoolReference, InClusterIPPool,
-    InClusterIPPoolSpec, InClusterPrefixPool, InClusterPrefixPoolSpec, POOL_VERSION,
-    READY_CONDITION, REASON_ADDRESS_ALLOCATED, claim_status_patch, claim_status_with_ready,
+    InClusterIPPoolSpec, InClusterPrefixPool, InClusterPrefixPoolSpec, MAX_PRE_ALLOCATIONS,
+    POOL_VERSION, PreAllocation, READY_CONDITION, REASON_ADDRESS_ALLOCATED, claim_status_patch,
+    claim_status_with_ready,
 };
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Namespace;
@@ -83,6 +84,10 @@ pub struct Scenario {
     /// `(i / pools) mod n`, so each pool serves every namespace), and the provider watches every
     /// namespace. `None`: pools and claims in `namespace`.
     pub shared_by_namespaces: Option<usize>,
+    /// Claims the pool names in `spec.preAllocations` (one namespaced IP pool only; 0: none).
+    /// They are spread over the claims and their addresses over the pool (see
+    /// [`Scenario::pre_allocated`]); the claims are created in the usual order.
+    pub pre_allocations: usize,
 }
 
 impl Scenario {
@@ -138,6 +143,42 @@ impl Scenario {
         }
     }
 
+    /// The claims the pool pre-allocates, by index in creation order, with their addresses:
+    /// every `(total / pre_allocations)`-th claim, and addresses spaced evenly across the pool
+    /// (never the lowest ones only), so that first-fit claims and pre-allocated ones interleave
+    /// in the pool as they would in a real one.
+    pub fn pre_allocated(&self) -> Vec<(usize, IpAddr)> {
+        let (total, n) = (self.total(), self.pre_allocations);
+        if n == 0 {
+            return Vec::new();
+        }
+        let net = self.net(0);
+        let hosts = match net {
+            IpNet::V4(v4) => (1usize << (32 - v4.prefix_len())) - 2,
+            IpNet::V6(_) => 1 << 16,
+        };
+        let spacing = (hosts / n).max(1);
+        (0..n)
+            .map(|k| (k * total / n, nth_host(&net, k * spacing + spacing / 2)))
+            .collect()
+    }
+
+    /// Why the scenario cannot run as written, if it cannot.
+    fn refuse(&self) -> Option<String> {
+        let one_ip_pool =
+            self.pools == 1 && self.sub_prefixes.is_none() && self.shared_by_namespaces.is_none();
+        if self.pre_allocations > 0 && !one_ip_pool {
+            return Some("pre-allocations are for the single-pool IP scenario only".into());
+        }
+        if self.pre_allocations > self.total().min(MAX_PRE_ALLOCATIONS) {
+            return Some(format!(
+                "{} pre-allocations: at most one per claim and {MAX_PRE_ALLOCATIONS} per pool",
+                self.pre_allocations
+            ));
+        }
+        None
+    }
+
     /// Creates pool `j` of the scenario.
     async fn create_pool(&self, client: &Client, ns: &str, j: usize) -> anyhow::Result<IpNet> {
         let net = self.net(j);
@@ -165,10 +206,21 @@ impl Scenario {
                     .await
                     .map(drop)
             }
-            None => Api::<InClusterIPPool>::namespaced(client.clone(), ns)
-                .create(&PostParams::default(), &pool_object(&pool_name(j), &net))
-                .await
-                .map(drop),
+            None => {
+                let mut pool = pool_object(&pool_name(j), &net);
+                if self.pre_allocations > 0 {
+                    pool.spec.pre_allocations = Some(
+                        self.pre_allocated()
+                            .into_iter()
+                            .map(|(i, ip)| PreAllocation::new(self.claim(i).0, ip.to_string()))
+                            .collect(),
+                    );
+                }
+                Api::<InClusterIPPool>::namespaced(client.clone(), ns)
+                    .create(&PostParams::default(), &pool)
+                    .await
+                    .map(drop)
+            }
         };
         created.with_context(|| format!("creating pool {}", pool_name(j)))?;
         Ok(net)
@@ -281,6 +333,8 @@ pub struct Correctness {
     pub reservations: Option<usize>,
     /// `IPAddress`es whose claim does not exist.
     pub orphan_addresses: usize,
+    /// Pre-allocated claims that hold exactly their entry's address.
+    pub pre_allocations_honoured: usize,
     /// After deleting every claim: what was left of them.
     pub left_after_release: Option<Leftovers>,
     /// The first problems found (empty when `ok`).
@@ -1176,6 +1230,9 @@ pub async fn run_scenario(
     scenario: &Scenario,
     log_dir: &Path,
 ) -> anyhow::Result<Run> {
+    if let Some(why) = scenario.refuse() {
+        bail!("scenario {}: {why}", scenario.name);
+    }
     let ns = scenario.namespace.as_str();
     create_namespace(client, ns).await?;
     if scenario.shared_by_namespaces.is_some() {
@@ -1363,7 +1420,7 @@ async fn measure_scenario(
 
     let mut run = Run {
         label: format!(
-            "{}, {} × {}{}{}",
+            "{}, {} × {}{}{}{}",
             provider.name,
             scenario.pools_text(),
             scenario.claims_per_pool,
@@ -1374,7 +1431,11 @@ async fn measure_scenario(
             scenario
                 .shared_by_namespaces
                 .map(|n| format!(", {n} namespaces"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            match scenario.pre_allocations {
+                0 => String::new(),
+                n => format!(", {n} pre-allocated"),
+            }
         ),
         provider: provider.name.clone(),
         scenario: scenario.name.clone(),
@@ -1646,6 +1707,16 @@ async fn check(
         }
         claim_ips.insert(name, ip);
     }
+    let mut pre_allocations_honoured = 0;
+    for (i, entry) in scenario.pre_allocated() {
+        let name = scenario.claim(i).0;
+        match claim_ips.get(&name) {
+            Some(ip) if *ip == entry => pre_allocations_honoured += 1,
+            held => note(format!(
+                "claim {name} holds {held:?}, but the pool pre-allocates {entry} to it"
+            )),
+        }
+    }
     let orphans: Vec<&IPAddress> = addresses
         .iter()
         .filter(|a| a.name_any() != "canary" && !claim_names.contains(&a.spec.claim_ref.name))
@@ -1700,6 +1771,7 @@ async fn check(
         distinct_addresses: seen.len(),
         reservations,
         orphan_addresses: orphans.len(),
+        pre_allocations_honoured,
         left_after_release: None,
         problems,
     })
