@@ -230,7 +230,12 @@ async fn reconcile_pool<P: PoolObject>(pool: &P, ctx: &Context) -> Result<Action
         pacing(ctx).settled(&key);
         return Ok(Action::await_change());
     }
-    let changes = claims_changed(pool.pool_status(), &status);
+    // A condition that turns (another status or reason) is news, not a count: it goes at once.
+    let changes = if condition_turned(pool.pool_status(), &status) {
+        u64::MAX
+    } else {
+        claims_changed(pool.pool_status(), &status)
+    };
     if let Some(wait) = pacing(ctx).ask(&key, changes, Instant::now()) {
         return Ok(Action::requeue(wait));
     }
@@ -627,6 +632,22 @@ fn changed(current: Option<&InClusterIPPoolStatus>, desired: &InClusterIPPoolSta
     })
 }
 
+/// Whether a condition the status should carry has another status or reason than the one it
+/// carries (or is missing): messages alone (counts in words) do not count.
+fn condition_turned(
+    current: Option<&InClusterIPPoolStatus>,
+    desired: &InClusterIPPoolStatus,
+) -> bool {
+    let have = current
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    desired.conditions.iter().flatten().any(|want| {
+        !have
+            .iter()
+            .any(|c| c.type_ == want.type_ && c.status == want.status && c.reason == want.reason)
+    })
+}
+
 /// By how many claims the pool's counts moved since its status: the addresses used and total
 /// that differ (`u64::MAX` when the status has no counts yet, or the pool none any more).
 fn claims_changed(current: Option<&InClusterIPPoolStatus>, desired: &InClusterIPPoolStatus) -> u64 {
@@ -759,6 +780,31 @@ mod tests {
         let known = (0..3).map(pool).collect();
         pacing.retain(&known);
         assert_eq!(pacing.ask(&pool(200), 1, start), None);
+    }
+
+    #[test]
+    fn a_condition_turns_on_its_status_or_reason_not_its_message() {
+        let with = |status: &str, reason: &str, message: &str| InClusterIPPoolStatus {
+            ip_addresses: None,
+            conditions: Some(vec![Condition {
+                type_: ADDRESSES_AVAILABLE_CONDITION.to_string(),
+                status: status.to_string(),
+                reason: reason.to_string(),
+                message: message.to_string(),
+                last_transition_time: now(),
+                observed_generation: Some(1),
+            }]),
+        };
+        let free = with("True", "AddressesAvailable", "3 of 10 addresses are free");
+        let fewer = with("True", "AddressesAvailable", "2 of 10 addresses are free");
+        let none = with(
+            "False",
+            REASON_POOL_EXHAUSTED,
+            "all 10 addresses are in use",
+        );
+        assert!(!condition_turned(Some(&free), &fewer));
+        assert!(condition_turned(Some(&free), &none));
+        assert!(condition_turned(None, &free));
     }
 
     #[test]
