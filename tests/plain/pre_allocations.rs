@@ -533,3 +533,107 @@ async fn the_largest_list_of_pre_allocations_fits_and_one_more_is_refused() {
         "{err}"
     );
 }
+
+/// An entry keeps its address from every pool that can reach it, not only its own: `q`, a pool
+/// of the same namespace whose range contains the address, never hands it to one of its claims,
+/// even in a burst larger than its free space; both pools count it used; once the entry goes, it
+/// is `q`'s to hand out.
+#[tokio::test]
+async fn an_overlapping_pool_never_hands_out_a_pre_allocated_address() {
+    // p: 10.59.0.10-29 with vm → 10.59.0.20; q: 10.59.0.15-24, ten addresses, .20 among them.
+    let bed = bed(with_entries(
+        pool("p", &["10.59.0.10-10.59.0.29"], 24, Some("10.59.0.1")),
+        &[("vm", "10.59.0.20")],
+    ))
+    .await;
+    let (client, ns, pools, claims) = (&bed.client, &bed.ns, &bed.pools, &bed.claims);
+    create(
+        pools,
+        &pool("q", &["10.59.0.15-10.59.0.24"], 24, Some("10.59.0.1")),
+    )
+    .await;
+    // Every claim the API server ever shows holding the address, from before the burst on.
+    let holders: Arc<Mutex<Vec<String>>> = Arc::default();
+    let watch = {
+        let holders = holders.clone();
+        let addresses: Api<IPAddress> = Api::namespaced(client.clone(), ns);
+        tokio::spawn(async move {
+            let mut stream = watcher::watcher(addresses, watcher::Config::default()).boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                if let WatchEvent::Apply(a) | WatchEvent::InitApply(a) = event
+                    && a.spec.address == "10.59.0.20"
+                {
+                    holders.lock().unwrap().push(a.spec.claim_ref.name.clone());
+                }
+            }
+        })
+    };
+    let holders_now = || {
+        let mut now = holders.lock().unwrap().clone();
+        now.dedup();
+        now
+    };
+    // Fifteen claims on q at once, for its nine free addresses.
+    let burst: Vec<_> = (0..15)
+        .map(|i| {
+            let claims = claims.clone();
+            tokio::spawn(async move { create(&claims, &claim(&format!("q-{i:02}"), "q")).await })
+        })
+        .collect();
+    for task in burst {
+        task.await.unwrap();
+    }
+    wait_counts(claims, 9, 6).await;
+    assert!(
+        !addresses_by_claim(client, ns)
+            .await
+            .values()
+            .any(|a| a == "10.59.0.20")
+    );
+    // q counts the address used, as it counts an address held through p; p counts it too, with
+    // q's nine.
+    wait_pool_counts(pools, "q", (10, 10, 0)).await;
+    wait_pool_counts(pools, "p", (20, 10, 10)).await;
+
+    create(claims, &claim("vm", "p")).await;
+    wait_reason(claims, "vm", "AddressAllocated").await;
+    bed.assert_holds("vm", "10.59.0.20").await;
+    wait_pool_counts(pools, "q", (10, 10, 0)).await;
+    wait_pool_counts(pools, "p", (20, 10, 10)).await;
+    // Released, the address stays kept while the entry exists: q's claims still wait.
+    claims.delete("vm", &DeleteParams::default()).await.unwrap();
+    wait_gone(claims, "vm", Duration::from_secs(30)).await;
+    wait_pool_counts(pools, "p", (20, 10, 10)).await;
+    wait_counts(claims, 9, 6).await;
+    assert_eq!(holders_now(), ["vm"], "only vm ever held 10.59.0.20");
+
+    // The entry goes: the oldest waiting claim of q gets the address.
+    bed.set_entries(&[]).await;
+    wait_counts(claims, 10, 5).await;
+    let holder = wait_for(
+        "q's claim on 10.59.0.20",
+        Duration::from_secs(30),
+        || async {
+            let holders = holders_now();
+            (holders.len() == 2).then(|| holders[1].clone())
+        },
+    )
+    .await;
+    assert!(holder.starts_with("q-"), "{holder}");
+    wait_pool_counts(pools, "q", (10, 10, 0)).await;
+    wait_pool_counts(pools, "p", (20, 10, 10)).await;
+    watch.abort();
+}
+
+/// Waits until the pool's status counts are `(total, used, free)`.
+async fn wait_pool_counts(pools: &Api<InClusterIPPool>, name: &str, want: (i64, i64, i64)) {
+    wait_for(
+        &format!("pool {name} counting {want:?}"),
+        Duration::from_secs(30),
+        || async {
+            let counts = pools.get(name).await.ok()?.status?.ip_addresses?;
+            ((counts.total, counts.used, counts.free) == want).then_some(())
+        },
+    )
+    .await;
+}

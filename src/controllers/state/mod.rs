@@ -7,6 +7,8 @@
 //!   and what it tells the registry;
 //! - [`plan`]: what a claim needs next, decided from the registry alone.
 pub(crate) mod facts;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub(crate) mod plan;
 pub(crate) mod registry;
 pub(crate) mod reservation;

@@ -93,36 +93,8 @@ mod tests {
     use super::*;
     use crate::allocator::{ParsedSpec, PoolSpecInput};
     use crate::api::Scope;
-    use crate::controllers::state::{Change, HoldRecord, Holder, Unready};
-
-    fn pool() -> PoolKey {
-        PoolKey::in_cluster("ns", "p")
-    }
-
-    fn claim(name: &str) -> ObjectKey {
-        ObjectKey::new("ns", name)
-    }
-
-    fn queued(created: &str, name: &str) -> QueuedClaim {
-        QueuedClaim {
-            created: created.into(),
-            claim: claim(name),
-        }
-    }
-
-    fn ip(text: &str) -> IpAddr {
-        text.parse().unwrap()
-    }
-
-    fn hold(pool: &PoolKey, name: &str, address: &str) -> HoldRecord {
-        HoldRecord {
-            pool: pool.clone(),
-            ip: ip(address),
-            length: HoldRecord::address_length(ip(address)),
-            holder: Holder::Claim(claim(name)),
-            scope: pool.scope(),
-        }
-    }
+    use crate::controllers::state::fixtures::{claim, hold_in as hold, ip, pool, queued};
+    use crate::controllers::state::{Change, Unready};
 
     /// A registry with pool `ns/p` of the given addresses.
     fn registry_with(addresses: &[&str]) -> Registry {

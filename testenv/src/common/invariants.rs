@@ -133,11 +133,12 @@ pub fn violations(s: &Snapshot) -> Vec<String> {
         found.push(format!("IPAddress without its reservation: {unreserved:?}"));
     }
     // Pool counts equal the addresses the live IPAddresses use: the pool's own (out of range
-    // ones included), and those of its range inside a block of an overlapping pool; nobody waits
-    // next to a free address.
+    // ones included), and those of its range inside a block of an overlapping pool, plus the
+    // addresses entries of spec.preAllocations keep; nobody waits next to a free address.
+    let kept = pre_allocated(&s.pools);
     for p in &s.pools {
         let name = p.name_any();
-        let used = used_in_pool(p, &live_addresses, &blocks);
+        let used = used_in_pool(p, &live_addresses, &blocks, &kept);
         let counts = p.status.as_ref().and_then(|s| s.ip_addresses.as_ref());
         match counts {
             Some(c) if c.used == used && c.free + c.used - c.out_of_range == c.total => {
@@ -171,13 +172,11 @@ pub fn block_of(address: &IPAddress) -> Option<AddrRange> {
     Some(Subnet::containing(ip, length)?.range())
 }
 
-/// How many addresses of the namespaced IP pool `pool` are in use: its own `IPAddress`es
-/// outside its range (the union of its subnets), every address of its range inside one of
-/// `blocks`, and every pre-allocated address of its range.
-fn used_in_pool(pool: &InClusterIPPool, own: &[&IPAddress], blocks: &[(AddrRange, String)]) -> i64 {
-    let name = pool.name_any();
+/// The addresses the namespaced IP pool `pool` hands out (the union of its subnets), if its spec
+/// parses.
+fn range_of(pool: &InClusterIPPool) -> Option<AddressSet> {
     let spec = &pool.spec;
-    let Ok(parsed) = (PoolSpecInput {
+    let parsed = PoolSpecInput {
         addresses: spec.addresses.clone(),
         prefix: i64::from(spec.prefix),
         gateway: spec.gateway.clone(),
@@ -194,24 +193,49 @@ fn used_in_pool(pool: &InClusterIPPool, own: &[&IPAddress], blocks: &[(AddrRange
             })
             .collect(),
         ..Default::default()
-    })
-    .parse() else {
+    }
+    .parse()
+    .ok()?;
+    Some(parsed.allocatable().clone())
+}
+
+/// Every address an entry of `spec.preAllocations` keeps, over the namespace's pools: an entry's
+/// address inside its own pool's range (outside it, it is no address of any pool).
+fn pre_allocated(pools: &[InClusterIPPool]) -> Vec<AddrRange> {
+    pools
+        .iter()
+        .filter_map(|pool| Some((range_of(pool)?, pool)))
+        .flat_map(|(range, pool)| {
+            pool.spec
+                .pre_allocations
+                .iter()
+                .flatten()
+                .filter_map(|entry| entry.address.parse::<IpAddr>().ok())
+                .filter(move |ip| range.contains(*ip))
+                .map(AddrRange::single)
+        })
+        .collect()
+}
+
+/// How many addresses of the namespaced IP pool `pool` are in use: its own `IPAddress`es
+/// outside its range, and every address of its range inside one of `blocks` or kept by an entry
+/// of `pre_allocated` (its own pool's or an overlapping one's: kept, held or not).
+fn used_in_pool(
+    pool: &InClusterIPPool,
+    own: &[&IPAddress],
+    blocks: &[(AddrRange, String)],
+    pre_allocated: &[AddrRange],
+) -> i64 {
+    let name = pool.name_any();
+    let Some(range) = range_of(pool) else {
         return -1;
     };
-    let range = parsed.allocatable();
-    // A pre-allocated address of the range is used, held or not.
-    let pre_allocated = spec
-        .pre_allocations
-        .iter()
-        .flatten()
-        .filter_map(|entry| entry.address.parse::<std::net::IpAddr>().ok())
-        .map(AddrRange::single);
     let covered = AddressSet::from_ranges(
         range.family(),
         blocks
             .iter()
             .map(|(block, _)| *block)
-            .chain(pre_allocated)
+            .chain(pre_allocated.iter().copied())
             .filter(|block| block.family() == range.family()),
     )
     .map_or(0, |covered| range.intersection(&covered).len());

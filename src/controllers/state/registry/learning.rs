@@ -112,13 +112,10 @@ mod tests {
 
     use super::super::{Allocation, HoldRecord, Holder, QueuedClaim, Registry};
     use crate::allocator::{ParsedSpec, PoolSpecInput};
-    use crate::api::{ObjectKey, PoolKey};
+    use crate::api::ObjectKey;
 
     use super::*;
-
-    fn pool() -> PoolKey {
-        PoolKey::in_cluster("ns", "p")
-    }
+    use crate::controllers::state::fixtures::pool;
 
     /// A registry with one pool of one address, 10.0.0.10.
     fn one_address() -> Registry {

@@ -179,14 +179,23 @@ impl Registry {
                 self.by_range.insert(key, new);
             }
         }
+        let kept = self.kept_for(key);
+        self.pool_entry(key).kept_for_others = kept;
         self.recompute_holds(key);
         self.dirty.insert(key.clone());
+        let mut met = Vec::new();
         for range in [&old_range, &new_range].into_iter().flatten() {
-            self.dirty.extend(self.by_range.meeting_set(range));
+            met.extend(self.by_range.meeting_set(range));
         }
+        met.sort();
+        met.dedup();
+        met.retain(|other| other != key);
+        self.dirty.extend(met.iter().cloned());
         let entry = &self.pools[key];
         let mut woken = entry.wakeups();
         woken.extend(entry.unrealised_pre_allocations());
+        // The pools this one overlaps keep its entries' addresses (and no longer its old ones).
+        woken.extend(self.keep_for_overlapping(met));
         woken
     }
 

@@ -32,6 +32,10 @@ pub(super) struct PoolEntry {
     /// claims whose entry changed, for the pool's Events.
     pub(super) pre_allocations: PreAllocations,
     pub(super) pre_allocation_notes: Vec<String>,
+    /// The units of this pool's range that entries of other ready pools pre-allocate, where
+    /// claims of one namespace can reach both pools; sorted. Kept from first-fit and counted used
+    /// as the pool's own entries are (see [`super::pre_allocations`]).
+    pub(super) kept_for_others: Vec<IpAddr>,
 }
 
 /// How many of the records held in a pool are the pool's own (reservations, `IPAddress`es and
@@ -170,7 +174,8 @@ impl PoolEntry {
     }
 
     /// A fresh allocator of the pool with every hold and every pre-allocated address of its range
-    /// marked, or `None` if the pool is not ready.
+    /// (its own entries' and those of [`PoolEntry::kept_for_others`]) marked, or `None` if the
+    /// pool is not ready.
     pub(super) fn allocator_of_holds(&self) -> Option<AnyAllocator> {
         let Some(Ok(allocator)) = &self.state else {
             return None;
@@ -186,6 +191,9 @@ impl PoolEntry {
             if fresh.range().contains(ip) {
                 fresh.mark_used(ip);
             }
+        }
+        for unit in &self.kept_for_others {
+            fresh.mark_used(*unit);
         }
         Some(fresh)
     }

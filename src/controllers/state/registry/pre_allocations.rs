@@ -9,6 +9,10 @@
 //!   queue (the address is its own, no other claim waits for it), or learns why not
 //!   ([`PreAllocationConflict`]); it is woken when the conflict may have gone: a hold on the
 //!   address let go, or the pool's spec changed.
+//! - Every other pool whose range contains the address, and that claims of one namespace can
+//!   reach together with the entry's pool (as holds count across pools), keeps it too
+//!   ([`PoolEntry::kept_for_others`]): an overlapping pool never hands it to one of its claims,
+//!   and counts it used, while the entry exists and its pool is ready.
 //! - A realised claim is never moved: a changed or removed entry leaves it where it is. The pool
 //!   reports it ([`Registry::pre_allocation_report`], rebuilt from the holds) and, when the spec
 //!   changes under the claim, a note for an Event ([`Registry::take_pre_allocation_notes`]).
@@ -16,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 use super::pool_entry::PoolEntry;
-use super::{Allocation, HoldRecord, Holder, Registry, Unready};
+use super::{Allocation, HoldRecord, Holder, Registry, Unready, scopes_meet};
 use crate::allocator::{NotHandedOut, ParsedSpec, canonical};
 use crate::api::{ObjectKey, PoolKey};
 
@@ -109,11 +113,13 @@ pub enum PreAllocationState {
 }
 
 impl PoolEntry {
-    /// Whether the allocator counts `unit` used for its pre-allocation (inside the range only:
-    /// outside it, a pre-allocated address is no unit of the pool).
+    /// Whether the allocator counts `unit` used for a pre-allocation: one of the pool's own
+    /// entries (inside the range only: outside it, a pre-allocated address is no unit of the
+    /// pool), or an overlapping pool's.
     pub(super) fn is_pre_allocated(&self, unit: IpAddr) -> bool {
-        self.pre_allocations.claim_of(unit).is_some()
-            && self.range().is_some_and(|range| range.contains(unit))
+        (self.pre_allocations.claim_of(unit).is_some()
+            && self.range().is_some_and(|range| range.contains(unit)))
+            || self.kept_for_others.binary_search(&unit).is_ok()
     }
 
     /// Whether any record holds `unit`.
@@ -319,6 +325,59 @@ impl Registry {
             .unwrap_or_default()
     }
 
+    /// The units of `pool`'s range that other ready pools pre-allocate to their claims, where
+    /// claims of one namespace can reach both (what [`PoolEntry::kept_for_others`] holds), sorted.
+    /// O(pools met + their entries): nothing for a pool no other pool overlaps.
+    pub(super) fn kept_for(&self, pool: &PoolKey) -> Vec<IpAddr> {
+        let Some(entry) = self.pools.get(pool) else {
+            return Vec::new();
+        };
+        let Some(range) = entry.range() else {
+            return Vec::new();
+        };
+        let mut kept: Vec<IpAddr> = self
+            .by_range
+            .meeting_set(range)
+            .iter()
+            .filter(|other| *other != pool && scopes_meet(&pool.scope(), &other.scope()))
+            .filter_map(|other| self.pools.get(other))
+            .flat_map(|other| {
+                other
+                    .pre_allocations
+                    .addresses()
+                    .filter(|ip| other.range().is_some_and(|r| r.contains(*ip)))
+            })
+            .filter(|ip| range.contains(*ip))
+            .map(|ip| entry.unit(ip))
+            .collect();
+        kept.sort_unstable();
+        kept.dedup();
+        kept
+    }
+
+    /// Brings [`PoolEntry::kept_for_others`] of `pools` up to date (another pool's entries or
+    /// range changed); returns the claims to wake where addresses became free.
+    pub(super) fn keep_for_overlapping(&mut self, pools: Vec<PoolKey>) -> Vec<ObjectKey> {
+        let mut woken = Vec::new();
+        for key in pools {
+            let kept = self.kept_for(&key);
+            let Some(entry) = self.pools.get_mut(&key) else {
+                continue;
+            };
+            if entry.kept_for_others == kept {
+                continue;
+            }
+            entry.kept_for_others = kept;
+            let free = entry.free();
+            entry.rebuild();
+            if entry.free() > free {
+                woken.extend(entry.wakeups());
+            }
+            self.dirty.insert(key);
+        }
+        woken
+    }
+
     /// The address pre-allocated to `claim` in `pool`, if any.
     pub fn pre_allocated(&self, pool: &PoolKey, claim: &ObjectKey) -> Option<IpAddr> {
         self.pools.get(pool)?.pre_allocations.of(claim)
@@ -329,26 +388,8 @@ impl Registry {
 mod tests {
     use super::*;
     use crate::allocator::{PoolSpecInput, PreAllocationInput};
-    use crate::controllers::state::{Change, QueuedClaim};
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
-
-    fn pool() -> PoolKey {
-        PoolKey::in_cluster("ns", "p")
-    }
-
-    fn claim(name: &str) -> ObjectKey {
-        ObjectKey::new("ns", name)
-    }
-
-    fn queued(created: &str, name: &str) -> QueuedClaim {
-        QueuedClaim {
-            created: created.into(),
-            claim: claim(name),
-        }
-    }
+    use crate::controllers::state::Change;
+    use crate::controllers::state::fixtures::{claim, hold, ip, pool, queued};
 
     /// Pool `ns/p` of `addresses` (/24, gateway .1) with `(claim, address)` entries.
     fn spec(addresses: &[&str], entries: &[(&str, &str)]) -> Result<ParsedSpec, Unready> {
@@ -374,16 +415,6 @@ mod tests {
                 ..Default::default()
             })
             .collect()
-    }
-
-    fn hold(name: &str, address: &str) -> HoldRecord {
-        HoldRecord {
-            pool: pool(),
-            ip: ip(address),
-            length: 32,
-            holder: Holder::Claim(claim(name)),
-            scope: pool().scope(),
-        }
     }
 
     fn reserved(allocation: Allocation) -> Option<IpAddr> {
@@ -592,5 +623,58 @@ mod tests {
         r.apply(Change::AddressGone(claim("b")));
         r.apply(Change::ReservationGone("b".into()));
         assert_eq!(r.counts(&pool()).unwrap().used, 2);
+    }
+
+    #[test]
+    fn an_overlapping_pool_keeps_an_entry_of_another_pool_from_its_claims() {
+        let mut r = Registry::default();
+        let q = PoolKey::in_cluster("ns", "q");
+        let elsewhere = PoolKey::in_cluster("other", "q");
+        r.set_pool(&q, spec(&["10.0.0.10-10.0.0.12"], &[]));
+        r.set_pool(&elsewhere, spec(&["10.0.0.10-10.0.0.12"], &[]));
+        // p pre-allocates .11, inside q's range: q counts it used and never hands it out.
+        r.set_pool(
+            &pool(),
+            spec(&["10.0.0.5-10.0.0.20"], &[("vm", "10.0.0.11")]),
+        );
+        let counts = r.counts(&q).unwrap();
+        assert_eq!((counts.total, counts.used, counts.free), (3, 1, 2));
+        let mut given = Vec::new();
+        for (t, name) in [("t1", "a"), ("t2", "b"), ("t3", "c")] {
+            if let Some(got) = reserved(r.try_allocate(&q, queued(t, name))) {
+                given.push(got);
+                r.apply(Change::Reservation(
+                    name.into(),
+                    HoldRecord {
+                        pool: q.clone(),
+                        ..hold(name, &got.to_string())
+                    },
+                ));
+                r.finish(&q, got);
+            }
+        }
+        assert_eq!(given, [ip("10.0.0.10"), ip("10.0.0.12")]);
+        // A pool of another namespace is out of the entry's reach: it keeps nothing.
+        assert_eq!(r.counts(&elsewhere).unwrap().used, 0);
+        // The named claim still gets it through p.
+        assert_eq!(
+            reserved(r.try_allocate(&pool(), queued("t4", "vm"))),
+            Some(ip("10.0.0.11"))
+        );
+        r.apply(Change::Reservation("vm".into(), hold("vm", "10.0.0.11")));
+        r.finish(&pool(), ip("10.0.0.11"));
+        // Released, it stays kept in q while the entry exists.
+        r.apply(Change::ReservationGone("vm".into()));
+        assert_eq!(r.counts(&q).unwrap().used, 3);
+        // The entry goes: the address is q's to hand out, and q's waiting claim is woken.
+        let woken = r.set_pool(&pool(), spec(&["10.0.0.5-10.0.0.20"], &[]));
+        assert!(woken.contains(&claim("c")), "{woken:?}");
+        assert_eq!(r.counts(&q).unwrap().used, 2);
+        assert_eq!(
+            reserved(r.try_allocate(&q, queued("t3", "c"))),
+            Some(ip("10.0.0.11"))
+        );
+        // The audit's recount agrees with what the changes built.
+        assert!(r.recount().is_empty());
     }
 }

@@ -2,6 +2,7 @@
 use super::*;
 use crate::allocator::PoolSpecInput;
 use crate::api::{PoolKind, Scope};
+use crate::controllers::state::fixtures::{hold, ip, pool, queued};
 use std::net::IpAddr;
 
 fn parsed(addresses: &[&str], prefix: i64) -> ParsedSpec {
@@ -16,36 +17,11 @@ fn parsed(addresses: &[&str], prefix: i64) -> ParsedSpec {
     )
 }
 
-fn queued(created: &str, name: &str) -> QueuedClaim {
-    QueuedClaim {
-        created: created.into(),
-        claim: ObjectKey::new("ns", name),
-    }
-}
-
 /// The address an allocation reserves, if it reserves one.
 fn allocated(allocation: Allocation) -> Option<IpAddr> {
     match allocation {
         Allocation::Reserve { ip, .. } => Some(ip),
         _ => None,
-    }
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-fn pool() -> PoolKey {
-    PoolKey::in_cluster("ns", "p")
-}
-
-fn hold(name: &str, address: &str) -> HoldRecord {
-    HoldRecord {
-        pool: pool(),
-        ip: ip(address),
-        length: HoldRecord::address_length(ip(address)),
-        holder: Holder::Claim(ObjectKey::new("ns", name)),
-        scope: pool().scope(),
     }
 }
 
