@@ -372,6 +372,11 @@ pub struct Run {
     pub concurrency: usize,
     /// From the first create to the last `Ready=True` seen.
     pub seconds_to_all_ready: f64,
+    /// From the first create until every pool's `status.ipAddresses.used` counted its claims
+    /// (inpool only; `None` if not within [`STATUS_WAIT`] beyond its pacing's bound). The
+    /// writes, CPU and memory of the run are counted up to then, so that pool status writes the
+    /// pacing held back are counted too.
+    pub seconds_to_pool_status: Option<f64>,
     /// How long the harness took to create all claims.
     pub seconds_to_create: f64,
     pub claims_per_second: f64,
@@ -1319,6 +1324,84 @@ pub async fn run_scenario(
     Ok(run)
 }
 
+/// How long [`wait_pool_status`] waits beyond the pool status pacing's own bound (5 minutes, or
+/// the pools at 5 a second: `inpool::controllers::pools::status`).
+const STATUS_WAIT: Duration = Duration::from_secs(120);
+
+/// Waits until every pool of the scenario counts its claims in `status.ipAddresses.used` (each
+/// pool gets `claims_per_pool`; pre-allocated claims are among them), polling every 5 s; returns
+/// the seconds since `t0`, or `None` (and says so) if the statuses did not get there within the
+/// pacing's bound and [`STATUS_WAIT`].
+async fn wait_pool_status(
+    client: &Client,
+    scenario: &Scenario,
+    t0: Instant,
+) -> anyhow::Result<Option<f64>> {
+    let want = i64::try_from(scenario.claims_per_pool)?;
+    let bound = Duration::from_secs(300)
+        + Duration::from_secs(1) * u32::try_from(scenario.pools / 5)?
+        + STATUS_WAIT;
+    let started = Instant::now();
+    let lp = ListParams::default();
+    loop {
+        let used: Vec<(String, Option<i64>)> =
+            match (scenario.sub_prefixes, scenario.shared_by_namespaces) {
+                (Some(_), _) => {
+                    Api::<InClusterPrefixPool>::namespaced(client.clone(), &scenario.namespace)
+                        .list(&lp)
+                        .await?
+                        .items
+                        .into_iter()
+                        .map(|p| (p.name_any(), used_of(p.status)))
+                        .collect()
+                }
+                (None, Some(_)) => Api::<GlobalInClusterIPPool>::all(client.clone())
+                    .list(&lp)
+                    .await?
+                    .items
+                    .into_iter()
+                    .map(|p| (p.name_any(), used_of(p.status)))
+                    .collect(),
+                (None, None) => {
+                    Api::<InClusterIPPool>::namespaced(client.clone(), &scenario.namespace)
+                        .list(&lp)
+                        .await?
+                        .items
+                        .into_iter()
+                        .map(|p| (p.name_any(), used_of(p.status)))
+                        .collect()
+                }
+            };
+        // The canary's pool is not the scenario's: its count is left out.
+        let counted = used
+            .iter()
+            .filter(|(name, used)| name.starts_with("pool-") && *used == Some(want))
+            .count();
+        let behind = scenario.pools.saturating_sub(counted);
+        if behind == 0 {
+            let seconds = t0.elapsed().as_secs_f64();
+            eprintln!(
+                "  every pool's status counts its claims {seconds:.1} s after the first create"
+            );
+            return Ok(Some(seconds));
+        }
+        if started.elapsed() > bound {
+            eprintln!(
+                "  {behind} of {} pools' status did not count their claims within {:.0} s",
+                scenario.pools,
+                bound.as_secs_f64()
+            );
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+/// A pool status's `ipAddresses.used`, if it has counts.
+fn used_of(status: Option<inpool::api::InClusterIPPoolStatus>) -> Option<i64> {
+    Some(status?.ip_addresses?.used)
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn measure_scenario(
     client: &Client,
@@ -1411,6 +1494,11 @@ async fn measure_scenario(
             })
         })
         .await?;
+    let seconds_to_pool_status = if provider.is_inpool {
+        wait_pool_status(client, scenario, t0).await?
+    } else {
+        None
+    };
     let after = snapshot(client, Some(process.pid), plane_pid).await?;
     let provider_page = if provider.is_inpool {
         process::http_get_metrics(process.metrics_addr).await.ok()
@@ -1445,6 +1533,7 @@ async fn measure_scenario(
         load_before,
         load_after: load_average(),
         provider_command: Some(process.command_line.clone()),
+        seconds_to_pool_status,
         ..Default::default()
     };
     let ready = tracker.ready_times();
