@@ -4,8 +4,8 @@
 //! It is woken for a pool whenever the registry marks it dirty (a hold, an allocation, a queue
 //! change, a spec change of an overlapping pool). Status is written only when it changes, at
 //! most once per [`MIN_STATUS_INTERVAL`] per pool (a burst of allocations in one pool costs one
-//! write a second, never one per address). While more than [`FEW_POOLS_DUE`] pools have a status
-//! to write, a pool writes once [`CLAIMS_PER_WRITE`] claims moved its counts, or once its oldest
+//! write a second, never one per address). While more than [`FEW_POOLS`] pools have changed
+//! within the last [`MAX_LAG`], a pool writes once [`CLAIMS_PER_WRITE`] claims moved its counts, or once its oldest
 //! unpublished change is [`MAX_LAG`] old (see [`StatusPacing`]): status writes scale with the
 //! claims realised and the pools, never with wall time, and every pool's status converges within
 //! a bounded lag.
@@ -44,9 +44,12 @@ use crate::controllers::state::{Holder, PreAllocationState, Unready};
 /// costs one write a second, never one per address.
 pub const MIN_STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
-/// While at most this many pools have a status to write, each writes at once (after its
-/// [`MIN_STATUS_INTERVAL`]): a few pools (every test, most installations) are never held back.
-pub const FEW_POOLS_DUE: usize = 10;
+/// While at most this many pools have changed within the last [`MAX_LAG`] (the pools active
+/// lately), each writes at once (after its [`MIN_STATUS_INTERVAL`]): a few pools (every test,
+/// most installations) are never held back. Counting the pools that changed lately, not those
+/// with a write pending, matters: claims reaching 200 pools one after the other keep only one or
+/// two writes pending at any moment, and would each pay for a write.
+pub const FEW_POOLS: usize = 10;
 
 /// A pool whose counts moved by at least this many claims since its status writes at once
 /// (after its [`MIN_STATUS_INTERVAL`]): its own claims pay for the write, so these writes cost
@@ -54,7 +57,7 @@ pub const FEW_POOLS_DUE: usize = 10;
 /// API server realises claims.
 pub const CLAIMS_PER_WRITE: u64 = 25;
 
-/// Otherwise (more than [`FEW_POOLS_DUE`] pools due, fewer than [`CLAIMS_PER_WRITE`] claims
+/// Otherwise (more than [`FEW_POOLS`] active, fewer than [`CLAIMS_PER_WRITE`] claims
 /// unpublished) a pool's status waits until its first unpublished change is this old. Each pool
 /// is then written at most once per this lag for claims that did not pay for a write themselves,
 /// so those writes scale with the pools, not with the claims or with wall time spent busy.
@@ -66,12 +69,14 @@ pub const MAX_LAG: Duration = Duration::from_secs(300);
 pub const LAGGED_WRITES_PER_SECOND: u32 = 5;
 
 /// When each pool's status may be written: the pools with a status to write (due), since when,
-/// and the turns of those that waited out [`MAX_LAG`].
+/// the turns of those that waited out [`MAX_LAG`], and how many pools are active lately.
 #[derive(Default)]
 pub struct StatusPacing {
     pools: HashMap<PoolKey, Pacing>,
-    /// How many of `pools` are due.
-    due: usize,
+    /// How many pools became due within the last [`MAX_LAG`]: exact when one becomes active,
+    /// recounted from `pools` at most once a second to let the others age out.
+    active: usize,
+    counted: Option<Instant>,
     /// The first instant not yet given as a turn.
     next_turn: Option<Instant>,
 }
@@ -82,24 +87,39 @@ struct Pacing {
     written: Option<Instant>,
     /// The pool's status has differed from what it should be since then.
     due_since: Option<Instant>,
+    /// The pool last became due then (whether written since or not).
+    became_due: Option<Instant>,
     /// The pool writes then, its lag run out; no other pool was given that instant.
     turn: Option<Instant>,
 }
 
+impl Pacing {
+    fn is_active(&self, now: Instant) -> bool {
+        self.became_due
+            .is_some_and(|at| now.saturating_duration_since(at) < MAX_LAG)
+    }
+}
+
 impl StatusPacing {
     /// A pool's status differs from what it should be, by `changes` claims (counted in its
-    /// addresses used and total; `u64::MAX` when it has no counts yet): how long it must wait
-    /// before writing, if at all. A pool that must wait keeps its place until it writes.
+    /// addresses used and total; `u64::MAX` when it has no counts yet or a condition turned): how
+    /// long it must wait before writing, if at all. A pool that must wait keeps its place until it
+    /// writes.
     pub fn ask(&mut self, pool: &PoolKey, changes: u64, now: Instant) -> Option<Duration> {
+        let active = self.active_pools(now);
         let pacing = self.pools.entry(pool.clone()).or_default();
+        let mut newly_active = false;
         if pacing.due_since.is_none() {
+            newly_active = !pacing.is_active(now);
             pacing.due_since = Some(now);
-            self.due += 1;
+            pacing.became_due = Some(now);
         }
+        let active = active + usize::from(newly_active);
+        self.active = active;
         let earliest = pacing
             .written
             .map_or(now, |at| (at + MIN_STATUS_INTERVAL).max(now));
-        let at = if self.due <= FEW_POOLS_DUE || changes >= CLAIMS_PER_WRITE {
+        let at = if active <= FEW_POOLS || changes >= CLAIMS_PER_WRITE {
             earliest
         } else if let Some(turn) = pacing.turn {
             turn.max(earliest)
@@ -111,6 +131,18 @@ impl StatusPacing {
             turn
         };
         at.checked_duration_since(now).filter(|d| !d.is_zero())
+    }
+
+    /// The pools active lately (see [`FEW_POOLS`]), recounted at most once a second.
+    fn active_pools(&mut self, now: Instant) -> usize {
+        let stale = self
+            .counted
+            .is_none_or(|at| now.saturating_duration_since(at) >= Duration::from_secs(1));
+        if stale {
+            self.active = self.pools.values().filter(|p| p.is_active(now)).count();
+            self.counted = Some(now);
+        }
+        self.active
     }
 
     /// The pool's status was written at `now`.
@@ -125,18 +157,13 @@ impl StatusPacing {
             && pacing.due_since.take().is_some()
         {
             pacing.turn = None;
-            self.due -= 1;
         }
     }
 
     /// Forgets the pools `known` does not hold.
     pub fn retain(&mut self, known: &std::collections::HashSet<PoolKey>) {
         self.pools.retain(|pool, _| known.contains(pool));
-        self.due = self
-            .pools
-            .values()
-            .filter(|p| p.due_since.is_some())
-            .count();
+        self.counted = None;
     }
 }
 
@@ -704,7 +731,7 @@ mod tests {
     fn a_few_pools_write_at_once_each_at_most_once_a_second() {
         let start = Instant::now();
         let mut pacing = StatusPacing::default();
-        due_and_written(&mut pacing, 0..FEW_POOLS_DUE, start);
+        due_and_written(&mut pacing, 0..FEW_POOLS, start);
         let soon = start + Duration::from_millis(300);
         assert_eq!(
             pacing.ask(&pool(0), 1, soon),
@@ -746,12 +773,12 @@ mod tests {
         let spacing = Duration::from_secs(1) / LAGGED_WRITES_PER_SECOND;
         let start = Instant::now();
         let mut pacing = StatusPacing::default();
-        let waits: Vec<Option<Duration>> = (0..FEW_POOLS_DUE + 3)
+        let waits: Vec<Option<Duration>> = (0..FEW_POOLS + 3)
             .map(|i| pacing.ask(&pool(i), 1, start))
             .collect();
-        assert!(waits[..FEW_POOLS_DUE].iter().all(Option::is_none));
+        assert!(waits[..FEW_POOLS].iter().all(Option::is_none));
         assert_eq!(
-            waits[FEW_POOLS_DUE..],
+            waits[FEW_POOLS..],
             [
                 Some(MAX_LAG),
                 Some(MAX_LAG + spacing),
@@ -764,19 +791,23 @@ mod tests {
     }
 
     #[test]
-    fn once_few_pools_are_due_again_a_pool_writes_at_once() {
+    fn once_the_pools_active_lately_age_out_a_pool_writes_at_once() {
         let start = Instant::now();
         let mut pacing = StatusPacing::default();
-        for i in 0..=FEW_POOLS_DUE {
+        // Claims that reach many pools one after the other: each written at once while few are
+        // active, then held back though only one write is ever pending.
+        due_and_written(&mut pacing, 0..FEW_POOLS, start);
+        assert!(pacing.ask(&pool(FEW_POOLS), 1, start).is_some());
+        // Settled pools stay active for the lag, then age out.
+        pacing.settled(&pool(FEW_POOLS));
+        let later = start + MAX_LAG + Duration::from_secs(1);
+        assert_eq!(pacing.ask(&pool(99), 1, later), None);
+        // Pools that are gone no longer count.
+        let mut pacing = StatusPacing::default();
+        for i in 0..=FEW_POOLS {
             pacing.ask(&pool(i), 1, start);
         }
         assert!(pacing.ask(&pool(99), 1, start).is_some());
-        // Statuses settle (written, or back to what they were): fewer pools are due.
-        pacing.written(&pool(0), start);
-        pacing.settled(&pool(1));
-        pacing.settled(&pool(1));
-        assert_eq!(pacing.ask(&pool(99), 1, start), None);
-        // Pools that are gone no longer count.
         let known = (0..3).map(pool).collect();
         pacing.retain(&known);
         assert_eq!(pacing.ask(&pool(200), 1, start), None);
