@@ -18,7 +18,7 @@ use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use crate::allocator::{
-    AddressSet, AnyAllocator, Family, Network, ParsedPool, ParsedSpec, subnet_field,
+    AddressSet, AnyAllocator, Family, Network, ParsedPool, ParsedSpec, PoolSpecInput, subnet_field,
 };
 use crate::api::ObjectKey;
 use crate::api::{
@@ -769,7 +769,7 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
         let Some(parsed) = pools
             .iter()
             .find(|p| p.is(&holder.pool, &holder.namespace))
-            .and_then(|p| facts::spec_input(&p.spec).parse().ok())
+            .and_then(|p| PoolSpecInput::from(&p.spec).parse().ok())
         else {
             continue;
         };
@@ -803,7 +803,7 @@ pub async fn pre_allocations_and_subnets(client: &Client) -> anyhow::Result<Vec<
     };
     let mut lines = Vec::new();
     for pool in &pools {
-        let Ok(parsed) = facts::spec_input(&pool.spec).parse() else {
+        let Ok(parsed) = PoolSpecInput::from(&pool.spec).parse() else {
             continue;
         };
         let named = match &pool.namespace {
@@ -959,7 +959,7 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
         .and_then(|(spec, claim_namespace)| entry_of(spec, claim_namespace));
     let parsed = ip_pool
         .as_ref()
-        .and_then(|(spec, _)| facts::spec_input(spec).parse().ok());
+        .and_then(|(spec, _)| PoolSpecInput::from(spec).parse().ok());
     let held_ip = row
         .address
         .as_deref()

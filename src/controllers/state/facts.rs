@@ -30,38 +30,44 @@ pub fn pool_state<P: IPPool>(pool: &P) -> Result<ParsedSpec, Unready> {
 /// A pool's spec, validated, whatever its shape.
 pub fn parse_spec(spec: PoolSpecRef<'_>) -> Result<ParsedSpec, SpecErrors> {
     match spec {
-        PoolSpecRef::Addresses(spec) => spec_input(spec).parse().map(ParsedSpec::Addresses),
+        PoolSpecRef::Addresses(spec) => {
+            PoolSpecInput::from(spec).parse().map(ParsedSpec::Addresses)
+        }
         PoolSpecRef::Prefixes(spec) => prefix_spec_input(spec).parse().map(ParsedSpec::Prefixes),
     }
 }
 
-pub fn spec_input(spec: &InClusterIPPoolSpec) -> PoolSpecInput {
-    PoolSpecInput {
-        addresses: spec.addresses.clone(),
-        prefix: i64::from(spec.prefix),
-        gateway: spec.gateway.clone(),
-        excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
-        allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
-        pre_allocations: spec
-            .pre_allocations
-            .iter()
-            .flatten()
-            .map(|entry| PreAllocationInput {
-                claim_namespace: entry.claim_namespace.clone(),
-                claim_name: entry.claim_name.clone(),
-                address: entry.address.clone(),
-            })
-            .collect(),
-        additional_subnets: spec
-            .additional_subnets
-            .iter()
-            .flatten()
-            .map(|subnet| SubnetInput {
-                addresses: subnet.addresses.clone(),
-                prefix: i64::from(subnet.prefix),
-                gateway: subnet.gateway.clone(),
-            })
-            .collect(),
+/// What the allocator's parser takes from an IP pool's spec (public: the tests' invariant check
+/// reads a pool as inpool does).
+impl From<&InClusterIPPoolSpec> for PoolSpecInput {
+    fn from(spec: &InClusterIPPoolSpec) -> PoolSpecInput {
+        PoolSpecInput {
+            addresses: spec.addresses.clone(),
+            prefix: i64::from(spec.prefix),
+            gateway: spec.gateway.clone(),
+            excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
+            allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
+            pre_allocations: spec
+                .pre_allocations
+                .iter()
+                .flatten()
+                .map(|entry| PreAllocationInput {
+                    claim_namespace: entry.claim_namespace.clone(),
+                    claim_name: entry.claim_name.clone(),
+                    address: entry.address.clone(),
+                })
+                .collect(),
+            additional_subnets: spec
+                .additional_subnets
+                .iter()
+                .flatten()
+                .map(|subnet| SubnetInput {
+                    addresses: subnet.addresses.clone(),
+                    prefix: i64::from(subnet.prefix),
+                    gateway: subnet.gateway.clone(),
+                })
+                .collect(),
+        }
     }
 }
 

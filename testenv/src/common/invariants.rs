@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use inpool::allocator::{AddrRange, AddressSet, Family, PoolSpecInput, Subnet, SubnetInput};
+use inpool::allocator::{AddrRange, AddressSet, Family, PoolSpecInput, Subnet};
 use inpool::api::reservation::IPAddressReservation;
 use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool};
 use kube::api::{Api, ListParams};
@@ -175,27 +175,7 @@ pub fn block_of(address: &IPAddress) -> Option<AddrRange> {
 /// The addresses the namespaced IP pool `pool` hands out (the union of its subnets), if its spec
 /// parses.
 fn range_of(pool: &InClusterIPPool) -> Option<AddressSet> {
-    let spec = &pool.spec;
-    let parsed = PoolSpecInput {
-        addresses: spec.addresses.clone(),
-        prefix: i64::from(spec.prefix),
-        gateway: spec.gateway.clone(),
-        excluded_addresses: spec.excluded_addresses.clone().unwrap_or_default(),
-        allocate_reserved_ip_addresses: spec.allocate_reserved_ip_addresses.unwrap_or(false),
-        additional_subnets: spec
-            .additional_subnets
-            .iter()
-            .flatten()
-            .map(|subnet| SubnetInput {
-                addresses: subnet.addresses.clone(),
-                prefix: i64::from(subnet.prefix),
-                gateway: subnet.gateway.clone(),
-            })
-            .collect(),
-        ..Default::default()
-    }
-    .parse()
-    .ok()?;
+    let parsed = PoolSpecInput::from(&pool.spec).parse().ok()?;
     Some(parsed.allocatable().clone())
 }
 
