@@ -30,7 +30,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -40,36 +40,10 @@ use prometheus_client::registry::{Registry, Unit};
 
 use std::time::Duration;
 
+use super::pool_series::{PoolCounter, PoolGauge, PoolSeries};
 use super::standard::Standard;
 use super::standard::{ControllerMetrics, QueueMetrics};
 use crate::api::PoolKey;
-
-/// A pool's labels: `pool_kind`, `pool_namespace` (`""` for a global pool) and `pool_name`. The
-/// pool's key itself, so that the series of a pool (eight families) share its one copy of each
-/// name with the registry instead of keeping three strings each.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct PoolLabels(PoolKey);
-
-impl From<&PoolKey> for PoolLabels {
-    fn from(key: &PoolKey) -> PoolLabels {
-        PoolLabels(key.clone())
-    }
-}
-
-impl EncodeLabelSet for PoolLabels {
-    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
-        let PoolLabels(key) = self;
-        [
-            ("pool_kind", key.kind.name()),
-            (
-                "pool_namespace",
-                key.namespace.as_deref().unwrap_or_default(),
-            ),
-            ("pool_name", &*key.name),
-        ]
-        .encode(encoder)
-    }
-}
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct PoolKindLabels {
@@ -137,15 +111,9 @@ struct Inner {
     standard: Standard,
     /// The leader election Lease, once this process elects on one.
     lease: std::sync::OnceLock<String>,
-    pool_size: Family<PoolLabels, U64Gauge>,
-    pool_used: Family<PoolLabels, U64Gauge>,
-    pool_free: Family<PoolLabels, U64Gauge>,
-    pool_out_of_range: Family<PoolLabels, U64Gauge>,
-    pool_waiting_claims: Family<PoolLabels, U64Gauge>,
-    foreign_addresses: Family<PoolLabels, U64Gauge>,
+    /// Every pool's gauges and counters.
+    pools: PoolSeries,
     pool_kind_served: Family<PoolKindLabels, Gauge>,
-    allocations: Family<PoolLabels, Counter>,
-    releases: Family<PoolLabels, Counter>,
     claim_failures: Family<ReasonLabels, Counter>,
     claim_ready_latency: Histogram,
     reconciles: Family<ControllerLabels, Counter>,
@@ -187,15 +155,9 @@ impl Metrics {
         let mut root = Registry::default();
         let standard = Standard::register(&mut root);
         let registry = root.sub_registry_with_prefix("inpool");
-        let pool_size = Family::<PoolLabels, U64Gauge>::default();
-        let pool_used = Family::<PoolLabels, U64Gauge>::default();
-        let pool_free = Family::<PoolLabels, U64Gauge>::default();
-        let pool_out_of_range = Family::<PoolLabels, U64Gauge>::default();
-        let pool_waiting_claims = Family::<PoolLabels, U64Gauge>::default();
-        let foreign_addresses = Family::<PoolLabels, U64Gauge>::default();
+        let pools = PoolSeries::default();
+        registry.register_collector(pools.collector());
         let pool_kind_served = Family::<PoolKindLabels, Gauge>::default();
-        let allocations = Family::<PoolLabels, Counter>::default();
-        let releases = Family::<PoolLabels, Counter>::default();
         let claim_failures = Family::<ReasonLabels, Counter>::default();
         let claim_ready_latency = Histogram::new(LATENCY_BUCKETS);
         let reconciles = Family::<ControllerLabels, Counter>::default();
@@ -214,46 +176,10 @@ impl Metrics {
         let audits = Counter::default();
 
         registry.register(
-            "pool_size",
-            "Addresses in the pool (its capacity), as in the pool's status.ipAddresses.total",
-            pool_size.clone(),
-        );
-        registry.register(
-            "pool_used",
-            "Addresses of the pool held by a claim",
-            pool_used.clone(),
-        );
-        registry.register(
-            "pool_free",
-            "Addresses of the pool that can still be allocated",
-            pool_free.clone(),
-        );
-        registry.register(
-            "pool_out_of_range",
-            "Addresses held by claims of the pool that lie outside its current ranges",
-            pool_out_of_range.clone(),
-        );
-        registry.register(
-            "pool_waiting_claims",
-            "Claims of the pool waiting for an address",
-            pool_waiting_claims.clone(),
-        );
-        registry.register(
-            "foreign_addresses",
-            "IPAddresses of the pool created by another writer (not inpool) since inpool's controllers started: another IPAM provider allocates from the pool",
-            foreign_addresses.clone(),
-        );
-        registry.register(
             "pool_kind_served",
             "1 while inpool watches and serves the pool kind, 0 when the API server does not serve it or inpool may not list and watch it (its CRD or RBAC is not installed)",
             pool_kind_served.clone(),
         );
-        registry.register(
-            "allocations",
-            "Addresses allocated to claims",
-            allocations.clone(),
-        );
-        registry.register("releases", "Addresses released by claims", releases.clone());
         registry.register(
             "claim_failures",
             "Claims that could not get an address, by the reason of their Ready condition",
@@ -323,15 +249,8 @@ impl Metrics {
                 registry: root,
                 standard,
                 lease: std::sync::OnceLock::new(),
-                pool_size,
-                pool_used,
-                pool_free,
-                pool_out_of_range,
-                pool_waiting_claims,
-                foreign_addresses,
+                pools,
                 pool_kind_served,
-                allocations,
-                releases,
                 claim_failures,
                 claim_ready_latency,
                 reconciles,
@@ -367,28 +286,29 @@ impl Metrics {
         free: u64,
         out_of_range: u64,
     ) {
-        let labels = PoolLabels::from(pool);
-        let i = &self.inner;
-        i.pool_size.get_or_create(&labels).set(total);
-        i.pool_used.get_or_create(&labels).set(used);
-        i.pool_free.get_or_create(&labels).set(free);
-        i.pool_out_of_range.get_or_create(&labels).set(out_of_range);
+        self.inner.pools.set(
+            pool,
+            &[
+                (PoolGauge::Size, total),
+                (PoolGauge::Used, used),
+                (PoolGauge::Free, free),
+                (PoolGauge::OutOfRange, out_of_range),
+            ],
+        );
     }
 
     /// Sets how many claims wait for an address from the pool.
     pub fn pool_waiting_claims(&self, pool: &PoolKey, waiting: u64) {
         self.inner
-            .pool_waiting_claims
-            .get_or_create(&PoolLabels::from(pool))
-            .set(waiting);
+            .pools
+            .set(pool, &[(PoolGauge::WaitingClaims, waiting)]);
     }
 
     /// Sets how many foreign `IPAddress`es the pool has (see `controllers::sources::writers`).
     pub fn foreign_addresses(&self, pool: &PoolKey, count: u64) {
         self.inner
-            .foreign_addresses
-            .get_or_create(&PoolLabels::from(pool))
-            .set(count);
+            .pools
+            .set(pool, &[(PoolGauge::ForeignAddresses, count)]);
     }
 
     /// Sets whether the reference provider's leader election Lease is live.
@@ -399,52 +319,25 @@ impl Metrics {
     /// Drops a deleted pool's gauges. Its allocation and release counters stay (counters must not
     /// go backwards while the process runs).
     pub fn forget_pool(&self, pool: &PoolKey) {
-        let labels = PoolLabels::from(pool);
-        let i = &self.inner;
-        for family in [
-            &i.pool_size,
-            &i.pool_used,
-            &i.pool_free,
-            &i.pool_out_of_range,
-            &i.pool_waiting_claims,
-            &i.foreign_addresses,
-        ] {
-            family.remove(&labels);
-        }
+        self.inner.pools.forget(pool);
     }
 
-    /// Drops every pool's gauges (and the reference Lease's): when this process stops running the controllers (lost the
-    /// lease, shutting down), so that only the leader exports pool state and a former leader
-    /// leaves no stale series behind.
+    /// Drops every pool's gauges (and the reference Lease's): when this process stops running
+    /// the controllers (lost the lease, shutting down), so that only the leader exports pool
+    /// state and a former leader leaves no stale series behind.
     pub fn clear_pools(&self) {
-        let i = &self.inner;
-        for family in [
-            &i.pool_size,
-            &i.pool_used,
-            &i.pool_free,
-            &i.pool_out_of_range,
-            &i.pool_waiting_claims,
-            &i.foreign_addresses,
-        ] {
-            family.clear();
-        }
-        i.reference_provider_lease.set(0);
+        self.inner.pools.forget_all();
+        self.inner.reference_provider_lease.set(0);
     }
 
     /// Counts one address allocated from the pool.
     pub fn allocation(&self, pool: &PoolKey) {
-        self.inner
-            .allocations
-            .get_or_create(&PoolLabels::from(pool))
-            .inc();
+        self.inner.pools.inc(pool, PoolCounter::Allocations);
     }
 
     /// Counts one address released back to the pool.
     pub fn release(&self, pool: &PoolKey) {
-        self.inner
-            .releases
-            .get_or_create(&PoolLabels::from(pool))
-            .inc();
+        self.inner.pools.inc(pool, PoolCounter::Releases);
     }
 
     /// Counts a claim that could not get an address; `reason` is the reason of its Ready

@@ -4,6 +4,7 @@
 //! - [`logging`]: `tracing` subscriber, text or JSON, filtered by an EnvFilter directive;
 //! - [`metrics`]: [`Metrics`], the registry the controllers record into (names in
 //!   docs/operations.md);
+//! - [`pool_series`]: the per-pool series, one entry per pool;
 //! - [`standard`]: the families every controller-runtime manager exports (reconciles, work
 //!   queue, API client, process, leader election);
 //! - [`tls`]: the diagnostics server's TLS versions, suites and curves;
@@ -14,6 +15,7 @@
 pub mod diagnostics;
 pub mod logging;
 pub mod metrics;
+mod pool_series;
 pub mod server;
 pub mod standard;
 pub mod tls;
