@@ -16,10 +16,10 @@ use inpool::api::{
     ADDRESS_FINALIZER, CLAIM_FINALIZER, ConditionStatus, DesiredCondition,
     GLOBAL_IN_CLUSTER_IP_POOL_KIND, GlobalInClusterIPPool, GlobalInClusterIPPoolSpec,
     IN_CLUSTER_IP_POOL_KIND, IN_CLUSTER_PREFIX_POOL_KIND, IPAM_GROUP, IPAddress, IPAddressClaim,
-    IPAddressClaimReference, IPAddressClaimSpec, IPAddressSpec, IPPoolReference, InClusterIPPool,
-    InClusterIPPoolSpec, InClusterPrefixPool, InClusterPrefixPoolSpec, MAX_PRE_ALLOCATIONS,
-    POOL_VERSION, PreAllocation, READY_CONDITION, REASON_ADDRESS_ALLOCATED, claim_status_patch,
-    claim_status_with_ready,
+    IPAddressClaimReference, IPAddressClaimSpec, IPAddressSpec, IPPool, IPPoolReference,
+    InClusterIPPool, InClusterIPPoolSpec, InClusterPrefixPool, InClusterPrefixPoolSpec,
+    MAX_PRE_ALLOCATIONS, POOL_VERSION, PreAllocation, READY_CONDITION, REASON_ADDRESS_ALLOCATED,
+    claim_status_patch, claim_status_with_ready,
 };
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Namespace;
@@ -1342,36 +1342,26 @@ async fn wait_pool_status(
         + Duration::from_secs(1) * u32::try_from(scenario.pools / 5)?
         + STATUS_WAIT;
     let started = Instant::now();
-    let lp = ListParams::default();
     loop {
-        let used: Vec<(String, Option<i64>)> =
-            match (scenario.sub_prefixes, scenario.shared_by_namespaces) {
-                (Some(_), _) => {
-                    Api::<InClusterPrefixPool>::namespaced(client.clone(), &scenario.namespace)
-                        .list(&lp)
-                        .await?
-                        .items
-                        .into_iter()
-                        .map(|p| (p.name_any(), used_of(p.status)))
-                        .collect()
-                }
-                (None, Some(_)) => Api::<GlobalInClusterIPPool>::all(client.clone())
-                    .list(&lp)
-                    .await?
-                    .items
-                    .into_iter()
-                    .map(|p| (p.name_any(), used_of(p.status)))
-                    .collect(),
-                (None, None) => {
-                    Api::<InClusterIPPool>::namespaced(client.clone(), &scenario.namespace)
-                        .list(&lp)
-                        .await?
-                        .items
-                        .into_iter()
-                        .map(|p| (p.name_any(), used_of(p.status)))
-                        .collect()
-                }
-            };
+        let used = match (scenario.sub_prefixes, scenario.shared_by_namespaces) {
+            (Some(_), _) => {
+                pools_used(Api::<InClusterPrefixPool>::namespaced(
+                    client.clone(),
+                    &scenario.namespace,
+                ))
+                .await?
+            }
+            (None, Some(_)) => {
+                pools_used(Api::<GlobalInClusterIPPool>::all(client.clone())).await?
+            }
+            (None, None) => {
+                pools_used(Api::<InClusterIPPool>::namespaced(
+                    client.clone(),
+                    &scenario.namespace,
+                ))
+                .await?
+            }
+        };
         // The canary's pool is not the scenario's: its count is left out.
         let counted = used
             .iter()
@@ -1397,9 +1387,19 @@ async fn wait_pool_status(
     }
 }
 
-/// A pool status's `ipAddresses.used`, if it has counts.
-fn used_of(status: Option<inpool::api::InClusterIPPoolStatus>) -> Option<i64> {
-    Some(status?.ip_addresses?.used)
+/// Each pool's name and `status.ipAddresses.used`, if its status has counts.
+async fn pools_used<P>(api: Api<P>) -> anyhow::Result<Vec<(String, Option<i64>)>>
+where
+    P: IPPool + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let pools = api.list(&ListParams::default()).await?.items;
+    Ok(pools
+        .iter()
+        .map(|p| {
+            let used = p.pool_status().and_then(|s| s.ip_addresses.as_ref());
+            (p.name_any(), used.map(|counts| counts.used))
+        })
+        .collect())
 }
 
 #[allow(clippy::too_many_arguments)]
