@@ -186,8 +186,16 @@ pub fn table(runs: &[Run]) -> String {
         each(&|r| opt(r.reconciles_per_claim, 2)),
     );
     row(
-        "provider CPU (s)",
+        "provider CPU to all Ready (s)",
         each(&|r| opt(r.provider_cpu_seconds, 1)),
+    );
+    row(
+        "every pool's status counts its claims at (s)",
+        each(&|r| opt(r.seconds_to_pool_status, 1)),
+    );
+    row(
+        "provider CPU until then (s)",
+        each(&|r| opt(r.provider_cpu_seconds_to_pool_status, 1)),
     );
     row(
         "provider CPU per 1,000 claims (s)",

@@ -401,6 +401,10 @@ pub struct Run {
     pub reconcile_errors: Option<f64>,
     /// Provider CPU seconds between the first create and the last Ready.
     pub provider_cpu_seconds: Option<f64>,
+    /// Provider CPU seconds between the first create and every pool's status counting its
+    /// claims (inpool only: `seconds_to_pool_status`): the claim path and the status writes the
+    /// pacing held back.
+    pub provider_cpu_seconds_to_pool_status: Option<f64>,
     /// Provider resident memory once ready, before the first claim is created (its base: the
     /// canary's claim and the pools only), MiB.
     pub provider_base_rss_mib: Option<f64>,
@@ -1494,6 +1498,7 @@ async fn measure_scenario(
             })
         })
         .await?;
+    let at_ready = process::proc_stat(process.pid);
     let seconds_to_pool_status = if provider.is_inpool {
         wait_pool_status(client, scenario, t0).await?
     } else {
@@ -1550,7 +1555,10 @@ async fn measure_scenario(
     );
     run.control_plane_peaks = plane_pid.map(process::plane_peaks);
     if let (Some(b), Some(a)) = (before.provider, after.provider) {
-        run.provider_cpu_seconds = Some(a.cpu_seconds - b.cpu_seconds);
+        run.provider_cpu_seconds = at_ready.map(|r| r.cpu_seconds - b.cpu_seconds);
+        run.provider_cpu_seconds_to_pool_status = seconds_to_pool_status
+            .is_some()
+            .then_some(a.cpu_seconds - b.cpu_seconds);
         run.provider_base_rss_mib = Some(b.rss_kib as f64 / 1024.0);
         run.provider_peak_rss_mib = Some(a.hwm_kib as f64 / 1024.0);
         run.provider_rss_mib = Some(a.rss_kib as f64 / 1024.0);
