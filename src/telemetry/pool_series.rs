@@ -111,7 +111,9 @@ impl PoolValues {
         self.gauges_set |= 1 << i;
     }
 
-    fn counted(&self) -> bool {
+    /// Drops the gauges; whether anything is left to export (a counter counted).
+    fn forget_gauges(&mut self) -> bool {
+        self.gauges_set = 0;
         self.counters.iter().any(|&c| c > 0)
     }
 }
@@ -146,21 +148,17 @@ impl PoolSeries {
     /// Drops the pool's gauges (a deleted pool); its counters stay.
     pub fn forget(&self, pool: &PoolKey) {
         let mut values = self.values();
-        if let Some(v) = values.get_mut(pool) {
-            v.gauges_set = 0;
-            if !v.counted() {
-                values.remove(pool);
-            }
+        if let Some(v) = values.get_mut(pool)
+            && !v.forget_gauges()
+        {
+            values.remove(pool);
         }
     }
 
     /// Drops every pool's gauges; the counters stay.
     pub fn forget_all(&self) {
         let mut values = self.values();
-        values.retain(|_, v| {
-            v.gauges_set = 0;
-            v.counted()
-        });
+        values.retain(|_, v| v.forget_gauges());
     }
 
     /// The collector that encodes these series at each scrape.
