@@ -81,9 +81,10 @@ impl CacheWriter {
             }
             watcher::Event::InitApply(watched) => {
                 if let Some(claim) = watched.claim {
+                    let claim = self.cached_copy(&claim).unwrap_or_else(|| Arc::new(claim));
                     self.listing
                         .get_or_insert_with(HashMap::new)
-                        .insert(claim.key().clone(), Arc::new(claim));
+                        .insert(claim.key().clone(), claim);
                 }
                 Vec::new()
             }
@@ -115,6 +116,16 @@ impl CacheWriter {
                 Vec::new()
             }
         }
+    }
+
+    /// The cache's copy of `claim` when a list brings the very version the cache holds. Until a
+    /// re-list is complete the old cache serves beside it; sharing each unchanged claim keeps one
+    /// copy of it, not two, so a re-list (after a control-plane restart, say) does not double
+    /// the claims' memory for its duration.
+    fn cached_copy(&self, claim: &CachedClaim) -> Option<Arc<CachedClaim>> {
+        self.cache
+            .get(claim.key())
+            .filter(|cached| cached.is_same_version(claim))
     }
 
     /// Removes the claim from the cache, if it is there.
@@ -230,6 +241,60 @@ mod tests {
                 .is_empty()
         );
         assert!(cache.is_empty());
+    }
+
+    fn with_uid(name: &str, version: &str, uid: &str) -> WatchedClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": version, "uid": uid},
+            "spec": {"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool",
+                "name": "p"}}
+        }))
+        .expect("a valid claim")
+    }
+
+    #[test]
+    fn a_relist_shares_each_unchanged_claim_with_the_cache_it_replaces() {
+        let cache = ClaimCache::default();
+        let mut writer = CacheWriter::new(cache.clone());
+        let list = |writer: &mut CacheWriter, claims: Vec<WatchedClaim>| {
+            writer.apply(watcher::Event::Init);
+            for claim in claims {
+                writer.apply(watcher::Event::InitApply(claim));
+            }
+            writer.apply(watcher::Event::InitDone)
+        };
+        list(
+            &mut writer,
+            vec![
+                watched("same", "1"),
+                watched("changed", "2"),
+                with_uid("recreated", "3", "uid-a"),
+            ],
+        );
+        let held = |name: &str| cache.get(&key(name)).expect("cached");
+        let (same, changed, recreated) = (held("same"), held("changed"), held("recreated"));
+
+        let requests = list(
+            &mut writer,
+            vec![
+                watched("same", "1"),
+                watched("changed", "7"),
+                with_uid("recreated", "3", "uid-b"),
+            ],
+        );
+        assert_eq!(requests.len(), 3, "a re-list still reconciles every claim");
+        assert!(
+            Arc::ptr_eq(&same, &held("same")),
+            "an unchanged claim is kept once, not copied"
+        );
+        assert!(!Arc::ptr_eq(&changed, &held("changed")));
+        assert_eq!(held("changed").resource_version().as_deref(), Some("7"));
+        assert!(
+            !Arc::ptr_eq(&recreated, &held("recreated")),
+            "another object of the same name is another claim"
+        );
+        assert_eq!(held("recreated").uid().as_deref(), Some("uid-b"));
     }
 
     #[test]

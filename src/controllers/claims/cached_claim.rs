@@ -359,6 +359,15 @@ impl CachedClaim {
         self.resource_version.as_ref().map(ResourceVersion::text)
     }
 
+    /// Whether `other` is this very version of the same claim: the same uid and the same
+    /// `resourceVersion`, which the API server gives to one version of one object only.
+    pub fn is_same_version(&self, other: &CachedClaim) -> bool {
+        self.resource_version.is_some()
+            && self.resource_version == other.resource_version
+            && self.uid == other.uid
+            && self.key == other.key
+    }
+
     pub fn creation_timestamp(&self) -> Option<&Time> {
         self.created.as_ref()
     }
