@@ -276,6 +276,11 @@ fn pools_section() {
     let (store, kept_store) = per_claim(count, || footprint::pool_store(&pools));
     let (registry, kept_registry) = per_claim(count, || RegistryFootprint::with_pools(&pools));
     let (metrics, kept_metrics) = per_claim(count, || footprint::pool_metrics(&pools));
+    let (served, kept_served) = per_claim(count, || {
+        let mut registry = RegistryFootprint::with_pools(&pools);
+        registry.serve_one_claim_each(&pools);
+        registry
+    });
     let lines = [
         ("pool store (the watch's objects)", store),
         ("registry (entry, allocator, index)", registry),
@@ -295,5 +300,9 @@ fn pools_section() {
             per.bytes, per.allocations
         );
     }
-    black_box((kept_store, kept_registry, kept_metrics));
+    println!(
+        "  {:<39}  {:>7.0}  {:>5.1}",
+        "registry once each pool served a claim", served.bytes, served.allocations
+    );
+    black_box((kept_store, kept_registry, kept_metrics, kept_served));
 }

@@ -9,9 +9,9 @@ use super::claims::cached_claim::WatchedClaim;
 use super::sources::watch::drop_unread_fields;
 use super::state::facts::{address_hold, address_key, pool_state};
 use super::state::reservation::hold_of;
-use super::state::{Change, Registry};
+use super::state::{Allocation, Change, QueuedClaim, Registry};
 use crate::api::reservation::IPAddressReservation;
-use crate::api::{IPAddress, IPAddressClaim, InClusterIPPool, PoolKey};
+use crate::api::{IPAddress, IPAddressClaim, InClusterIPPool, ObjectKey, PoolKey};
 
 /// The claim cache after the claim watch listed `claims`.
 pub struct ClaimCacheFootprint(ClaimCache);
@@ -79,6 +79,24 @@ impl RegistryFootprint {
             registry.apply(Change::Pool(key, pool_state(pool)));
         }
         RegistryFootprint(registry)
+    }
+
+    /// Serves one claim in each pool of `pools` as the claim controller does: queued, given an
+    /// address, and the address let go again. What an entry keeps once its claims have come and
+    /// gone.
+    pub fn serve_one_claim_each(&mut self, pools: &[InClusterIPPool]) {
+        for pool in pools {
+            let namespace = pool.metadata.namespace.as_deref().unwrap_or_default();
+            let key =
+                PoolKey::in_cluster(namespace, pool.metadata.name.as_deref().unwrap_or_default());
+            let claim = QueuedClaim {
+                created: "2026-11-30T10:00:00Z".into(),
+                claim: ObjectKey::new(namespace, "claim"),
+            };
+            if let Allocation::Reserve { ip, .. } = self.0.try_allocate(&key, claim) {
+                self.0.finish(&key, ip);
+            }
+        }
     }
 
     /// Records the holds of `reservations` and `addresses` as the watches do; returns how many

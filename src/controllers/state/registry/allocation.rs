@@ -77,7 +77,7 @@ impl Registry {
             };
         };
         let length = allocator.unit_length();
-        entry.waiting.remove(&claim);
+        entry.unqueue(&claim);
         let scope = self.reservation_scope(pool, ip);
         self.start_in_flight(HoldRecord {
             pool: pool.clone(),
@@ -101,14 +101,14 @@ impl Registry {
     /// someone else removed the finalizer), so that they cannot hold up the queue.
     pub fn prune_waiting(&mut self, pool: &PoolKey, is_live: impl Fn(&ObjectKey) -> bool) {
         if let Some(entry) = self.pools.get_mut(pool) {
-            entry.waiting.retain(|q| is_live(&q.claim));
+            entry.unqueue_where(|claim| !is_live(claim));
         }
     }
 
     /// [`Registry::prune_waiting`] in every pool.
     pub fn prune_waiting_everywhere(&mut self, is_live: impl Fn(&ObjectKey) -> bool) {
         for entry in self.pools.values_mut() {
-            entry.waiting.retain(|q| is_live(&q.claim));
+            entry.unqueue_where(|claim| !is_live(claim));
         }
     }
 
@@ -117,7 +117,7 @@ impl Registry {
     pub fn hold_in_flight(&mut self, pool: &PoolKey, claim: &ObjectKey, ip: IpAddr) {
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
-        entry.waiting.retain(|q| &q.claim != claim);
+        entry.unqueue_where(|queued| queued == claim);
         let length = entry
             .unit_length()
             .unwrap_or_else(|| HoldRecord::address_length(ip));
@@ -149,12 +149,10 @@ impl Registry {
 
     /// The claim no longer waits in this pool (deleted, paused, adopted elsewhere).
     pub fn forget_claim(&mut self, pool: &PoolKey, claim: &ObjectKey) {
-        if let Some(entry) = self.pools.get_mut(pool) {
-            let before = entry.waiting.len();
-            entry.waiting.retain(|q| &q.claim != claim);
-            if entry.waiting.len() != before {
-                self.dirty.insert(pool.clone());
-            }
+        if let Some(entry) = self.pools.get_mut(pool)
+            && entry.unqueue_where(|queued| queued == claim)
+        {
+            self.dirty.insert(pool.clone());
         }
     }
 

@@ -316,9 +316,7 @@ impl Registry {
         }
         self.hold_record(&record);
         let entry = self.pool_entry(&record.pool);
-        entry
-            .waiting
-            .retain(|q| record.holder.claim() != Some(&q.claim));
+        entry.unqueue_where(|claim| record.holder.claim() == Some(claim));
         match old {
             Some(old) => self.release_record(&old),
             None => Vec::new(),

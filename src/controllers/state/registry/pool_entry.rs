@@ -164,6 +164,29 @@ impl PoolEntry {
         self.covering.keys().any(|block| block.contains(unit))
     }
 
+    /// Takes `claim` out of the queue; see [`PoolEntry::unqueue_where`].
+    pub(super) fn unqueue(&mut self, claim: &QueuedClaim) {
+        self.waiting.remove(claim);
+        self.give_back_empty_queue();
+    }
+
+    /// Takes out of the queue the claims `leaves` picks; returns whether any left.
+    pub(super) fn unqueue_where(&mut self, mut leaves: impl FnMut(&ObjectKey) -> bool) -> bool {
+        let before = self.waiting.len();
+        self.waiting.retain(|q| !leaves(&q.claim));
+        self.give_back_empty_queue();
+        self.waiting.len() != before
+    }
+
+    /// A `BTreeSet` keeps its root node (456 bytes for a queue of claims) once it has held
+    /// anything, even when emptied: over a fleet of small pools whose claims have all been served
+    /// that is more than a tenth of each pool's memory. An empty queue holds nothing.
+    fn give_back_empty_queue(&mut self) {
+        if self.waiting.is_empty() {
+            self.waiting = BTreeSet::new();
+        }
+    }
+
     /// Whether the entry only remembers a pool that no longer exists (or never did) and nothing
     /// refers to it: then it can go.
     pub(super) fn is_forgettable(&self) -> bool {

@@ -180,7 +180,7 @@ impl Registry {
             return Allocation::PreAllocationConflict { ip, conflict };
         }
         let entry = self.pool_entry(pool);
-        entry.waiting.retain(|q| &q.claim != claim);
+        entry.unqueue_where(|queued| queued == claim);
         let length = entry
             .unit_length()
             .unwrap_or_else(|| HoldRecord::address_length(ip));
