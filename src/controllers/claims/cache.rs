@@ -169,12 +169,15 @@ mod tests {
     }
 
     fn watched_of(name: &str, version: &str, group: &str, kind: &str) -> WatchedClaim {
-        serde_json::from_value(serde_json::json!({
+        serde_json::from_value(claim_object(name, version, group, kind)).expect("a valid claim")
+    }
+
+    fn claim_object(name: &str, version: &str, group: &str, kind: &str) -> serde_json::Value {
+        serde_json::json!({
             "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
             "metadata": {"name": name, "namespace": "ns", "resourceVersion": version},
             "spec": {"poolRef": {"apiGroup": group, "kind": kind, "name": "p"}}
-        }))
-        .expect("a valid claim")
+        })
     }
 
     fn cached(cache: &ClaimCache) -> Vec<(String, Option<String>)> {
@@ -244,13 +247,9 @@ mod tests {
     }
 
     fn with_uid(name: &str, version: &str, uid: &str) -> WatchedClaim {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
-            "metadata": {"name": name, "namespace": "ns", "resourceVersion": version, "uid": uid},
-            "spec": {"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool",
-                "name": "p"}}
-        }))
-        .expect("a valid claim")
+        let mut object = claim_object(name, version, "ipam.cluster.x-k8s.io", "InClusterIPPool");
+        object["metadata"]["uid"] = uid.into();
+        serde_json::from_value(object).expect("a valid claim")
     }
 
     #[test]
