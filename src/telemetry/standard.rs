@@ -25,9 +25,8 @@
 //! `ipaddressclaim`, the four pool kinds, `ipaddressreservation`. `result` is `success`,
 //! `error`, `requeue` or `requeue_after`. The claims' queue has two priorities, as
 //! controller-runtime's priority queue: `0` for requests that change something, `-100` for a
-//! realised claim the watch brings, which only needs confirming. kube-runtime's controllers
-//! (pools, released reservations) are measured at the edges of their scheduler's queue
-//! (`controllers::runtime::metered`), with the one priority `0`.
+//! realised claim the watch brings, which only needs confirming. The other controllers (pools,
+//! released reservations) run on the same work queue with every request at priority `0`.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;

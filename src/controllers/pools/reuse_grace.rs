@@ -9,9 +9,9 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Preconditions};
-use kube::runtime::controller::Action;
 
 use crate::controllers::runtime::Context;
+use crate::controllers::runtime::controller::Action;
 use crate::controllers::runtime::error::{self, Error};
 use crate::controllers::state::reservation::IPAddressReservation;
 

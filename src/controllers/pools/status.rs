@@ -13,13 +13,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config};
-use kube::runtime::reflector::ObjectRef;
 
 use crate::allocator::canonical;
 use crate::api::ObjectKey;
@@ -29,10 +26,10 @@ use crate::api::{
     ConditionStatus, DesiredCondition, IPAddressesStatus, IPPool, InClusterIPPoolStatus,
     PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
 };
+use crate::controllers::runtime::controller::{Action, Controller};
 use crate::controllers::runtime::error::{self, Error};
 use crate::controllers::runtime::events::EventType;
-use crate::controllers::runtime::metered::{self, Metered};
-use crate::controllers::runtime::{Context, MANAGER, delete_if_present, finalizers};
+use crate::controllers::runtime::{Context, MANAGER, delete_if_present, finalizers, object_ref};
 use crate::controllers::sources::pool_kinds::PoolObject;
 use crate::controllers::sources::watch::Subscription;
 use crate::controllers::sources::writers::{Foreign, foreign_message};
@@ -190,39 +187,21 @@ const LISTED: usize = 10;
 pub async fn run<P: PoolObject>(
     ctx: &Arc<Context>,
     subscription: Subscription<P>,
-    wakes: UnboundedReceiver<ObjectRef<P>>,
+    wakes: UnboundedReceiver<PoolKey>,
 ) {
     // At most `--concurrency` pool reconciles at once, however many pools there are: each
     // reconcile in progress holds an API connection with its buffers, and with no bound a start
     // with 1,000 pools opened 1,000 of them at once (about 140 KiB of memory per pool, kept).
-    let concurrency = ctx.settings.concurrency;
-    let metered = Metered::new(
-        &ctx.metrics,
+    let (store, requests) = subscription.requests(|pool| pool.key());
+    Controller::new(
         &P::KIND.name().to_ascii_lowercase(),
-        concurrency,
-    );
-    let (triggered, woken, reconciled) = (metered.clone(), metered.clone(), metered.clone());
-    let wakes = wakes.inspect(move |pool| {
-        woken.requested(metered::key(pool.namespace.as_deref(), &pool.name));
-    });
-    let outcomes = subscription
-        .controller_with(move |pool| {
-            triggered.requested(metered::key(pool.namespace().as_deref(), &pool.name_any()));
-        })
-        .reconcile_on(wakes)
-        .with_config(Config::default().concurrency(concurrency))
-        .run(
-            move |pool, ctx| {
-                let (metered, key) = (
-                    reconciled.clone(),
-                    metered::key(pool.namespace().as_deref(), &pool.name_any()),
-                );
-                async move { metered.reconcile(key, reconcile(pool, ctx)).await }
-            },
-            error_policy,
-            ctx.clone(),
-        );
-    error::drain(ctx, "pool", &metered, outcomes).await;
+        requests,
+        move |key: &PoolKey| store.get(&object_ref(key)),
+    )
+    .reconcile_on(wakes)
+    .concurrency(ctx.settings.concurrency)
+    .run(reconcile, error_policy, ctx.clone())
+    .await;
 }
 
 #[tracing::instrument(skip_all, fields(pool = %pool.key()))]

@@ -1,44 +1,52 @@
-//! The claim runtime: the loop that runs
-//! [`claims::reconcile::reconcile`](crate::controllers::claims::reconcile::reconcile) on the
-//! claims of the claim cache, in the shapes of kube-runtime's `Controller`: a builder
-//! ([`ClaimController`]: `new`, `reconcile_on`, `concurrency`, then `run(reconcile, error_policy,
-//! ctx)`), a reconcile that returns an [`Action`], and an error policy that picks the retry
-//! ([`super::error`]). Finalizers and Events are the runtime's too ([`super::finalizers`],
-//! [`super::events`]), used by every reconciler.
+//! The controllers' runtime: the loop that runs a reconciler over the objects its sources ask
+//! for, in the shapes of kube-runtime's `Controller`: a builder ([`Controller`]: `new`,
+//! `reconcile_on`, `concurrency`, then `run(reconcile, error_policy, ctx)`), a reconcile that
+//! returns an [`Action`], and an error policy that picks the retry ([`super::error`]). The claims
+//! ([`claim_controller`], reading the claim cache), each pool kind and the released reservations
+//! (reading the reflector store their watch keeps) each run one. Finalizers and Events are the
+//! runtime's too ([`super::finalizers`], [`super::events`]), used by every reconciler.
 //!
-//! Why claims do not run on kube-runtime's `Controller` (kube-runtime 5.0.0), as pools and
-//! released reservations do, for two reasons, both measured:
+//! Why not kube-runtime's `Controller` (kube-runtime 5.0.0), for three reasons, all measured:
 //!
-//! - **Memory.** `Controller` reads its objects from a reflector `Store` (`reflector/store.rs`),
-//!   which keys each object by an `ObjectRef` (a copy of its name and namespace, plus its UID and
-//!   resourceVersion) and holds the whole object with its `ObjectMeta`. For claims that cost
-//!   980 bytes and 11 allocations per claim at 10,000 claims; the claim cache
-//!   ([`CachedClaim`] keyed by an [`ObjectKey`] of interned names) costs 503 bytes and 2
-//!   (`cargo bench --bench memory`).
+//! - **Memory per claim.** `Controller` reads its objects from a reflector `Store`
+//!   (`reflector/store.rs`), which keys each object by an `ObjectRef` (a copy of its name and
+//!   namespace, plus its UID and resourceVersion) and holds the whole object with its
+//!   `ObjectMeta`. For claims that cost 980 bytes and 11 allocations per claim at 10,000 claims;
+//!   the claim cache ([`CachedClaim`] keyed by an [`ObjectKey`] of interned names) costs 503
+//!   bytes and 2 (`cargo bench --bench memory`).
 //! - **Order.** `Controller`'s scheduler (`scheduler.rs`) serves due requests in one order, with
 //!   no priority. After a restart every claim is reconciled once, and a claim that still needs
 //!   its address waited behind all of them, once for each of its steps: at 30,000 claims a new
 //!   claim created during a restart was Ready after 29.6 s. Here a realised claim the watch
 //!   brings only needs confirming and waits behind every other request
 //!   ([`Urgency`](super::queue::Urgency)).
+//! - **Memory per pool.** The scheduler keys its hash tables and its delay queue's slab by
+//!   `ObjectRef`, grows them when a start schedules every pool at once, and never shrinks them:
+//!   about 700 bytes per pool for the life of the process (heaptrack, 1,000 pools). The
+//!   [`WorkQueue`] keys by the controller's own key (a [`PoolKey`](crate::api::PoolKey) of
+//!   interned names) and gives its tables back once they are empty.
 //!
 //! Its own [`Action`] mirrors kube-runtime's: kube's keeps its delay private (no accessor in
 //! `controller/mod.rs`), so a loop outside kube-runtime cannot read it.
 //!
 //! What the loop guarantees, as kube's does:
 //!
-//! - a claim is reconciled by one reconcile at a time ([`WorkQueue`]);
-//! - requests for one claim merge into one (the earliest wins); at most `--concurrency` claims
+//! - an object is reconciled by one reconcile at a time ([`WorkQueue`]);
+//! - requests for one object merge into one (the earliest wins); at most `--concurrency` objects
 //!   are reconciled at once;
-//! - none is reconciled before the first list of claims is complete (allocating before every
-//!   claim is known could hand a waiting claim's place to a newer one), nor before the other
-//!   caches have listed (allocating before every held address is known could pick one that is
-//!   taken). The claim watch opens only once the other caches have listed: listing them all at
-//!   once saves about 2 s of 14 at a start with 30,000 claims, but raises the start's peak memory
-//!   by 8 MiB;
-//! - a reconcile's [`Action`] asks for the claim again after a delay, or not until something
+//! - an object deleted between its request and its reconcile is dropped (kube's
+//!   `ObjectNotFound`);
+//! - a reconcile's [`Action`] asks for the object again after a delay, or not until something
 //!   changes.
+//!
+//! And for claims: none is reconciled before the first list of claims is complete (allocating
+//! before every claim is known could hand a waiting claim's place to a newer one), nor before the
+//! other caches have listed (allocating before every held address is known could pick one that is
+//! taken). The claim watch opens only once the other caches have listed: listing them all at
+//! once saves about 2 s of 14 at a start with 30,000 claims, but raises the start's peak memory
+//! by 8 MiB. The other controllers start once those caches have listed too.
 use std::future::Future;
+use std::hash::Hash;
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,14 +57,14 @@ use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 use tokio::time::Instant;
 
-use super::queue::{Started, WorkQueue};
+use super::queue::{Started, Urgency, WorkQueue};
 use crate::api::ObjectKey;
 use crate::controllers::claims::cache::CacheWriter;
 use crate::controllers::claims::cached_claim::{CachedClaim, WatchedClaim};
 use crate::controllers::runtime::Context;
 use crate::telemetry::ReconcileResult;
 
-/// The claim runtime's name in the controller-runtime metric families: the lowercase kind it
+/// The claim controller's name in the controller-runtime metric families: the lowercase kind it
 /// reconciles, as controller-runtime names a controller.
 pub const NAME: &str = "ipaddressclaim";
 
@@ -85,34 +93,67 @@ impl Action {
     }
 }
 
-/// The claim runtime, built as kube-runtime's `Controller` is: the watch it follows and the
-/// cache it fills ([`ClaimController::new`]), what else asks for reconciles
-/// ([`ClaimController::reconcile_on`]), how many run at once
-/// ([`ClaimController::concurrency`]), then [`ClaimController::run`] with the reconcile and the
-/// error policy.
-pub(crate) struct ClaimController<S> {
-    claims: S,
-    writer: CacheWriter,
-    wakes: Option<mpsc::UnboundedReceiver<ObjectKey>>,
-    concurrency: usize,
+/// What a controller's sources ask of its queue at one update: the objects to reconcile, and
+/// whether reconciles may start yet (claims wait for their first list: see the module).
+pub(crate) struct Requests<Key> {
+    pub keys: Vec<(Key, Urgency)>,
+    pub listed: bool,
 }
 
-impl<S> ClaimController<S>
+impl<Key> Requests<Key> {
+    /// One object to reconcile now, of a controller that needs no first list of its own.
+    pub fn now(key: Key) -> Requests<Key> {
+        Requests {
+            keys: vec![(key, Urgency::Urgent)],
+            listed: true,
+        }
+    }
+}
+
+/// A controller on the [`WorkQueue`], built as kube-runtime's `Controller` is: the requests its
+/// sources make and where it reads each object ([`Controller::new`]), what else asks for
+/// reconciles ([`Controller::reconcile_on`]), how many run at once
+/// ([`Controller::concurrency`]), then [`Controller::run`] with the reconcile and the error
+/// policy. The claims, the pools of each kind and the released reservations each run one.
+pub(crate) struct Controller<Key, Req, Look> {
+    name: String,
+    requests: Req,
+    lookup: Look,
+    wakes: Option<mpsc::UnboundedReceiver<Key>>,
+    concurrency: usize,
+    /// Whether reconciles may start before the sources have said so ([`Requests::listed`]).
+    listed: bool,
+}
+
+impl<Key, Obj, Req, Look> Controller<Key, Req, Look>
 where
-    S: Stream<Item = Result<watcher::Event<WatchedClaim>, watcher::Error>>,
+    Key: Clone + Eq + Hash + Ord,
+    Req: Stream<Item = Requests<Key>>,
+    Look: Fn(&Key) -> Option<Arc<Obj>>,
 {
-    /// A runtime over the claim watch `claims`, applied to the claim cache through `writer`.
-    pub fn new(claims: S, writer: CacheWriter) -> ClaimController<S> {
-        ClaimController {
-            claims,
-            writer,
+    /// The controller `name` (the lowercase kind it reconciles, as controller-runtime names a
+    /// controller, in the metric families), fed by `requests`, reading each object with
+    /// `lookup` when its reconcile starts (`None`: deleted since it was asked for).
+    pub fn new(name: &str, requests: Req, lookup: Look) -> Controller<Key, Req, Look> {
+        Controller {
+            name: name.to_string(),
+            requests,
+            lookup,
             wakes: None,
             concurrency: usize::MAX,
+            listed: true,
         }
     }
 
-    /// Claims others ask to be reconciled (capacity appeared, a Cluster changed, ...).
-    pub fn reconcile_on(mut self, wakes: mpsc::UnboundedReceiver<ObjectKey>) -> Self {
+    /// No reconcile starts until the requests say the first list is complete
+    /// ([`Requests::listed`]), wakes included.
+    fn waits_for_its_first_list(mut self) -> Self {
+        self.listed = false;
+        self
+    }
+
+    /// Objects others ask to be reconciled (capacity appeared, a Cluster changed, ...).
+    pub fn reconcile_on(mut self, wakes: mpsc::UnboundedReceiver<Key>) -> Self {
         self.wakes = Some(wakes);
         self
     }
@@ -126,34 +167,34 @@ where
         self
     }
 
-    /// Runs until the watch ends. A reconcile's error is turned into the next [`Action`] by
-    /// `error_policy`, as kube-runtime's `Controller::run` does. Started once the other caches
-    /// have listed (see the module).
+    /// Runs until the requests end. A reconcile's error is turned into the next [`Action`] by
+    /// `error_policy`, as kube-runtime's `Controller::run` does.
     pub async fn run<R, Fut, E>(
         self,
         reconcile: R,
-        error_policy: impl Fn(Arc<CachedClaim>, &E, Arc<Context>) -> Action,
+        error_policy: impl Fn(Arc<Obj>, &E, Arc<Context>) -> Action,
         ctx: Arc<Context>,
     ) where
-        R: Fn(Arc<CachedClaim>, Arc<Context>) -> Fut,
+        R: Fn(Arc<Obj>, Arc<Context>) -> Fut,
         Fut: Future<Output = Result<Action, E>>,
     {
-        let ClaimController {
-            claims,
-            mut writer,
+        let Controller {
+            name,
+            requests,
+            lookup,
             wakes,
             concurrency,
+            mut listed,
         } = self;
-        let started = Instant::now();
         let limit = if concurrency == usize::MAX {
             0
         } else {
             u16::try_from(concurrency).unwrap_or(u16::MAX)
         };
-        let reconciles = ctx.metrics.controller(NAME, limit);
-        let measured = ctx.metrics.queue(NAME);
+        let reconciles = ctx.metrics.controller(&name, limit);
+        let measured = ctx.metrics.queue(&name);
         let mut in_progress = tokio::time::interval(IN_PROGRESS_EVERY);
-        let mut claims = pin!(claims);
+        let mut requests = pin!(requests);
         // Without `reconcile_on`, a channel nobody sends on.
         let mut wakes = pin!(wakes.unwrap_or_else(|| mpsc::unbounded().1));
         let mut queue = WorkQueue::default();
@@ -161,23 +202,13 @@ where
         loop {
             let next_due = queue.next_due();
             tokio::select! {
-                event = claims.next() => match event {
-                    Some(Ok(event)) => {
-                        let list_ends = matches!(event, watcher::Event::InitDone);
-                        for (key, urgency) in writer.apply(event) {
+                asked = requests.next() => match asked {
+                    Some(Requests { keys, listed: now_listed }) => {
+                        for (key, urgency) in keys {
                             queue.now_as(key, urgency);
                         }
-                        let watched = ctx.stores.claims.len();
-                        ctx.metrics.claims_watched(watched);
-                        if list_ends {
-                            tracing::info!(
-                                claims = watched,
-                                seconds = started.elapsed().as_secs_f64(),
-                                "claims listed"
-                            );
-                        }
+                        listed = now_listed;
                     }
-                    Some(Err(e)) => super::error::watch_failed(&ctx, "claim", &e),
                     None => return,
                 },
                 Some(key) = wakes.next() => queue.now(key),
@@ -192,15 +223,14 @@ where
             measured.added(queue.stamp(now));
             let (total, longest) = queue.in_progress(now);
             measured.in_progress(total, longest);
-            // The first list must be complete: see the module.
-            while writer.is_listed() && queue.running() < concurrency {
+            while listed && queue.running() < concurrency {
                 let Some(Started { key, waited }) = queue.start(now) else {
                     break;
                 };
                 measured.taken(waited);
-                match ctx.stores.claims.get(&key) {
-                    Some(claim) => {
-                        let done = reconcile(claim.clone(), ctx.clone());
+                match lookup(&key) {
+                    Some(object) => {
+                        let done = reconcile(object.clone(), ctx.clone());
                         let (ctx, error_policy) = (ctx.clone(), &error_policy);
                         let (reconciles, measured) = (&reconciles, &measured);
                         reconciling.push(async move {
@@ -217,7 +247,7 @@ where
                                 Err(e) => {
                                     reconciles.finished(began, ReconcileResult::Error);
                                     measured.retried();
-                                    error_policy(claim, &e, ctx)
+                                    error_policy(object, &e, ctx)
                                 }
                             };
                             (key, action)
@@ -231,6 +261,53 @@ where
             measured.depth(urgent, routine);
         }
     }
+}
+
+/// The claims' [`Controller`]: the claim watch, applied to the claim cache, makes its requests,
+/// and its reconciles read the cache.
+pub(crate) fn claim_controller(
+    claims: impl Stream<Item = Result<watcher::Event<WatchedClaim>, watcher::Error>>,
+    mut writer: CacheWriter,
+    ctx: &Arc<Context>,
+) -> Controller<
+    ObjectKey,
+    impl Stream<Item = Requests<ObjectKey>>,
+    impl Fn(&ObjectKey) -> Option<Arc<CachedClaim>>,
+> {
+    let started = Instant::now();
+    let watching = ctx.clone();
+    let requests = claims.map(move |event| {
+        let ctx = &watching;
+        let keys = match event {
+            Ok(event) => {
+                let list_ends = matches!(event, watcher::Event::InitDone);
+                let keys = writer.apply(event);
+                let watched = ctx.stores.claims.len();
+                ctx.metrics.claims_watched(watched);
+                if list_ends {
+                    tracing::info!(
+                        claims = watched,
+                        seconds = started.elapsed().as_secs_f64(),
+                        "claims listed"
+                    );
+                }
+                keys
+            }
+            Err(e) => {
+                super::error::watch_failed(ctx, "claim", &e);
+                Vec::new()
+            }
+        };
+        Requests {
+            keys,
+            listed: writer.is_listed(),
+        }
+    });
+    let reading = ctx.clone();
+    Controller::new(NAME, requests, move |key: &ObjectKey| {
+        reading.stores.claims.get(key)
+    })
+    .waits_for_its_first_list()
 }
 
 async fn sleep_until(at: Option<Instant>) {

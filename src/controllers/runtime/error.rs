@@ -5,12 +5,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use futures::StreamExt;
-use kube::runtime::controller::{self, Action};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::metered::{Metered, key};
+use super::controller::Action;
 use crate::controllers::runtime::Context;
 
 /// The first retry of a failed reconcile comes after this long.
@@ -134,52 +131,6 @@ pub fn retry_delay(
 pub fn watch_failed(ctx: &Context, controller: &'static str, error: &dyn std::error::Error) {
     ctx.metrics.reconcile_error(controller, "watch");
     tracing::warn!(controller, %error, "watch failed; retrying");
-}
-
-/// Runs a controller's output stream to its end, reporting every error in it; an object gone
-/// before its reconcile is no longer waiting in `metered`.
-pub async fn drain<K, S>(ctx: &Context, controller: &'static str, metered: &Metered, outcomes: S)
-where
-    K: Resource,
-    S: futures::Stream<
-            Item = Result<
-                (ObjectRef<K>, Action),
-                controller::Error<Error, kube::runtime::watcher::Error>,
-            >,
-        >,
-{
-    outcomes
-        .for_each(|outcome| {
-            if let Err(e) = outcome {
-                if let controller::Error::ObjectNotFound(object) = &e {
-                    metered.forget(&key(object.namespace.as_deref(), &object.name));
-                }
-                report_run_error(ctx, controller, e);
-            }
-            futures::future::ready(())
-        })
-        .await;
-}
-
-/// What a controller's output stream yields besides successes. Reconcile failures were already
-/// reported by [`error_policy`]; the rest (its watch failing, the runner) is reported here.
-fn report_run_error<QueueErr: std::error::Error + 'static>(
-    ctx: &Context,
-    controller: &'static str,
-    error: controller::Error<Error, QueueErr>,
-) {
-    match error {
-        controller::Error::ReconcilerFailed(..) => {}
-        // Queued for an object that was deleted meanwhile: nothing left to do.
-        controller::Error::ObjectNotFound(object) => {
-            tracing::debug!(controller, %object, "queued object is gone");
-        }
-        controller::Error::QueueError(e) => watch_failed(ctx, controller, &e),
-        controller::Error::RunnerError(e) => {
-            ctx.metrics.reconcile_error(controller, "runner");
-            tracing::error!(controller, error = %e, "controller runner failed");
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! The controllers' runtime: the shared [`Context`], [`run`] (the wiring of watches, reconcilers
 //! and the audit), and the pieces every reconciler uses.
 //!
-//! - [`controller`]: the claim runtime's loop, with [`queue`], its work queue; the pool and
-//!   reuse-grace controllers run on kube-runtime's `Controller` instead (see [`controller`] for
-//!   why the claims do not);
+//! - [`controller`]: the controllers' loop, with [`queue`], its work queue: the claims', each pool
+//!   kind's and the released reservations' (see [`controller`] for why not kube-runtime's
+//!   `Controller`);
 //! - [`error`]: the controllers' error type, backoff, and where failures are logged and counted;
 //! - [`events`]: Kubernetes Events, written as kube-runtime's recorder writes them;
 //! - [`finalizers`]: adding and removing a finalizer, for every writer.
@@ -11,7 +11,6 @@ pub(crate) mod controller;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod finalizers;
-pub(crate) mod metered;
 pub(crate) mod queue;
 
 use std::future::Future;
@@ -24,7 +23,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 
-use self::controller::ClaimController;
+use self::controller::Controller;
 use super::claims::cache::{CacheWriter, ClaimCache};
 use super::claims::cached_claim::WatchedClaim;
 use super::claims::own_writes::OwnWrites;
@@ -346,7 +345,7 @@ pub async fn run(
             seconds = started.elapsed().as_secs_f64(),
             "pools, Clusters, reservations and IPAddresses listed"
         );
-        let claims = ClaimController::new(claims, claim_writer)
+        let claims = controller::claim_controller(claims, claim_writer, &ctx)
             .reconcile_on(wake_rx)
             .concurrency(ctx.settings.concurrency)
             .run(
@@ -356,31 +355,16 @@ pub async fn run(
             );
         // The pool and reuse-grace controllers share the feed's watches (see `watch`).
         let pools = subscriptions.pools.run(&ctx);
-        let reservations = metered::Metered::new(&ctx.metrics, "ipaddressreservation", 0);
-        let triggered = reservations.clone();
-        let reconciled = reservations.clone();
-        let released = error::drain(
-            &ctx,
-            "reuse-grace",
-            &reservations,
-            subscriptions
-                .released
-                .controller_with(move |r| triggered.requested(metered::key(None, &r.name_any())))
-                .run(
-                    move |reservation, ctx| {
-                        let (metered, key) = (
-                            reconciled.clone(),
-                            metered::key(None, &reservation.name_any()),
-                        );
-                        async move {
-                            metered
-                                .reconcile(key, pools::reuse_grace::reconcile(reservation, ctx))
-                                .await
-                        }
-                    },
-                    pools::reuse_grace::error_policy,
-                    ctx.clone(),
-                ),
+        let (released, requests) = subscriptions
+            .released
+            .requests(|reservation| reservation.name_any());
+        let released = Controller::new("ipaddressreservation", requests, move |name: &String| {
+            released.get(&ObjectRef::new(name))
+        })
+        .run(
+            pools::reuse_grace::reconcile,
+            pools::reuse_grace::error_policy,
+            ctx.clone(),
         );
         let audits = audit::run(ctx.clone());
         let lease_looks = async {

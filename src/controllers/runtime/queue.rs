@@ -1,16 +1,23 @@
-//! The claim runtime's work queue: which claims wait for a reconcile, in what order, and which
-//! are being reconciled. It does no I/O and takes the time as an argument, so it is tested
-//! without a runtime (kube-runtime's `scheduler.rs` habit).
+//! The controllers' work queue: which objects wait for a reconcile, in what order, and which are
+//! being reconciled. It does no I/O and takes the time as an argument, so it is tested without a
+//! runtime (kube-runtime's `scheduler.rs` habit). Keyed by what each controller keys its objects
+//! by: an [`ObjectKey`] for claims, a [`PoolKey`](crate::api::PoolKey) for pools, a name for
+//! reservations.
 //!
-//! - a claim is reconciled by one reconcile at a time: a request for a claim being reconciled
-//!   waits for that reconcile to end, then runs once more;
-//! - requests for one claim merge into one, and the earliest wins;
-//! - urgent requests run before routine ones (a realised claim that only needs confirming).
+//! - an object is reconciled by one reconcile at a time: a request for an object being
+//!   reconciled waits for that reconcile to end, then runs once more;
+//! - requests for one object merge into one, and the earliest wins;
+//! - urgent requests run before routine ones (a realised claim that only needs confirming);
+//! - once nothing waits or runs, its tables give their memory back: a start schedules every
+//!   object at once (every pool, every claim), and tables grown for that would otherwise stay at
+//!   that size for the life of the process (kube-runtime's scheduler keeps its own, about 700
+//!   bytes per pool: [performance.md](../../../docs/performance.md#many-pools)).
 //!
 //! It also keeps what client-go's work queue measures: how many requests were added (a request
 //! merged into a waiting one adds nothing), how long each waited and ran, the depth by
 //! priority, and the reconciles in progress ([`crate::telemetry::QueueMetrics`]).
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::Hash;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -26,51 +33,72 @@ pub enum Urgency {
     Routine,
 }
 
-/// The claims waiting for a reconcile, and the ones being reconciled.
-#[derive(Default)]
-pub struct WorkQueue {
+/// The objects waiting for a reconcile, and the ones being reconciled.
+pub struct WorkQueue<K = ObjectKey> {
     /// Due now and urgent, in the order they were asked for.
-    urgent: VecDeque<ObjectKey>,
+    urgent: VecDeque<K>,
     /// Due now and routine, in the order they were asked for.
-    routine: VecDeque<ObjectKey>,
+    routine: VecDeque<K>,
     /// The claims due now, with the queue each one is to be taken from (a routine request made
     /// urgent stays in the routine queue too, and is passed over there).
-    is_due: HashMap<ObjectKey, Urgency>,
+    is_due: HashMap<K, Urgency>,
     /// Due later, by time.
-    later: BTreeSet<(Instant, ObjectKey)>,
+    later: BTreeSet<(Instant, K)>,
     /// When each member of `later` is due.
-    due_at: HashMap<ObjectKey, Instant>,
+    due_at: HashMap<K, Instant>,
     /// Being reconciled.
-    running: HashSet<ObjectKey>,
+    running: HashSet<K>,
     /// Asked for while being reconciled: due again (urgent) once that reconcile ends.
-    again: HashSet<ObjectKey>,
+    again: HashSet<K>,
     /// Requests added since the last [`WorkQueue::stamp`], to be stamped with the time.
-    fresh: Vec<ObjectKey>,
+    fresh: Vec<K>,
     /// When each waiting request (due now, or again) was added.
-    waiting_since: HashMap<ObjectKey, Instant>,
+    waiting_since: HashMap<K, Instant>,
     /// When each running reconcile started.
-    running_since: HashMap<ObjectKey, Instant>,
+    running_since: HashMap<K, Instant>,
     /// How many of `is_due` are urgent.
     urgent_due: usize,
 }
 
+/// Entries an empty table may keep: below this, freeing it would only be allocated again by the
+/// next request.
+const KEPT_CAPACITY: usize = 32;
+
 /// A request taken to be reconciled.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Started {
-    pub key: ObjectKey,
+pub struct Started<K = ObjectKey> {
+    pub key: K,
     /// How long it waited since it was added (zero if it was never stamped).
     pub waited: Duration,
 }
 
-impl WorkQueue {
+impl<K> Default for WorkQueue<K> {
+    fn default() -> Self {
+        WorkQueue {
+            urgent: VecDeque::new(),
+            routine: VecDeque::new(),
+            is_due: HashMap::new(),
+            later: BTreeSet::new(),
+            due_at: HashMap::new(),
+            running: HashSet::new(),
+            again: HashSet::new(),
+            fresh: Vec::new(),
+            waiting_since: HashMap::new(),
+            running_since: HashMap::new(),
+            urgent_due: 0,
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     /// Asks for a reconcile of `key` as soon as possible.
-    pub fn now(&mut self, key: ObjectKey) {
+    pub fn now(&mut self, key: K) {
         self.now_as(key, Urgency::Urgent);
     }
 
     /// Asks for a reconcile of `key` as soon as possible, after every urgent one if `urgency` is
     /// routine.
-    pub fn now_as(&mut self, key: ObjectKey, urgency: Urgency) {
+    pub fn now_as(&mut self, key: K, urgency: Urgency) {
         if self.running.contains(&key) {
             if self.again.insert(key.clone()) {
                 self.fresh.push(key);
@@ -100,7 +128,7 @@ impl WorkQueue {
     }
 
     /// Asks for a reconcile of `key` at `at`, unless one is asked for earlier.
-    pub fn at(&mut self, key: ObjectKey, at: Instant) {
+    pub fn at(&mut self, key: K, at: Instant) {
         if self.is_due.contains_key(&key) {
             return;
         }
@@ -151,11 +179,17 @@ impl WorkQueue {
 
     /// The next claim to reconcile, urgent ones first, marked as running at `now`; claims
     /// being reconciled wait.
-    pub fn start(&mut self, now: Instant) -> Option<Started> {
+    pub fn start(&mut self, now: Instant) -> Option<Started<K>> {
         loop {
             let (key, taken_from) = match self.urgent.pop_front() {
                 Some(key) => (key, Urgency::Urgent),
-                None => (self.routine.pop_front()?, Urgency::Routine),
+                None => match self.routine.pop_front() {
+                    Some(key) => (key, Urgency::Routine),
+                    None => {
+                        self.trim();
+                        return None;
+                    }
+                },
             };
             // Passed over: made urgent since, and taken from the urgent queue (or to be).
             if self.is_due.get(&key) != Some(&taken_from) {
@@ -181,12 +215,7 @@ impl WorkQueue {
 
     /// Ends the reconcile of `key`; `requeue_after` is what it asked for. Returns how long it
     /// ran.
-    pub fn finish(
-        &mut self,
-        key: ObjectKey,
-        requeue_after: Option<Duration>,
-        now: Instant,
-    ) -> Duration {
+    pub fn finish(&mut self, key: K, requeue_after: Option<Duration>, now: Instant) -> Duration {
         self.running.remove(&key);
         let ran = self
             .running_since
@@ -205,7 +234,53 @@ impl WorkQueue {
                 .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600));
             self.at(key, at);
         }
+        self.trim();
         ran
+    }
+
+    /// Gives back the memory of every table left empty (see the module): a table that grew past
+    /// [`KEPT_CAPACITY`] and holds nothing now is freed, and grows again from nothing if asked.
+    fn trim(&mut self) {
+        fn map<K2, V>(table: &mut HashMap<K2, V>) {
+            if table.is_empty() && table.capacity() > KEPT_CAPACITY {
+                *table = HashMap::new();
+            }
+        }
+        fn set<K2>(table: &mut HashSet<K2>) {
+            if table.is_empty() && table.capacity() > KEPT_CAPACITY {
+                *table = HashSet::new();
+            }
+        }
+        fn deque<K2>(queue: &mut VecDeque<K2>) {
+            if queue.is_empty() && queue.capacity() > KEPT_CAPACITY {
+                *queue = VecDeque::new();
+            }
+        }
+        map(&mut self.is_due);
+        map(&mut self.due_at);
+        map(&mut self.waiting_since);
+        map(&mut self.running_since);
+        set(&mut self.running);
+        set(&mut self.again);
+        deque(&mut self.urgent);
+        deque(&mut self.routine);
+        if self.fresh.is_empty() && self.fresh.capacity() > KEPT_CAPACITY {
+            self.fresh = Vec::new();
+        }
+    }
+
+    /// The bytes of the queue's tables beyond its struct, as they are allocated now (their
+    /// capacity, not their length): what [`WorkQueue::trim`] gives back.
+    #[cfg(test)]
+    fn allocated(&self) -> usize {
+        use std::mem::size_of;
+        let entry = size_of::<K>();
+        self.is_due.capacity() * (entry + size_of::<Urgency>())
+            + self.due_at.capacity() * (entry + size_of::<Instant>())
+            + self.waiting_since.capacity() * (entry + size_of::<Instant>())
+            + self.running_since.capacity() * (entry + size_of::<Instant>())
+            + (self.running.capacity() + self.again.capacity()) * entry
+            + (self.urgent.capacity() + self.routine.capacity() + self.fresh.capacity()) * entry
     }
 
     pub fn running(&self) -> usize {
@@ -322,6 +397,36 @@ mod tests {
         assert!(started(&mut queue).is_empty());
         queue.promote(t0 + Duration::from_millis(200));
         assert_eq!(started(&mut queue), ["a"]);
+    }
+
+    #[test]
+    fn a_burst_gives_its_memory_back_once_it_is_served() {
+        let mut queue = WorkQueue::default();
+        let t0 = Instant::now();
+        for n in 0..1_000 {
+            queue.now(key(&format!("p{n}")));
+        }
+        queue.stamp(t0);
+        while let Some(started) = queue.start(t0) {
+            queue.finish(started.key, None, t0);
+        }
+        assert_eq!(queue.running(), 0);
+        let left = queue.allocated();
+        assert!(
+            left <= 10 * KEPT_CAPACITY * std::mem::size_of::<ObjectKey>() * 2,
+            "{left} bytes kept after 1,000 requests were served"
+        );
+
+        for n in 0..1_000 {
+            queue.at(key(&format!("p{n}")), t0 + Duration::from_secs(1));
+        }
+        assert!(queue.allocated() > left, "requests due later are kept");
+        queue.promote(t0 + Duration::from_secs(1));
+        queue.stamp(t0);
+        while let Some(started) = queue.start(t0) {
+            queue.finish(started.key, None, t0);
+        }
+        assert!(queue.allocated() <= left);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use futures::channel::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use kube::api::{Api, ObjectMeta};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::{Client, Resource};
 
 use super::served::ServedKinds;
@@ -80,14 +80,14 @@ impl PoolObject for GlobalInClusterPrefixPool {
 /// One pool kind's share of the run.
 pub(crate) struct PoolLane<P: PoolObject> {
     store: Store<P>,
-    wakes: UnboundedSender<ObjectRef<P>>,
+    wakes: UnboundedSender<PoolKey>,
 }
 
 /// What one pool kind's controller takes when it starts: the kind's share of its watch, the
 /// wake-ups the registry sends, and whether the kind is served at all.
 pub(crate) struct LaneInput<P: PoolObject> {
     pub subscription: Subscription<P>,
-    pub wakes: UnboundedReceiver<ObjectRef<P>>,
+    pub wakes: UnboundedReceiver<PoolKey>,
     pub served: bool,
 }
 
@@ -122,7 +122,7 @@ impl<P: PoolObject> PoolLane<P> {
 
     fn wake(&self, key: &PoolKey) {
         // A closed channel means the run is ending: nothing is left to update.
-        let _ = self.wakes.unbounded_send(object_ref(key));
+        let _ = self.wakes.unbounded_send(key.clone());
     }
 }
 

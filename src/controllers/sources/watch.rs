@@ -17,8 +17,8 @@
 //! Each watch of [`start`] is one [`watch`] pipeline: watcher, backoff, store, then [`Lists`]
 //! (a re-list handed on whole), then [`feed`] applies it to the registry and only after that sends
 //! the controller triggers. A controller gets a [`Subscription`]: the watch's store (or a store of
-//! the objects it reconciles) and an unbounded channel of triggers, for
-//! `Controller::for_shared_stream`; it opens no watch of its own.
+//! the objects it reconciles) and an unbounded channel of triggers, which become the requests of
+//! its [`Controller`](crate::controllers::runtime::controller::Controller); it opens no watch of its own.
 //!
 //! Why not kube-runtime's `reflect_shared` + `Writer::subscribe` (kube-runtime 5.0.0,
 //! `reflector/dispatcher.rs`): its subscribers get object references from a bounded broadcast
@@ -29,7 +29,7 @@
 //! registry feed and every store. Here the fan-out never waits: the triggers are objects, not
 //! references, their channels are unbounded (a pool controller gets one per pool update; the
 //! reuse-grace controller one per released reservation update), and a trigger whose object is gone
-//! by the time it is reconciled is the runtime's harmless `ObjectNotFound`.
+//! by the time it is reconciled is found missing when its reconcile is due, and dropped.
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,7 +40,6 @@ use futures::stream::{BoxStream, SelectAll};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource, ResourceExt};
@@ -54,6 +53,7 @@ use crate::api::{Cluster, IPAddress, IPPool, ObjectKey, PAUSED_ANNOTATION, PoolK
 use crate::cli::Settings;
 use crate::controllers::claims::cache::ClaimCache;
 use crate::controllers::claims::cached_claim::CachedClaim;
+use crate::controllers::runtime::controller::Requests;
 use crate::controllers::runtime::{Context, error, scoped};
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of};
@@ -326,12 +326,16 @@ where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync,
     K: serde::de::DeserializeOwned + 'static,
 {
-    /// A controller fed by this subscription (add `reconcile_on`, then `run` it), telling
-    /// `triggered` of each object it is triggered for (what the controller's queue takes in,
-    /// [`crate::controllers::runtime::metered`]).
-    pub fn controller_with(self, triggered: impl Fn(&K) + Send + 'static) -> Controller<K> {
-        let triggers = self.triggers.inspect(move |object| triggered(object));
-        Controller::for_shared_stream(triggers, self.store)
+    /// The store the controller reads, and its requests: one for each object triggered, under
+    /// the key `key_of` gives it.
+    pub fn requests<Key>(
+        self,
+        key_of: impl Fn(&K) -> Key,
+    ) -> (Store<K>, impl futures::Stream<Item = Requests<Key>>) {
+        let requests = self
+            .triggers
+            .map(move |object| Requests::now(key_of(&object)));
+        (self.store, requests)
     }
 }
 
