@@ -743,7 +743,7 @@ fn forget_what_is_gone(ctx: &Context) {
     ctx.pool_writes
         .lock()
         .expect("pool writes lock")
-        .retain(&known_pools);
+        .retain(&known_pools, std::time::Instant::now());
     drop(known_pools);
     crate::api::Name::forget_unused();
 }

@@ -95,6 +95,19 @@ impl Pacing {
         self.became_due
             .is_some_and(|at| now.saturating_duration_since(at) < MAX_LAG)
     }
+
+    /// Decides nothing any more at `now`: nothing due, no longer active, and written long enough
+    /// ago that its [`MIN_STATUS_INTERVAL`] is over. A pool without an entry is paced exactly as
+    /// one with an idle entry, so idle entries are dropped: a pool costs the pacing nothing once
+    /// its status has settled.
+    fn is_idle(&self, now: Instant) -> bool {
+        self.due_since.is_none()
+            && self.turn.is_none()
+            && !self.is_active(now)
+            && self
+                .written
+                .is_none_or(|at| now.saturating_duration_since(at) >= MIN_STATUS_INTERVAL)
+    }
 }
 
 impl StatusPacing {
@@ -136,10 +149,20 @@ impl StatusPacing {
             .counted
             .is_none_or(|at| now.saturating_duration_since(at) >= Duration::from_secs(1));
         if stale {
+            self.forget_idle(now);
             self.active = self.pools.values().filter(|p| p.is_active(now)).count();
             self.counted = Some(now);
         }
         self.active
+    }
+
+    /// Drops the entries that decide nothing any more ([`Pacing::is_idle`]), and the table's
+    /// room they took once it is mostly empty.
+    fn forget_idle(&mut self, now: Instant) {
+        self.pools.retain(|_, pacing| !pacing.is_idle(now));
+        if self.pools.capacity() > 2 * self.pools.len() + 32 {
+            self.pools.shrink_to_fit();
+        }
     }
 
     /// The pool's status was written at `now`.
@@ -157,9 +180,11 @@ impl StatusPacing {
         }
     }
 
-    /// Forgets the pools `known` does not hold.
-    pub fn retain(&mut self, known: &std::collections::HashSet<PoolKey>) {
+    /// Forgets the pools `known` does not hold, and the pools whose status settled long enough
+    /// ago (at `now`) that their entry decides nothing.
+    pub fn retain(&mut self, known: &std::collections::HashSet<PoolKey>, now: Instant) {
         self.pools.retain(|pool, _| known.contains(pool));
+        self.forget_idle(now);
         self.counted = None;
     }
 }
@@ -788,8 +813,37 @@ mod tests {
         }
         assert!(pacing.ask(&pool(99), 1, start).is_some());
         let known = (0..3).map(pool).collect();
-        pacing.retain(&known);
+        pacing.retain(&known, start);
         assert_eq!(pacing.ask(&pool(200), 1, start), None);
+    }
+
+    #[test]
+    fn a_pool_whose_status_settled_long_ago_costs_the_pacing_nothing() {
+        let start = Instant::now();
+        let mut pacing = StatusPacing::default();
+        let paid_and_written = |pacing: &mut StatusPacing, range: std::ops::Range<usize>, now| {
+            for i in range {
+                assert_eq!(pacing.ask(&pool(i), CLAIMS_PER_WRITE, now), None);
+                pacing.written(&pool(i), now);
+            }
+        };
+        paid_and_written(&mut pacing, 0..1_000, start);
+        assert!(pacing.ask(&pool(1_000), 1, start).is_some(), "held back");
+        assert_eq!(pacing.pools.len(), 1_001);
+        // One pool still due, the others settled: once their lag is over, only it is kept.
+        let later = start + MAX_LAG + Duration::from_secs(1);
+        assert_eq!(pacing.ask(&pool(1_000), 1, later), None);
+        assert_eq!(pacing.pools.len(), 1);
+        assert!(
+            pacing.pools.capacity() < 100,
+            "the table gave its room back"
+        );
+        pacing.written(&pool(1_000), later);
+        // The audit's pass forgets them too, with nothing asked.
+        paid_and_written(&mut pacing, 0..100, later);
+        let known = (0..=1_000).map(pool).collect();
+        pacing.retain(&known, later + MAX_LAG + Duration::from_secs(1));
+        assert!(pacing.pools.is_empty());
     }
 
     #[test]
