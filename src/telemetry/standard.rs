@@ -25,8 +25,9 @@
 //! `ipaddressclaim`, the four pool kinds, `ipaddressreservation`. `result` is `success`,
 //! `error`, `requeue` or `requeue_after`. The claims' queue has two priorities, as
 //! controller-runtime's priority queue: `0` for requests that change something, `-100` for a
-//! realised claim the watch brings, which only needs confirming. The other controllers (pools,
-//! released reservations) run on the same work queue with every request at priority `0`.
+//! realised claim the watch brings, which only needs confirming. The other controllers (each pool
+//! kind, released reservations) each have a work queue of their own, of the same kind, where
+//! every request is priority `0` (their `-100` series stays at 0).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -344,7 +345,7 @@ impl ControllerMetrics {
     }
 }
 
-/// The claims' work queue families (see the module docs).
+/// One controller's work queue families (see the module docs).
 #[derive(Clone, Debug)]
 pub struct QueueMetrics {
     depth_urgent: Gauge,

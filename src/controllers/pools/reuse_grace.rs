@@ -15,6 +15,7 @@ use crate::controllers::runtime::controller::Action;
 use crate::controllers::runtime::error::{self, Error};
 use crate::controllers::state::reservation::IPAddressReservation;
 
+#[tracing::instrument(skip_all, fields(reservation = %reservation.name_any()))]
 pub async fn reconcile(
     reservation: Arc<IPAddressReservation>,
     ctx: Arc<Context>,

@@ -24,7 +24,8 @@ use tokio::time::Instant;
 
 use crate::api::ObjectKey;
 
-/// How soon a claim is to be reconciled, of the requests due now.
+/// How soon an object is to be reconciled, of the requests due now (only the claims' requests
+/// are ever routine).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Urgency {
     /// Before any routine request.
@@ -39,7 +40,7 @@ pub struct WorkQueue<K = ObjectKey> {
     urgent: VecDeque<K>,
     /// Due now and routine, in the order they were asked for.
     routine: VecDeque<K>,
-    /// The claims due now, with the queue each one is to be taken from (a routine request made
+    /// The objects due now, with the queue each one is to be taken from (a routine request made
     /// urgent stays in the routine queue too, and is passed over there).
     is_due: HashMap<K, Urgency>,
     /// Due later, by time.
@@ -142,12 +143,12 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         self.later.insert((at, key));
     }
 
-    /// When the next claim due later is due.
+    /// When the next object due later is due.
     pub fn next_due(&self) -> Option<Instant> {
         self.later.first().map(|(at, _)| *at)
     }
 
-    /// Makes the claims due by `now` due now.
+    /// Makes the objects due by `now` due now.
     pub fn promote(&mut self, now: Instant) {
         while self.later.first().is_some_and(|(at, _)| *at <= now) {
             let (_, key) = self.later.pop_first().expect("a first entry");
@@ -165,7 +166,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         added
     }
 
-    /// The requests due now, urgent and routine (a request asked for while its claim is being
+    /// The requests due now, urgent and routine (a request asked for while its object is being
     /// reconciled counts as urgent: it runs at once after).
     pub fn depth(&self) -> (usize, usize) {
         let urgent = self.urgent_due + self.again.len();
@@ -177,7 +178,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         unfinished(self.running_since.values(), now)
     }
 
-    /// The next claim to reconcile, urgent ones first, marked as running at `now`; claims
+    /// The next object to reconcile, urgent ones first, marked as running at `now`; objects
     /// being reconciled wait.
     pub fn start(&mut self, now: Instant) -> Option<Started<K>> {
         loop {
