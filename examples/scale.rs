@@ -7,7 +7,7 @@
 //!     [--global-pools 200 --global-namespaces 50] [--prefix-claims 1000] [--foreign-claims 100000]
 //!     [--skip-floor] [--provider-command "CMD"] [--provider-name NAME] [--json PATH]
 //!     [--scenarios restart,idle,trickle] [--idle-window 600] [--trickle-claims 100]
-//!     [--restart-signal term|kill] [--inpool-args "ARGS"]
+//!     [--restart-signal term|kill] [--inpool-args "ARGS"] [--keep-claims]
 //! ```
 //!
 //! It starts its own control plane (`inpool-testenv`, the one the tests use; built by Go on first
@@ -34,7 +34,8 @@
 //! Each provider run waits for a canary claim (the provider is up, caches synced), creates the
 //! claims 16 at a time, waits until a watch sees every claim `Ready=True`, checks the result
 //! (all Ready, distinct addresses inside their pools, one reservation per claim for inpool, no
-//! orphan `IPAddress`), deletes every claim at once and checks nothing is left. It prints one
+//! orphan `IPAddress`), deletes every claim at once and checks nothing is left (not with
+//! `--keep-claims`). It prints one
 //! Markdown table and writes the same figures as JSON. Linux only (`/proc`).
 
 #[path = "scale/report.rs"]
@@ -132,6 +133,11 @@ struct Args {
     /// More arguments for the default inpool command (e.g. `--audit-interval 60s`).
     #[arg(long, allow_hyphen_values = true)]
     inpool_args: Option<String>,
+    /// Single-pool scenario: after the check, leave the claims in place (no release phase, no
+    /// tear-down; the control plane goes with the run). For a size whose release was measured
+    /// in another run: at 100,000 claims it takes as long again as realising.
+    #[arg(long)]
+    keep_claims: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -162,6 +168,7 @@ impl Args {
             } else {
                 0
             },
+            keep_claims: self.keep_claims,
         }
     }
 }

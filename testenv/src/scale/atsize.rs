@@ -46,6 +46,10 @@ pub struct Plan {
     pub idle: Option<Duration>,
     /// Claims created one at a time (0: no trickle).
     pub trickle: usize,
+    /// Leave the claims and pools in place after the check: no release phase and no tear-down
+    /// (the run's control plane goes with it). For a size whose release another run measured
+    /// and which would otherwise take as long again as realising.
+    pub keep_claims: bool,
 }
 
 impl Plan {

@@ -1026,7 +1026,7 @@ pub async fn run_floor(
         "floor: {:.1} s, {:.0} claims/s; cleaning up (not timed)",
         run.seconds_to_all_ready, run.claims_per_second
     );
-    cleanup_floor(client, ns).await?;
+    cleanup_floor(client, ns, claims).await?;
     Ok(run)
 }
 
@@ -1157,7 +1157,7 @@ async fn ideal_realise(
 
 /// Removes the floor's objects: its reservations (one request) and its namespace, then waits
 /// until the API server is quiet again (the garbage collector digests the deletions).
-async fn cleanup_floor(client: &Client, ns: &str) -> anyhow::Result<()> {
+async fn cleanup_floor(client: &Client, ns: &str, claims: usize) -> anyhow::Result<()> {
     let started = Instant::now();
     let reservations: Api<IPAddressReservation> = Api::all(client.clone());
     let dp = DeleteParams::default();
@@ -1167,10 +1167,16 @@ async fn cleanup_floor(client: &Client, ns: &str) -> anyhow::Result<()> {
         reservations.delete_collection(&dp, &lp)
     })
     .await?;
-    delete_namespace(client, ns, Some(Duration::from_secs(900))).await?;
+    // The namespace controller deletes a few hundred objects a second: 15 minutes, or more
+    // at 100,000 claims (a claim, an `IPAddress` and a reservation each).
+    let limit = Duration::from_secs(900.max(claims as u64 / 50));
+    delete_namespace(client, ns, Some(limit)).await?;
     while count(&reservations, &lp).await? > 0 {
-        if started.elapsed() > Duration::from_secs(900) {
-            bail!("the floor's reservations are still there after 900 s");
+        if started.elapsed() > limit {
+            bail!(
+                "the floor's reservations are still there after {} s",
+                limit.as_secs()
+            );
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -1305,10 +1311,14 @@ pub async fn run_scenario(
         eprintln!("  warning: the provider exited with {exit:?} after SIGTERM");
     }
     // The namespaces go before the next phase starts: their deletion is not the next phase's
-    // load. Objects left with finalizers (after a failure) are stripped after 120 s.
+    // load. Objects left with finalizers (after a failure) are stripped after 120 s. Kept claims
+    // stay with their namespace.
     let mut namespaces = vec![scenario.namespace.clone()];
     if scenario.shared_by_namespaces.is_some() {
         namespaces.extend(scenario.claim_namespaces());
+    }
+    if scenario.at_size.keep_claims {
+        namespaces.clear();
     }
     for ns in &namespaces {
         delete_namespace(client, ns, None).await?;
@@ -1595,30 +1605,35 @@ async fn measure_scenario(
     }
 
     let mut correctness = check(client, scenario, nets, provider.is_inpool).await?;
-    let (release, leftovers) = release_all(client, scenario, &namespaced, &retries).await?;
-    let left = leftovers.claims + leftovers.addresses + leftovers.reservations;
-    if left > 0 {
-        correctness.problems.push(format!(
-            "after deleting every claim, left behind: {} claims, {} IPAddresses, {} reservations",
-            leftovers.claims, leftovers.addresses, leftovers.reservations
-        ));
-    }
-    correctness.left_after_release = Some(leftovers);
-    // After a restart the process that released is not the one that realised: no sum.
-    if !restarted {
-        run.provider_peak_rss_mib_with_release = process.stat().map(|s| s.hwm_kib as f64 / 1024.0);
-        run.provider_cpu_seconds_with_release = process
-            .stat()
-            .zip(before.provider)
-            .map(|(a, b)| a.cpu_seconds - b.cpu_seconds);
-    }
-    run.release = release;
-    run.control_plane_peaks_with_release = plane_pid.map(process::plane_peaks);
-    eprintln!("  release: {}", serde_json::to_string(&run.release)?);
-    // The canary and the pools go while the provider still runs, so that it releases their
-    // finalizers (inpool protects a pool with `ProtectPool` while it holds addresses).
-    if let Some(problem) = tear_down(client, scenario).await? {
-        correctness.problems.push(problem);
+    if scenario.at_size.keep_claims {
+        eprintln!("  claims kept (--keep-claims): no release, no tear-down");
+    } else {
+        let (release, leftovers) = release_all(client, scenario, &namespaced, &retries).await?;
+        let left = leftovers.claims + leftovers.addresses + leftovers.reservations;
+        if left > 0 {
+            correctness.problems.push(format!(
+                "after deleting every claim, left behind: {} claims, {} IPAddresses, {} reservations",
+                leftovers.claims, leftovers.addresses, leftovers.reservations
+            ));
+        }
+        correctness.left_after_release = Some(leftovers);
+        // After a restart the process that released is not the one that realised: no sum.
+        if !restarted {
+            run.provider_peak_rss_mib_with_release =
+                process.stat().map(|s| s.hwm_kib as f64 / 1024.0);
+            run.provider_cpu_seconds_with_release = process
+                .stat()
+                .zip(before.provider)
+                .map(|(a, b)| a.cpu_seconds - b.cpu_seconds);
+        }
+        run.release = release;
+        run.control_plane_peaks_with_release = plane_pid.map(process::plane_peaks);
+        eprintln!("  release: {}", serde_json::to_string(&run.release)?);
+        // The canary and the pools go while the provider still runs, so that it releases their
+        // finalizers (inpool protects a pool with `ProtectPool` while it holds addresses).
+        if let Some(problem) = tear_down(client, scenario).await? {
+            correctness.problems.push(problem);
+        }
     }
     correctness.ok = correctness.problems.is_empty();
     run.correctness = Some(correctness);
