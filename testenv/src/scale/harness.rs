@@ -1738,12 +1738,13 @@ async fn check(
         let claims_api: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
         let addresses_api: Api<IPAddress> = Api::namespaced(client.clone(), ns);
         claims.extend(
-            claims_api
-                .list(&ListParams::default().labels(&format!("{CLAIM_LABEL}=true")))
-                .await?
-                .items,
+            list_paged(
+                &claims_api,
+                &ListParams::default().labels(&format!("{CLAIM_LABEL}=true")),
+            )
+            .await?,
         );
-        addresses.extend(addresses_api.list(&ListParams::default()).await?.items);
+        addresses.extend(list_paged(&addresses_api, &ListParams::default()).await?);
     }
     let mut problems = Vec::new();
     let mut note = |p: String| {
@@ -1902,13 +1903,30 @@ async fn reservations_in(
     namespaces: &[String],
 ) -> anyhow::Result<Vec<IPAddressReservation>> {
     let api: Api<IPAddressReservation> = Api::all(client.clone());
-    Ok(api
-        .list(&ListParams::default())
+    Ok(list_paged(&api, &ListParams::default())
         .await?
-        .items
         .into_iter()
         .filter(|r| namespaces.contains(&r.spec.claim_namespace))
         .collect())
+}
+
+/// Every object of a kind matching `lp`, in pages of 500: one list of 100,000 claims was cut off
+/// mid-body, and pages keep each request well within the API server's `--request-timeout` (a
+/// minute by default).
+async fn list_paged<K>(api: &Api<K>, lp: &ListParams) -> anyhow::Result<Vec<K>>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut items = Vec::new();
+    let mut page = lp.clone().limit(500);
+    loop {
+        let list = api.list(&page).await?;
+        items.extend(list.items);
+        match list.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => page = page.continue_token(&token),
+            None => return Ok(items),
+        }
+    }
 }
 
 /// Objects of a kind matching `lp`, counted with a one-item page.
