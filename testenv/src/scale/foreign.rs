@@ -345,7 +345,7 @@ async fn measure(
 
     // Object by object: nothing of inpool's on or for a foreign claim.
     let foreign = ListParams::default().labels(&format!("{FOREIGN_LABEL}=true"));
-    let listed = claims.list(&foreign).await?.items;
+    let listed = harness::list_paged(claims, &foreign).await?;
     if listed.len() != foreign_claims {
         bail!(
             "{} foreign claims exist, {foreign_claims} were created",
@@ -364,10 +364,8 @@ async fn measure(
         .count();
     let is_foreign = |name: &str| name.starts_with("f-");
     let addresses: Api<IPAddress> = Api::namespaced(client.clone(), namespace);
-    let foreign_addresses = addresses
-        .list(&ListParams::default())
+    let foreign_addresses = harness::list_paged(&addresses, &ListParams::default())
         .await?
-        .items
         .iter()
         .filter(|a| is_foreign(&a.spec.claim_ref.name))
         .count();
@@ -377,10 +375,8 @@ async fn measure(
         .filter(|r| is_foreign(&r.spec.claim_name))
         .count();
     let events: Api<KubeEvent> = Api::namespaced(client.clone(), namespace);
-    let foreign_events = events
-        .list(&ListParams::default())
+    let foreign_events = harness::list_paged(&events, &ListParams::default())
         .await?
-        .items
         .iter()
         .filter(|e| {
             e.regarding

@@ -1406,7 +1406,7 @@ async fn pools_used<P>(api: Api<P>) -> anyhow::Result<Vec<(String, Option<i64>)>
 where
     P: IPPool + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let pools = api.list(&ListParams::default()).await?.items;
+    let pools = list_paged(&api, &ListParams::default()).await?;
     Ok(pools
         .iter()
         .map(|p| {
@@ -1910,10 +1910,10 @@ async fn reservations_in(
         .collect())
 }
 
-/// Every object of a kind matching `lp`, in pages of 500: one list of 100,000 claims was cut off
-/// mid-body, and pages keep each request well within the API server's `--request-timeout` (a
+/// Every object of a kind matching `lp`, in pages of 500 (every list of the scale harness's
+/// objects): one list of 100,000 claims was cut off mid-body, and pages keep each request well within the API server's `--request-timeout` (a
 /// minute by default).
-async fn list_paged<K>(api: &Api<K>, lp: &ListParams) -> anyhow::Result<Vec<K>>
+pub(crate) async fn list_paged<K>(api: &Api<K>, lp: &ListParams) -> anyhow::Result<Vec<K>>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
