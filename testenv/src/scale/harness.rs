@@ -1911,8 +1911,8 @@ async fn reservations_in(
 }
 
 /// Every object of a kind matching `lp`, in pages of 500 (every list of the scale harness's
-/// objects): one list of 100,000 claims was cut off mid-body, and pages keep each request well within the API server's `--request-timeout` (a
-/// minute by default).
+/// objects): one list of 100,000 claims was cut off mid-body, and pages keep each request well
+/// within the API server's `--request-timeout` (a minute by default).
 pub(crate) async fn list_paged<K>(api: &Api<K>, lp: &ListParams) -> anyhow::Result<Vec<K>>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
