@@ -2,6 +2,7 @@
 //! in flight until their reservation or `IPAddress` is known.
 use std::net::IpAddr;
 
+use super::pool_entry::PoolEntry;
 use super::{HoldRecord, Holder, Registry, Unready};
 use crate::api::{ObjectKey, PoolKey, Scope};
 
@@ -35,6 +36,35 @@ pub enum Allocation {
     },
 }
 
+/// The address `claim`, queued in `entry`, gets now, with its length, or why it gets none: the
+/// pool is not ready, or the claims queued before it take every free address. The address is
+/// taken from the allocator; the caller takes the claim out of the queue and holds it in flight.
+fn next_turn(entry: &mut PoolEntry, claim: &QueuedClaim) -> Result<(IpAddr, u8), Allocation> {
+    let Some(Ok(allocator)) = &mut entry.state else {
+        let unready = match &entry.state {
+            Some(Err(unready)) => unready.clone(),
+            _ => Unready::Missing,
+        };
+        return Err(Allocation::NotReady(unready));
+    };
+    let counts = allocator.counts();
+    let free = usize::try_from(counts.free).unwrap_or(usize::MAX);
+    let ahead = entry.waiting.range(..claim).take(free).count();
+    if ahead >= free {
+        return Err(Allocation::Exhausted {
+            total: counts.total,
+            ahead: entry.waiting.range(..claim).count(),
+        });
+    }
+    let Some(ip) = allocator.allocate_next() else {
+        return Err(Allocation::Exhausted {
+            total: counts.total,
+            ahead,
+        });
+    };
+    Ok((ip, allocator.unit_length()))
+}
+
 impl Registry {
     /// Decides whether `claim` gets an address now. A claim never overtakes an older waiting
     /// claim of the same pool: it is served only if the free addresses suffice for every claim
@@ -53,31 +83,17 @@ impl Registry {
         }
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
-        entry.waiting.insert(claim.clone());
-        let Some(Ok(allocator)) = &mut entry.state else {
-            let unready = match &entry.state {
-                Some(Err(unready)) => unready.clone(),
-                _ => Unready::Missing,
-            };
-            return Allocation::NotReady(unready);
+        let joined = entry.enqueue(claim.clone());
+        let turn = next_turn(entry, &claim);
+        let left = match turn {
+            Ok(_) => entry.unqueue(&claim),
+            Err(_) => 0,
         };
-        let counts = allocator.counts();
-        let free = usize::try_from(counts.free).unwrap_or(usize::MAX);
-        let ahead = entry.waiting.range(..&claim).take(free).count();
-        if ahead >= free {
-            return Allocation::Exhausted {
-                total: counts.total,
-                ahead: entry.waiting.range(..&claim).count(),
-            };
-        }
-        let Some(ip) = allocator.allocate_next() else {
-            return Allocation::Exhausted {
-                total: counts.total,
-                ahead,
-            };
+        self.waiting_claims = self.waiting_claims + joined - left;
+        let (ip, length) = match turn {
+            Ok(turn) => turn,
+            Err(refused) => return refused,
         };
-        let length = allocator.unit_length();
-        entry.unqueue(&claim);
         let scope = self.reservation_scope(pool, ip);
         self.start_in_flight(HoldRecord {
             pool: pool.clone(),
@@ -101,14 +117,14 @@ impl Registry {
     /// someone else removed the finalizer), so that they cannot hold up the queue.
     pub fn prune_waiting(&mut self, pool: &PoolKey, is_live: impl Fn(&ObjectKey) -> bool) {
         if let Some(entry) = self.pools.get_mut(pool) {
-            entry.unqueue_where(|claim| !is_live(claim));
+            self.waiting_claims -= entry.unqueue_where(|claim| !is_live(claim));
         }
     }
 
     /// [`Registry::prune_waiting`] in every pool.
     pub fn prune_waiting_everywhere(&mut self, is_live: impl Fn(&ObjectKey) -> bool) {
         for entry in self.pools.values_mut() {
-            entry.unqueue_where(|claim| !is_live(claim));
+            self.waiting_claims -= entry.unqueue_where(|claim| !is_live(claim));
         }
     }
 
@@ -117,10 +133,11 @@ impl Registry {
     pub fn hold_in_flight(&mut self, pool: &PoolKey, claim: &ObjectKey, ip: IpAddr) {
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
-        entry.unqueue_where(|queued| queued == claim);
+        let left = entry.unqueue_where(|queued| queued == claim);
         let length = entry
             .unit_length()
             .unwrap_or_else(|| HoldRecord::address_length(ip));
+        self.waiting_claims -= left;
         self.start_in_flight(HoldRecord {
             pool: pool.clone(),
             ip,
@@ -149,10 +166,12 @@ impl Registry {
 
     /// The claim no longer waits in this pool (deleted, paused, adopted elsewhere).
     pub fn forget_claim(&mut self, pool: &PoolKey, claim: &ObjectKey) {
-        if let Some(entry) = self.pools.get_mut(pool)
-            && entry.unqueue_where(|queued| queued == claim)
-        {
-            self.dirty.insert(pool.clone());
+        if let Some(entry) = self.pools.get_mut(pool) {
+            let left = entry.unqueue_where(|queued| queued == claim);
+            if left > 0 {
+                self.waiting_claims -= left;
+                self.dirty.insert(pool.clone());
+            }
         }
     }
 

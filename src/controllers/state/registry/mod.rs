@@ -77,6 +77,10 @@ pub struct Registry {
     in_flight: Vec<HoldRecord>,
     /// Pools whose status may have changed since the last [`Registry::take_dirty`].
     dirty: HashSet<PoolKey>,
+    /// The claims waiting in every pool's queue, summed: kept as the queues change, because the
+    /// pool status controller reads it at every reconcile, and summing the queues there cost a
+    /// pass over every pool each time (a tenth of the provider's CPU over 5,000 pools).
+    waiting_claims: usize,
     /// Deletions applied while reconciles had requests on the way (see [`learning`]).
     deletions: learning::Deletions,
 }
@@ -316,7 +320,7 @@ impl Registry {
         }
         self.hold_record(&record);
         let entry = self.pool_entry(&record.pool);
-        entry.unqueue_where(|claim| record.holder.claim() == Some(claim));
+        self.waiting_claims -= entry.unqueue_where(|claim| record.holder.claim() == Some(claim));
         match old {
             Some(old) => self.release_record(&old),
             None => Vec::new(),

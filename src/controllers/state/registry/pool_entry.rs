@@ -24,6 +24,9 @@ pub(super) struct PoolEntry {
     /// overlapping pools of another unit size make them, so there are few, and letting go of one
     /// rebuilds the allocator.
     pub(super) covering: HashMap<Subnet, u32>,
+    /// The claims waiting for an address of this pool, in the order they are served. Changed
+    /// only through [`PoolEntry::enqueue`] and the `unqueue` methods, whose counts keep the
+    /// registry's total of waiting claims.
     pub(super) waiting: BTreeSet<QueuedClaim>,
     /// The pool's own records among its holds, so that the status controller's questions about
     /// them cost nothing while their answer is "none".
@@ -164,18 +167,25 @@ impl PoolEntry {
         self.covering.keys().any(|block| block.contains(unit))
     }
 
-    /// Takes `claim` out of the queue; see [`PoolEntry::unqueue_where`].
-    pub(super) fn unqueue(&mut self, claim: &QueuedClaim) {
-        self.waiting.remove(claim);
-        self.give_back_empty_queue();
+    /// Queues `claim`; returns how many claims joined the queue (0 if it was in it already).
+    pub(super) fn enqueue(&mut self, claim: QueuedClaim) -> usize {
+        usize::from(self.waiting.insert(claim))
     }
 
-    /// Takes out of the queue the claims `leaves` picks; returns whether any left.
-    pub(super) fn unqueue_where(&mut self, mut leaves: impl FnMut(&ObjectKey) -> bool) -> bool {
+    /// Takes `claim` out of the queue; returns how many claims left it (0 or 1). See
+    /// [`PoolEntry::unqueue_where`].
+    pub(super) fn unqueue(&mut self, claim: &QueuedClaim) -> usize {
+        let left = usize::from(self.waiting.remove(claim));
+        self.give_back_empty_queue();
+        left
+    }
+
+    /// Takes out of the queue the claims `leaves` picks; returns how many left.
+    pub(super) fn unqueue_where(&mut self, mut leaves: impl FnMut(&ObjectKey) -> bool) -> usize {
         let before = self.waiting.len();
         self.waiting.retain(|q| !leaves(&q.claim));
         self.give_back_empty_queue();
-        self.waiting.len() != before
+        before - self.waiting.len()
     }
 
     /// A `BTreeSet` keeps its root node (456 bytes for a queue of claims) once it has held

@@ -180,10 +180,11 @@ impl Registry {
             return Allocation::PreAllocationConflict { ip, conflict };
         }
         let entry = self.pool_entry(pool);
-        entry.unqueue_where(|queued| queued == claim);
+        let left = entry.unqueue_where(|queued| queued == claim);
         let length = entry
             .unit_length()
             .unwrap_or_else(|| HoldRecord::address_length(ip));
+        self.waiting_claims -= left;
         let scope = self.reservation_scope(pool, ip);
         self.start_in_flight(HoldRecord {
             pool: pool.clone(),

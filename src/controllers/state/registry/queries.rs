@@ -46,13 +46,18 @@ impl Registry {
 
     /// How many entries each of the registry's maps holds: what its memory grows with.
     pub fn sizes(&self) -> crate::telemetry::metrics::RegistrySizes {
+        debug_assert_eq!(
+            self.waiting_claims,
+            self.pools.values().map(|e| e.waiting.len()).sum::<usize>(),
+            "the total of waiting claims follows the queues"
+        );
         crate::telemetry::metrics::RegistrySizes {
             pools: self.pools.len(),
             reservations: self.reservations.len(),
             claims_reserved: self.reservations_by_claim.len(),
             addresses: self.addresses.len(),
             in_flight: self.in_flight.len(),
-            waiting: self.pools.values().map(|e| e.waiting.len()).sum(),
+            waiting: self.waiting_claims,
             deletions: self.deletions.len(),
         }
     }

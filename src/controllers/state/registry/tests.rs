@@ -2,7 +2,7 @@
 use super::*;
 use crate::allocator::PoolSpecInput;
 use crate::api::{PoolKind, Scope};
-use crate::controllers::state::fixtures::{hold, ip, pool, queued};
+use crate::controllers::state::fixtures::{hold, hold_in, ip, pool, queued};
 use std::net::IpAddr;
 
 fn parsed(addresses: &[&str], prefix: i64) -> ParsedSpec {
@@ -309,6 +309,31 @@ fn a_later_claim_never_overtakes_an_earlier_waiting_one() {
         allocated(r.try_allocate(&pool(), queued("t2", "older"))),
         Some(ip("10.0.0.10"))
     );
+}
+
+#[test]
+fn the_total_of_waiting_claims_follows_every_queue() {
+    let mut r = only_address_held_by_first();
+    let other = PoolKey::in_cluster("ns", "other");
+    r.set_pool(&other, Ok(parsed(&["10.0.1.10"], 24)));
+    r.apply(Change::Reservation(
+        "res-other".into(),
+        hold_in(&other, "x", "10.0.1.10"),
+    ));
+    for (created, claim) in [("t2", "older"), ("t3", "newer")] {
+        r.try_allocate(&pool(), queued(created, claim));
+    }
+    r.try_allocate(&pool(), queued("t3", "newer"));
+    r.try_allocate(&other, queued("t4", "elsewhere"));
+    assert_eq!(r.sizes().waiting, 3, "a claim asking twice waits once");
+
+    r.forget_claim(&pool(), &ObjectKey::new("ns", "newer"));
+    assert_eq!(r.sizes().waiting, 2);
+    r.apply(Change::ReservationGone("res-first".into()));
+    assert!(allocated(r.try_allocate(&pool(), queued("t2", "older"))).is_some());
+    assert_eq!(r.sizes().waiting, 1, "served, so no longer waiting");
+    r.prune_waiting_everywhere(|_| false);
+    assert_eq!(r.sizes().waiting, 0);
 }
 
 #[test]
