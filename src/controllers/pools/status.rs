@@ -2,7 +2,8 @@
 //! addresses), deletion protection, and the metrics gauges of each pool.
 //!
 //! It is woken for a pool whenever the registry marks it dirty (a hold, an allocation, a queue
-//! change, a spec change of an overlapping pool). Status is written only when it changes, at
+//! change, a spec change of an overlapping pool), [`WAKE_DEBOUNCE`] later so that one claim's
+//! steps make one reconcile. Status is written only when it changes, at
 //! most once per [`MIN_STATUS_INTERVAL`] per pool (a burst of allocations in one pool costs one
 //! write a second, never one per address). While more than [`FEW_POOLS`] pools have changed
 //! within the last [`MAX_LAG`], a pool writes once [`CLAIMS_PER_WRITE`] claims moved its counts, or once its oldest
@@ -40,6 +41,13 @@ use crate::controllers::state::{Holder, PreAllocationState, Unready};
 /// The shortest time between two status writes of one pool: a burst of allocations in one pool
 /// costs one write a second, never one per address.
 pub const MIN_STATUS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a pool woken by the registry waits before its reconcile, gathering the other wakes
+/// of the same claim's steps: one reconcile per claim, not one per step, when claims reach
+/// thousands of pools a few at a time. As long as [`MIN_STATUS_INTERVAL`], so a pool's first
+/// status after a change lags by at most that again; a change of the pool object itself is
+/// reconciled at once.
+pub const WAKE_DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// While at most this many pools have changed within the last [`MAX_LAG`] (the pools active
 /// lately), each writes at once (after its [`MIN_STATUS_INTERVAL`]): a few pools (every test,
@@ -224,6 +232,7 @@ pub async fn run<P: PoolObject>(
         move |key: &PoolKey| store.get(&object_ref(key)),
     )
     .reconcile_on(wakes)
+    .debounce_wakes(WAKE_DEBOUNCE)
     .concurrency(ctx.settings.concurrency)
     .run(reconcile, error_policy, ctx.clone())
     .await;

@@ -120,6 +120,8 @@ pub(crate) struct Controller<Key, Req, Look> {
     requests: Req,
     lookup: Look,
     wakes: Option<mpsc::UnboundedReceiver<Key>>,
+    /// How long a wake waits for others of the same object (see [`Controller::debounce_wakes`]).
+    wake_debounce: Duration,
     concurrency: usize,
     /// Whether reconciles may start before the sources have said so ([`Requests::listed`]).
     listed: bool,
@@ -140,6 +142,7 @@ where
             requests,
             lookup,
             wakes: None,
+            wake_debounce: Duration::ZERO,
             concurrency: usize::MAX,
             listed: true,
         }
@@ -155,6 +158,17 @@ where
     /// Objects others ask to be reconciled (capacity appeared, a Cluster changed, ...).
     pub fn reconcile_on(mut self, wakes: mpsc::UnboundedReceiver<Key>) -> Self {
         self.wakes = Some(wakes);
+        self
+    }
+
+    /// A wake asks for its reconcile `delay` from now, not at once, and wakes of the same object
+    /// meanwhile merge into it (kube-runtime's `Config::debounce`, for wakes only: a change of
+    /// the object itself is reconciled at once). For a pool, each step of one claim (allocation,
+    /// reservation, `IPAddress`, the end of the allocation) wakes its pool: over a pool with a
+    /// steady stream of claims they merge while its reconcile runs, but over thousands of pools
+    /// with a claim now and then each step would cost a reconcile of its own.
+    pub fn debounce_wakes(mut self, delay: Duration) -> Self {
+        self.wake_debounce = delay;
         self
     }
 
@@ -183,6 +197,7 @@ where
             requests,
             lookup,
             wakes,
+            wake_debounce,
             concurrency,
             mut listed,
         } = self;
@@ -211,7 +226,13 @@ where
                     }
                     None => return,
                 },
-                Some(key) = wakes.next() => queue.now(key),
+                Some(key) = wakes.next() => {
+                    if wake_debounce.is_zero() {
+                        queue.now(key);
+                    } else {
+                        queue.at(key, Instant::now() + wake_debounce);
+                    }
+                }
                 () = sleep_until(next_due), if next_due.is_some() => queue.promote(Instant::now()),
                 Some((key, action)) = reconciling.next(), if !reconciling.is_empty() => {
                     let action: Action = action;

@@ -365,6 +365,33 @@ mod tests {
     }
 
     #[test]
+    fn debounced_wakes_merge_into_one_reconcile_even_while_one_runs() {
+        let mut queue = WorkQueue::default();
+        let t0 = Instant::now();
+        let debounce = Duration::from_secs(1);
+        queue.now(key("a"));
+        assert_eq!(started(&mut queue), ["a"]);
+        // Three steps of a claim wake the pool while its reconcile runs, each a debounce ahead.
+        for step in 0..3 {
+            queue.at(key("a"), t0 + Duration::from_millis(100 * step) + debounce);
+        }
+        queue.finish(key("a"), Some(Duration::from_secs(300)), t0 + debounce / 2);
+        assert!(
+            started(&mut queue).is_empty(),
+            "not at once: the wakes wait"
+        );
+        assert_eq!(
+            queue.next_due(),
+            Some(t0 + debounce),
+            "the first wake's time"
+        );
+        queue.promote(t0 + debounce);
+        assert_eq!(started(&mut queue), ["a"], "one reconcile for the three");
+        queue.finish(key("a"), None, t0 + debounce);
+        assert_eq!(queue.next_due(), None);
+    }
+
+    #[test]
     fn a_requeue_too_long_for_the_clock_is_kept_for_later() {
         let mut queue = WorkQueue::default();
         let t0 = Instant::now();
