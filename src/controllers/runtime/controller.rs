@@ -1,9 +1,9 @@
 //! The controllers' runtime: the loop that runs a reconciler over the objects its sources ask
 //! for, in the shapes of kube-runtime's `Controller`: a builder ([`Controller`]: `new`,
-//! `reconcile_on`, `concurrency`, then `run(reconcile, error_policy, ctx)`), a reconcile that
-//! returns an [`Action`], and an error policy that picks the retry ([`super::error`]). The claims
-//! ([`claim_controller`], reading the claim cache), each pool kind and the released reservations
-//! (reading the reflector store their watch keeps) each run one. Finalizers and Events are the
+//! `reconcile_on`, `debounce_wakes`, `concurrency`, then `run(reconcile, error_policy, ctx)`), a
+//! reconcile that returns an [`Action`], and an error policy that picks the retry
+//! ([`super::error`]). The claims ([`claim_controller`], reading the claim cache), each pool kind
+//! and the released reservations (reading the reflector store their watch keeps) each run one. Finalizers and Events are the
 //! runtime's too ([`super::finalizers`], [`super::events`]), used by every reconciler.
 //!
 //! Why not kube-runtime's `Controller` (kube-runtime 5.0.0), for three reasons, all measured:
@@ -33,7 +33,8 @@
 //!
 //! - an object is reconciled by one reconcile at a time ([`WorkQueue`]);
 //! - requests for one object merge into one (the earliest wins); at most `--concurrency` objects
-//!   are reconciled at once;
+//!   are reconciled at once; wakes may wait a while to merge first
+//!   ([`Controller::debounce_wakes`], as kube-runtime's `Config::debounce`);
 //! - an object deleted between its request and its reconcile is dropped (kube's
 //!   `ObjectNotFound`);
 //! - a reconcile's [`Action`] asks for the object again after a delay, or not until something
