@@ -3,8 +3,9 @@
 //! `reconcile_on`, `debounce_wakes`, `concurrency`, then `run(reconcile, error_policy, ctx)`), a
 //! reconcile that returns an [`Action`], and an error policy that picks the retry
 //! ([`super::error`]). The claims ([`claim_controller`], reading the claim cache), each pool kind
-//! and the released reservations (reading the reflector store their watch keeps) each run one. Finalizers and Events are the
-//! runtime's too ([`super::finalizers`], [`super::events`]), used by every reconciler.
+//! and the released reservations (reading the reflector store their watch keeps) each run one.
+//! Finalizers and Events are the runtime's too ([`super::finalizers`], [`super::events`]), used by
+//! every reconciler.
 //!
 //! Why not kube-runtime's `Controller` (kube-runtime 5.0.0), for three reasons, all measured:
 //!
