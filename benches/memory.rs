@@ -273,7 +273,8 @@ fn fleet_pool(j: usize) -> InClusterIPPool {
 fn pools_section() {
     let count = pools_count();
     let pools: Vec<InClusterIPPool> = (0..count).map(fleet_pool).collect();
-    let (store, kept_store) = per_claim(count, || footprint::pool_store(&pools));
+    let (store, kept_store) = per_claim(count, || footprint::pool_cache(&pools));
+    assert_eq!(kept_store.len(), count, "a view of every pool");
     let (registry, kept_registry) = per_claim(count, || RegistryFootprint::with_pools(&pools));
     let (metrics, kept_metrics) = per_claim(count, || footprint::pool_metrics(&pools));
     let (served, kept_served) = per_claim(count, || {
@@ -282,7 +283,7 @@ fn pools_section() {
         registry
     });
     let lines = [
-        ("pool store (the watch's objects)", store),
+        ("pool cache (a view of each pool)", store),
         ("registry (entry, allocator, index)", registry),
         ("metrics (a pool's series)", metrics),
     ];

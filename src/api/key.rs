@@ -177,6 +177,15 @@ impl PoolKey {
         )
     }
 
+    /// `namespace/name`, or `name` for a global pool: how the logs and the retry backoff name
+    /// an object, whatever its kind.
+    pub fn object_name(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/{}", self.name),
+            None => self.name.to_string(),
+        }
+    }
+
     /// The uniqueness scope of the pool's addresses (see [`Scope`]).
     pub fn scope(&self) -> Scope {
         match &self.namespace {

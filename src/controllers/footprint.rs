@@ -1,12 +1,13 @@
 //! What the memory benchmark (`benches/memory.rs`) measures: the structures inpool keeps for its
 //! claims, built from API objects the way the watches build them. The handles are opaque: the
 //! benchmark counts the heap they own, and nothing outside the controllers reads them.
-use kube::runtime::reflector::store::Writer;
+use std::sync::Arc;
+
 use kube::runtime::watcher::Event;
 
 use super::claims::cache::{CacheWriter, ClaimCache};
 use super::claims::cached_claim::WatchedClaim;
-use super::sources::watch::drop_unread_fields;
+use super::sources::pool_cache::{PoolCache, PoolView};
 use super::state::facts::{address_hold, address_key, pool_state};
 use super::state::reservation::hold_of;
 use super::state::{Allocation, Change, QueuedClaim, Registry};
@@ -39,18 +40,29 @@ impl ClaimCacheFootprint {
     }
 }
 
-/// The pool store after the pool watch listed `pools`: each object as the watch keeps it (see
-/// `sources::watch::drop_unread_fields`).
-pub fn pool_store(pools: &[InClusterIPPool]) -> Writer<InClusterIPPool> {
-    let mut writer = Writer::default();
-    writer.apply_watcher_event(&Event::Init);
-    for pool in pools {
-        let mut pool = pool.clone();
-        drop_unread_fields(&mut pool);
-        writer.apply_watcher_event(&Event::InitApply(pool));
+/// The pool cache after the pool watch listed `pools`.
+pub struct PoolCacheFootprint(PoolCache);
+
+/// The pool cache as the pool watch leaves it once it has listed `pools`: a view of each.
+pub fn pool_cache(pools: &[InClusterIPPool]) -> PoolCacheFootprint {
+    let cache = PoolCache::default();
+    cache.replace(
+        pools
+            .iter()
+            .map(|pool| Arc::new(PoolView::of(pool, &pool_state(pool)))),
+    );
+    PoolCacheFootprint(cache)
+}
+
+impl PoolCacheFootprint {
+    /// How many pools the cache holds.
+    pub fn len(&self) -> usize {
+        self.0.len()
     }
-    writer.apply_watcher_event(&Event::InitDone);
-    writer
+
+    pub fn is_empty(&self) -> bool {
+        self.0.len() == 0
+    }
 }
 
 /// The registry with one pool, and what it holds in it.

@@ -654,17 +654,14 @@ fn build_address(
 }
 
 fn pool_uid(ctx: &Context, pool: &PoolKey) -> Option<String> {
-    ctx.stores.pool(pool)?.meta().uid.clone()
+    ctx.stores.pool(pool)?.uid().map(str::to_string)
 }
 
 /// The pool's `addressReuseGracePeriodSeconds`, when positive and the pool is live: a pool that
 /// is gone or deleting frees addresses at once (its deletion must not wait on them).
 fn reuse_grace_period(ctx: &Context, pool: &PoolKey) -> Option<Duration> {
     let cached = ctx.stores.pool(pool)?;
-    let seconds = cached
-        .meta()
-        .deletion_timestamp
-        .is_none()
+    let seconds = (!cached.is_deleting())
         .then_some(cached.reuse_grace_period_seconds())
         .flatten()?;
     u64::try_from(seconds)

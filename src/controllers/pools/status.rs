@@ -14,27 +14,24 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::channel::mpsc::UnboundedReceiver;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::ResourceExt;
+use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::allocator::canonical;
 use crate::api::ObjectKey;
 use crate::api::PoolKey;
-use crate::api::conditions::{now, set_condition_at};
+use crate::api::conditions::now;
 use crate::api::{
-    ConditionStatus, DesiredCondition, IPAddressesStatus, IPPool, InClusterIPPoolStatus,
-    PAUSED_ANNOTATION, POOL_FINALIZER, READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
+    ConditionStatus, DesiredCondition, IPAddressesStatus, InClusterIPPoolStatus, POOL_FINALIZER,
+    READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
 };
-use crate::controllers::runtime::controller::{Action, Controller};
+use crate::controllers::runtime::controller::{Action, Controller, Requests};
 use crate::controllers::runtime::error::{self, Error};
 use crate::controllers::runtime::events::EventType;
-use crate::controllers::runtime::{Context, MANAGER, delete_if_present, finalizers, object_ref};
-use crate::controllers::sources::pool_kinds::PoolObject;
-use crate::controllers::sources::watch::Subscription;
+use crate::controllers::runtime::{Context, MANAGER, delete_if_present, finalizers};
+use crate::controllers::sources::pool_cache::{PoolView, StatusSeen};
+use crate::controllers::sources::pool_kinds::{LaneInput, PoolObject};
 use crate::controllers::sources::writers::{Foreign, foreign_message};
-use crate::controllers::state::facts::pool_state;
 use crate::controllers::state::reservation::IPAddressReservation;
 use crate::controllers::state::{Holder, PreAllocationState, Unready};
 
@@ -212,80 +209,96 @@ pub const FOREIGN_ADDRESSES_CONDITION: &str = "ForeignAddresses";
 /// What became of the pool's `spec.preAllocations` (present only on a pool with entries).
 pub const PRE_ALLOCATIONS_CONDITION: &str = "PreAllocations";
 
+/// Every condition inpool writes on a pool: the pool cache keeps only these of a pool's status
+/// ([`StatusSeen`]), and a status written carries only these (another writer's stay theirs).
+pub const POOL_CONDITIONS: [&str; 6] = [
+    READY_CONDITION,
+    ADDRESSES_AVAILABLE_CONDITION,
+    OVERLAP_CONDITION,
+    ADDRESSES_IN_RANGE_CONDITION,
+    PRE_ALLOCATIONS_CONDITION,
+    FOREIGN_ADDRESSES_CONDITION,
+];
+
 /// How many out-of-range addresses or overlapping pools a message lists.
 const LISTED: usize = 10;
 
-/// The pool controller of one kind, fed by the kind's watch (`subscription`) and by the registry
-/// (`wakes`: pools whose status may have changed). Runs until the run ends.
-pub async fn run<P: PoolObject>(
-    ctx: &Arc<Context>,
-    subscription: Subscription<P>,
-    wakes: UnboundedReceiver<PoolKey>,
-) {
+/// The pool controller of kind `P`, fed by the kind's watch (the pools it added, changed or
+/// listed) and by the registry (wakes: pools whose status may have changed), reading the kind's
+/// pool cache. Runs until the run ends.
+pub async fn run<P: PoolObject>(ctx: &Arc<Context>, input: LaneInput<P>) {
+    let LaneInput {
+        cache,
+        changed,
+        wakes,
+        ..
+    } = input;
     // At most `--concurrency` pool reconciles at once, however many pools there are: each
     // reconcile in progress holds an API connection with its buffers, and with no bound a start
     // with 1,000 pools opened 1,000 of them at once (about 140 KiB of memory per pool, kept).
-    let (store, requests) = subscription.requests(|pool| pool.key());
     Controller::new(
         &P::KIND.name().to_ascii_lowercase(),
-        requests,
-        move |key: &PoolKey| store.get(&object_ref(key)),
+        changed.map(Requests::now),
+        move |key: &PoolKey| cache.get(key),
     )
     .reconcile_on(wakes)
     .debounce_wakes(WAKE_DEBOUNCE)
     .concurrency(ctx.settings.concurrency)
-    .run(reconcile, error_policy, ctx.clone())
+    .run(reconcile::<P>, error_policy, ctx.clone())
     .await;
 }
 
 #[tracing::instrument(skip_all, fields(pool = %pool.key()))]
-pub async fn reconcile<P: PoolObject>(pool: Arc<P>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile<P: PoolObject>(
+    pool: Arc<PoolView>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
     ctx.metrics.reconcile("pool");
-    let result = reconcile_pool(&*pool, &ctx).await;
-    error::settle("pool", &*pool, &ctx, result)
+    let result = reconcile_pool::<P>(&pool, &ctx).await;
+    error::settle_named("pool", pool.key().object_name(), &ctx, result)
 }
 
-async fn reconcile_pool<P: PoolObject>(pool: &P, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_pool<P: PoolObject>(pool: &PoolView, ctx: &Context) -> Result<Action, Error> {
     let key = pool.key();
-    if pool.annotations().contains_key(PAUSED_ANNOTATION) {
+    if pool.is_paused() {
         return Ok(Action::await_change());
     }
-    let api = P::api(ctx.client.clone(), &key);
-    let deleting = pool.meta().deletion_timestamp.is_some();
+    let api = P::api(ctx.client.clone(), key);
+    let deleting = pool.is_deleting();
     if deleting {
-        free_released_addresses(ctx, &key).await?;
+        free_released_addresses(ctx, key).await?;
     }
-    if deleting && !ctx.registry().has_own_holds(&key) {
-        ctx.metrics.forget_pool(&key);
+    if deleting && !ctx.registry().has_own_holds(key) {
+        ctx.metrics.forget_pool(key);
         set_finalizer(&api, pool, false).await?;
         return Ok(Action::await_change());
     }
     if !deleting {
         set_finalizer(&api, pool, true).await?;
     }
-    publish_pre_allocation_notes(pool, &key, ctx).await;
-    let status = desired_status(pool, &key, ctx);
-    publish_metrics(ctx, &key, status.ip_addresses.as_ref());
-    if !changed(pool.pool_status(), &status) {
-        pacing(ctx).settled(&key);
+    publish_pre_allocation_notes(pool, ctx).await;
+    let status = desired_status(pool, ctx);
+    publish_metrics(ctx, key, status.ip_addresses.as_ref());
+    if !changed(pool.status(), &status) {
+        pacing(ctx).settled(key);
         return Ok(Action::await_change());
     }
     // A condition that turns (another status or reason) is news, not a count: it goes at once.
-    let changes = if condition_turned(pool.pool_status(), &status) {
+    let changes = if condition_turned(pool.status(), &status) {
         u64::MAX
     } else {
-        claims_changed(pool.pool_status(), &status)
+        claims_changed(pool.status(), &status)
     };
-    if let Some(wait) = pacing(ctx).ask(&key, changes, Instant::now()) {
+    if let Some(wait) = pacing(ctx).ask(key, changes, Instant::now()) {
         return Ok(Action::requeue(wait));
     }
     api.patch_status(
-        &pool.name_any(),
+        &key.name,
         &PatchParams::apply(MANAGER).force(),
         &Patch::Apply(&pool_status_patch::<P>(&status)),
     )
     .await?;
-    pacing(ctx).written(&key, Instant::now());
+    pacing(ctx).written(key, Instant::now());
     Ok(Action::await_change())
 }
 
@@ -293,8 +306,13 @@ fn pacing(ctx: &Context) -> std::sync::MutexGuard<'_, StatusPacing> {
     ctx.pool_writes.lock().expect("pool writes lock")
 }
 
-pub fn error_policy<P: PoolObject>(pool: Arc<P>, error: &Error, ctx: Arc<Context>) -> Action {
-    error::error_policy("pool", &*pool, error, &ctx)
+pub fn error_policy(pool: Arc<PoolView>, error: &Error, ctx: Arc<Context>) -> Action {
+    Action::requeue(error::retry_delay(
+        "pool",
+        pool.key().object_name(),
+        error,
+        &ctx,
+    ))
 }
 
 /// A deleting pool does not wait for the reuse grace period of addresses already released: their
@@ -315,12 +333,16 @@ async fn free_released_addresses(ctx: &Context, key: &PoolKey) -> Result<(), Err
 }
 
 /// Adds or removes `ProtectPool`, guarded by the resourceVersion it was computed from.
-async fn set_finalizer<P: PoolObject>(api: &Api<P>, pool: &P, present: bool) -> Result<(), Error> {
+async fn set_finalizer<P: PoolObject>(
+    api: &Api<P>,
+    pool: &PoolView,
+    present: bool,
+) -> Result<(), Error> {
     finalizers::set(
         api,
-        &pool.name_any(),
-        pool.finalizers(),
-        pool.resource_version().as_deref(),
+        &pool.key().name,
+        &pool.finalizers(),
+        pool.resource_version(),
         POOL_FINALIZER,
         present,
     )
@@ -329,7 +351,8 @@ async fn set_finalizer<P: PoolObject>(api: &Api<P>, pool: &P, present: bool) -> 
 }
 
 /// The status the pool should have now.
-pub fn desired_status<P: IPPool>(pool: &P, key: &PoolKey, ctx: &Context) -> InClusterIPPoolStatus {
+pub fn desired_status(pool: &PoolView, ctx: &Context) -> InClusterIPPoolStatus {
+    let key = pool.key();
     let registry = ctx.registry();
     let counts = registry.counts(key);
     let waiting = registry.waiting(key);
@@ -343,9 +366,9 @@ pub fn desired_status<P: IPPool>(pool: &P, key: &PoolKey, ctx: &Context) -> InCl
     drop(registry);
     let foreign = ctx.writers.foreign_in(key);
 
-    let generation = pool.meta().generation;
+    let generation = pool.generation();
     let (_, units) = units(key);
-    let mut desired = vec![ready_condition(pool, key, out_of_range.len())];
+    let mut desired = vec![ready_condition(pool, out_of_range.len())];
     if let Some(counts) = &counts {
         desired.push(if counts.free > 0 {
             condition(
@@ -372,10 +395,11 @@ pub fn desired_status<P: IPPool>(pool: &P, key: &PoolKey, ctx: &Context) -> InCl
         }
     }
     desired.push(foreign_condition(&foreign));
-    let current = pool
-        .pool_status()
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default();
+    let at = now();
+    let conditions = desired
+        .into_iter()
+        .map(|d| StatusSeen::to_write(pool.status(), d.observed_generation(generation), &at))
+        .collect();
     InClusterIPPoolStatus {
         ip_addresses: counts.map(|c| {
             let s = c.to_status();
@@ -386,7 +410,7 @@ pub fn desired_status<P: IPPool>(pool: &P, key: &PoolKey, ctx: &Context) -> InCl
                 out_of_range: s.out_of_range,
             }
         }),
-        conditions: Some(upsert_all(current, desired, generation)),
+        conditions: Some(conditions),
     }
 }
 
@@ -408,9 +432,10 @@ fn condition(
     DesiredCondition::new(type_, status, reason, message)
 }
 
-fn ready_condition<P: IPPool>(pool: &P, key: &PoolKey, out_of_range: usize) -> DesiredCondition {
-    match pool_state(pool) {
-        Ok(_) => condition(
+fn ready_condition(pool: &PoolView, out_of_range: usize) -> DesiredCondition {
+    let key = pool.key();
+    match pool.readiness() {
+        Ok(()) => condition(
             READY_CONDITION,
             ConditionStatus::True,
             "Ready",
@@ -622,10 +647,10 @@ fn pre_allocations_condition(
 
 /// Publishes the notes about realised claims whose entry changed or went (gathered by the
 /// registry when the spec changed) as Warning Events on the pool.
-async fn publish_pre_allocation_notes<P: PoolObject>(pool: &P, key: &PoolKey, ctx: &Context) {
-    let notes = ctx.update_registry(|registry| registry.take_pre_allocation_notes(key));
+async fn publish_pre_allocation_notes(pool: &PoolView, ctx: &Context) {
+    let notes = ctx.update_registry(|registry| registry.take_pre_allocation_notes(pool.key()));
     for note in notes {
-        let reference = pool.object_ref(&());
+        let reference = pool.reference();
         if let Err(e) = ctx
             .events
             .publish(reference, EventType::Warning, "PreAllocationDrift", note)
@@ -636,62 +661,33 @@ async fn publish_pre_allocation_notes<P: PoolObject>(pool: &P, key: &PoolKey, ct
     }
 }
 
-/// Upserts inpool's conditions into the current list (keeping `lastTransitionTime` unless the
-/// status flips) and returns only inpool's, for the apply.
-fn upsert_all(
-    mut current: Vec<Condition>,
-    desired: Vec<DesiredCondition>,
-    generation: Option<i64>,
-) -> Vec<Condition> {
-    let types: Vec<String> = desired.iter().map(|d| d.type_.clone()).collect();
-    let at = now();
-    for d in desired {
-        set_condition_at(&mut current, d.observed_generation(generation), at.clone());
-    }
-    current.retain(|c| types.contains(&c.type_));
-    current
-}
-
 /// Whether writing `desired` would change anything (lastTransitionTime aside).
-fn changed(current: Option<&InClusterIPPoolStatus>, desired: &InClusterIPPoolStatus) -> bool {
+fn changed(current: Option<&StatusSeen>, desired: &InClusterIPPoolStatus) -> bool {
     let Some(current) = current else {
         return true;
     };
-    if current.ip_addresses != desired.ip_addresses {
-        return true;
-    }
-    let have = current.conditions.as_deref().unwrap_or_default();
-    desired.conditions.iter().flatten().any(|want| {
-        !have.iter().any(|c| {
-            c.type_ == want.type_
-                && c.status == want.status
-                && c.reason == want.reason
-                && c.message == want.message
-                && c.observed_generation == want.observed_generation
-        })
-    })
+    current.counts != desired.ip_addresses
+        || !desired
+            .conditions
+            .iter()
+            .flatten()
+            .all(|want| current.carries(want))
 }
 
 /// Whether a condition the status should carry has another status or reason than the one it
 /// carries (or is missing): messages alone (counts in words) do not count.
-fn condition_turned(
-    current: Option<&InClusterIPPoolStatus>,
-    desired: &InClusterIPPoolStatus,
-) -> bool {
-    let have = current
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default();
-    desired.conditions.iter().flatten().any(|want| {
-        !have
-            .iter()
-            .any(|c| c.type_ == want.type_ && c.status == want.status && c.reason == want.reason)
-    })
+fn condition_turned(current: Option<&StatusSeen>, desired: &InClusterIPPoolStatus) -> bool {
+    desired
+        .conditions
+        .iter()
+        .flatten()
+        .any(|want| !current.is_some_and(|c| c.carries_turn(want)))
 }
 
 /// By how many claims the pool's counts moved since its status: the addresses used and total
 /// that differ (`u64::MAX` when the status has no counts yet, or the pool none any more).
-fn claims_changed(current: Option<&InClusterIPPoolStatus>, desired: &InClusterIPPoolStatus) -> u64 {
-    let current = current.and_then(|s| s.ip_addresses.as_ref());
+fn claims_changed(current: Option<&StatusSeen>, desired: &InClusterIPPoolStatus) -> u64 {
+    let current = current.and_then(|s| s.counts.as_ref());
     match (current, desired.ip_addresses.as_ref()) {
         (Some(have), Some(want)) => {
             let apart = |a: i64, b: i64| a.abs_diff(b);
@@ -724,6 +720,8 @@ fn publish_metrics(ctx: &Context, key: &PoolKey, counts: Option<&IPAddressesStat
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
     use super::*;
     use crate::api::ObjectKey;
     use crate::api::PoolKind;
@@ -875,9 +873,12 @@ mod tests {
             REASON_POOL_EXHAUSTED,
             "all 10 addresses are in use",
         );
-        assert!(!condition_turned(Some(&free), &fewer));
-        assert!(condition_turned(Some(&free), &none));
+        let seen = StatusSeen::of(&free);
+        assert!(!condition_turned(Some(&seen), &fewer));
+        assert!(condition_turned(Some(&seen), &none));
         assert!(condition_turned(None, &free));
+        assert!(changed(Some(&seen), &fewer));
+        assert!(!changed(Some(&seen), &free));
     }
 
     #[test]
@@ -891,14 +892,18 @@ mod tests {
             }),
             conditions: None,
         };
-        assert_eq!(claims_changed(Some(&status(3, 10)), &status(7, 10)), 4);
-        assert_eq!(claims_changed(Some(&status(7, 10)), &status(3, 12)), 6);
+        let seen = |used, total| StatusSeen::of(&status(used, total));
+        assert_eq!(claims_changed(Some(&seen(3, 10)), &status(7, 10)), 4);
+        assert_eq!(claims_changed(Some(&seen(7, 10)), &status(3, 12)), 6);
         assert_eq!(claims_changed(None, &status(0, 10)), u64::MAX);
         let no_counts = InClusterIPPoolStatus {
             ip_addresses: None,
             conditions: None,
         };
-        assert_eq!(claims_changed(Some(&no_counts), &no_counts), 0);
+        assert_eq!(
+            claims_changed(Some(&StatusSeen::of(&no_counts)), &no_counts),
+            0
+        );
     }
 
     #[test]

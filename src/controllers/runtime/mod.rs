@@ -104,14 +104,6 @@ impl Drop for Learning<'_> {
     }
 }
 
-/// The reference to the pool object `pool` names.
-pub(crate) fn object_ref<K: Resource<DynamicType = ()>>(pool: &PoolKey) -> ObjectRef<K> {
-    match &pool.namespace {
-        Some(ns) => ObjectRef::new(&pool.name).within(ns),
-        None => ObjectRef::new(&pool.name),
-    }
-}
-
 /// The registry, locked for reading: [`Context::update_registry`] is the only way to change it.
 pub(crate) struct RegistryRead<'a>(std::sync::MutexGuard<'a, Registry>);
 

@@ -4,12 +4,14 @@
 //!   it feeds the registry from pools, reservations and `IPAddress`es (re-lists included), wakes
 //!   claims when capacity appears or their `IPAddress` vanished, and triggers the pool and
 //!   reuse-grace controllers;
-//! - [`pool_kinds`]: the four pool kinds, listed once: each kind's store, pool controller
+//! - [`pool_kinds`]: the four pool kinds, listed once: each kind's pool cache, pool controller
 //!   wake-ups and API;
+//! - [`pool_cache`]: what the controllers read of each pool, kept from its watch;
 //! - [`served`]: which pool kinds this run serves (a prefix kind without its CRD or RBAC is
 //!   skipped, with a warning);
 //! - [`writers`]: other writers on inpool's pools (a second IPAM provider): foreign
 //!   `IPAddress`es, and the reference provider's leader election Lease.
+pub(crate) mod pool_cache;
 pub(crate) mod pool_kinds;
 pub(crate) mod served;
 pub(crate) mod watch;

@@ -1,29 +1,31 @@
 //! The four pool kinds inpool serves, listed once: `InClusterIPPool`, `GlobalInClusterIPPool`,
 //! `InClusterPrefixPool` and `GlobalInClusterPrefixPool`.
 //!
-//! Everything the run keeps per kind is a [`PoolLane`]: the kind's store (its one watch keeps
-//! it) and the channel that wakes its pool controller. [`PoolLanes`] holds the four, and is the
-//! only place that names them: the watches, the store look-ups, the wake-ups, the pool
+//! Everything the run keeps per kind is a [`PoolLane`]: the kind's [`PoolCache`] (its one watch
+//! keeps it), and the channels that ask its pool controller for a reconcile: the watch's (a pool
+//! added, changed or listed) and the registry's wakes. [`PoolLanes`] holds the four, and is the
+//! only place that names them: the watches, the cache look-ups, the wake-ups, the pool
 //! controllers and the audit's lists all go through it. A kind this run does not serve (see
-//! [`served`](super::served)) has an empty lane: no watch, a store that counts as listed, and a
+//! [`served`](super::served)) has an empty lane: no watch, a cache that counts as listed, and a
 //! controller that is not started.
 use std::fmt::Debug;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use futures::channel::mpsc::{self, UnboundedReceiver, UnboundedSender};
-use kube::api::{Api, ObjectMeta};
-use kube::runtime::reflector::Store;
-use kube::{Client, Resource};
+use kube::Client;
+use kube::api::Api;
 
+use super::pool_cache::{PoolCache, PoolView};
 use super::served::ServedKinds;
-use super::watch::{FeedSet, Subscription, pool_watch, unserved_pools};
+use super::watch::{FeedSet, pool_watch};
 use crate::api::{
     GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPPool, InClusterIPPool, InClusterPrefixPool,
-    PAUSED_ANNOTATION, PoolKey, PoolKind, PoolSpecRef,
+    PoolKey, PoolKind,
 };
 use crate::cli::Settings;
 use crate::controllers::pools::status;
-use crate::controllers::runtime::{Context, object_ref, scoped};
+use crate::controllers::runtime::{Context, scoped};
 
 /// What the controllers need of each pool kind besides [`IPPool`]: where its objects are read
 /// and written.
@@ -78,61 +80,64 @@ impl PoolObject for GlobalInClusterPrefixPool {
 }
 
 /// One pool kind's share of the run.
-pub(crate) struct PoolLane<P: PoolObject> {
-    store: Store<P>,
+pub(crate) struct PoolLane {
+    cache: PoolCache,
+    /// Pools the watch added, changed or listed: reconciled at once.
+    changed: UnboundedSender<PoolKey>,
+    /// Pools whose status the registry says may have changed: reconciled once debounced.
     wakes: UnboundedSender<PoolKey>,
 }
 
-/// What one pool kind's controller takes when it starts: the kind's share of its watch, the
-/// wake-ups the registry sends, and whether the kind is served at all.
+/// What one pool kind's controller takes when it starts: the kind's cache, the pools its watch
+/// changed, the wake-ups the registry sends, and whether the kind is served at all.
 pub(crate) struct LaneInput<P: PoolObject> {
-    pub subscription: Subscription<P>,
+    pub cache: PoolCache,
+    pub changed: UnboundedReceiver<PoolKey>,
     pub wakes: UnboundedReceiver<PoolKey>,
     pub served: bool,
+    kind: PhantomData<fn() -> P>,
 }
 
-impl<P: PoolObject> PoolLane<P> {
-    /// Opens the kind's watch in `feeds`, or an empty lane for a kind not served.
-    fn start(
+impl PoolLane {
+    /// Opens the watch of kind `P` in `feeds`, or an empty lane for a kind not served.
+    fn start<P: PoolObject>(
         feeds: &mut FeedSet,
         client: &Client,
         settings: &Settings,
         served: &ServedKinds,
-    ) -> (PoolLane<P>, LaneInput<P>) {
+    ) -> (PoolLane, LaneInput<P>) {
         let served = served.serves(P::KIND);
-        let (store, subscription) = if served {
-            pool_watch(feeds, P::watched(client, settings))
+        let cache = if served {
+            pool_watch(feeds, P::watched(client, settings));
+            PoolCache::default()
         } else {
-            unserved_pools()
+            PoolCache::unwatched()
         };
+        let (changed, changed_rx) = mpsc::unbounded();
         let (wakes, wake_rx) = mpsc::unbounded();
-        let lane = PoolLane { store, wakes };
+        let lane = PoolLane {
+            cache: cache.clone(),
+            changed,
+            wakes,
+        };
         let input = LaneInput {
-            subscription,
+            cache,
+            changed: changed_rx,
             wakes: wake_rx,
             served,
+            kind: PhantomData,
         };
         (lane, input)
-    }
-
-    fn get(&self, key: &PoolKey) -> Option<CachedPool> {
-        let pool: Arc<P> = self.store.get(&object_ref(key))?;
-        Some(CachedPool(pool))
-    }
-
-    fn wake(&self, key: &PoolKey) {
-        // A closed channel means the run is ending: nothing is left to update.
-        let _ = self.wakes.unbounded_send(key.clone());
     }
 }
 
 /// The four lanes: the one list of the pool kinds.
 #[derive(Clone)]
 pub(crate) struct PoolLanes {
-    in_cluster: Arc<PoolLane<InClusterIPPool>>,
-    global: Arc<PoolLane<GlobalInClusterIPPool>>,
-    in_cluster_prefix: Arc<PoolLane<InClusterPrefixPool>>,
-    global_prefix: Arc<PoolLane<GlobalInClusterPrefixPool>>,
+    in_cluster: Arc<PoolLane>,
+    global: Arc<PoolLane>,
+    in_cluster_prefix: Arc<PoolLane>,
+    global_prefix: Arc<PoolLane>,
 }
 
 /// What the four pool controllers take when they start ([`PoolInputs::run`]).
@@ -177,33 +182,50 @@ impl PoolLanes {
         (lanes, inputs)
     }
 
+    fn lane(&self, kind: PoolKind) -> &PoolLane {
+        match kind {
+            PoolKind::InCluster => &self.in_cluster,
+            PoolKind::Global => &self.global,
+            PoolKind::InClusterPrefix => &self.in_cluster_prefix,
+            PoolKind::GlobalPrefix => &self.global_prefix,
+        }
+    }
+
+    /// The cache of pools of `kind`.
+    pub fn cache(&self, kind: PoolKind) -> &PoolCache {
+        &self.lane(kind).cache
+    }
+
     /// The cached pool `key` names; `None` when it is not in the cache.
-    pub fn pool(&self, key: &PoolKey) -> Option<CachedPool> {
-        match key.kind {
-            PoolKind::InCluster => self.in_cluster.get(key),
-            PoolKind::Global => self.global.get(key),
-            PoolKind::InClusterPrefix => self.in_cluster_prefix.get(key),
-            PoolKind::GlobalPrefix => self.global_prefix.get(key),
+    pub fn pool(&self, key: &PoolKey) -> Option<Arc<PoolView>> {
+        self.cache(key.kind).get(key)
+    }
+
+    /// Asks the kind's pool controller to reconcile pools the watch added, changed or listed.
+    pub fn changed(&self, kind: PoolKind, pools: impl IntoIterator<Item = PoolKey>) {
+        let lane = self.lane(kind);
+        for pool in pools {
+            // A closed channel means the run is ending: nothing is left to update.
+            let _ = lane.changed.unbounded_send(pool);
         }
     }
 
     /// Asks the kind's pool controller to bring the pool's status up to date.
     pub fn wake(&self, key: &PoolKey) {
-        match key.kind {
-            PoolKind::InCluster => self.in_cluster.wake(key),
-            PoolKind::Global => self.global.wake(key),
-            PoolKind::InClusterPrefix => self.in_cluster_prefix.wake(key),
-            PoolKind::GlobalPrefix => self.global_prefix.wake(key),
-        }
+        // A closed channel means the run is ending: nothing is left to update.
+        let _ = self.lane(key.kind).wakes.unbounded_send(key.clone());
     }
 
-    /// Waits until every kind's store has seen its first list.
-    pub async fn wait_until_ready(&self) -> anyhow::Result<()> {
-        self.in_cluster.store.wait_until_ready().await?;
-        self.global.store.wait_until_ready().await?;
-        self.in_cluster_prefix.store.wait_until_ready().await?;
-        self.global_prefix.store.wait_until_ready().await?;
-        Ok(())
+    /// Waits until every kind's cache has seen its first list.
+    pub async fn wait_until_listed(&self) {
+        for lane in [
+            &self.in_cluster,
+            &self.global,
+            &self.in_cluster_prefix,
+            &self.global_prefix,
+        ] {
+            lane.cache.wait_until_listed().await;
+        }
     }
 
     /// Runs `each` for every kind this run serves, with the API its watch reads.
@@ -236,7 +258,7 @@ impl PoolInputs {
     pub async fn run(self, ctx: &Arc<Context>) {
         async fn one<P: PoolObject>(ctx: &Arc<Context>, input: LaneInput<P>) {
             if input.served {
-                status::run(ctx, input.subscription, input.wakes).await;
+                status::run(ctx, input).await;
             }
         }
         futures::join!(
@@ -245,54 +267,5 @@ impl PoolInputs {
             one(ctx, self.in_cluster_prefix),
             one(ctx, self.global_prefix),
         );
-    }
-}
-
-/// A cached pool of any kind.
-#[derive(Clone)]
-pub(crate) struct CachedPool(Arc<dyn AnyPool>);
-
-/// What is read of a cached pool whatever its kind.
-trait AnyPool: Send + Sync {
-    fn meta(&self) -> &ObjectMeta;
-    fn spec(&self) -> PoolSpecRef<'_>;
-}
-
-impl<P: IPPool> AnyPool for P {
-    fn meta(&self) -> &ObjectMeta {
-        Resource::meta(self)
-    }
-
-    fn spec(&self) -> PoolSpecRef<'_> {
-        self.spec_of()
-    }
-}
-
-impl CachedPool {
-    pub fn meta(&self) -> &ObjectMeta {
-        self.0.meta()
-    }
-
-    /// `spec.addressReuseGracePeriodSeconds`; prefix pools have none (as the reference's).
-    pub fn reuse_grace_period_seconds(&self) -> Option<i32> {
-        match self.0.spec() {
-            PoolSpecRef::Addresses(spec) => spec.address_reuse_grace_period_seconds,
-            PoolSpecRef::Prefixes(_) => None,
-        }
-    }
-
-    /// `spec.allocationPrefixLength` (or its default) of a prefix pool; `None` for IP pools.
-    pub fn allocation_length(&self) -> Option<i32> {
-        match self.0.spec() {
-            PoolSpecRef::Addresses(_) => None,
-            PoolSpecRef::Prefixes(spec) => Some(spec.allocation_length()),
-        }
-    }
-
-    pub fn is_paused(&self) -> bool {
-        self.meta()
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
     }
 }

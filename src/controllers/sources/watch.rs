@@ -6,7 +6,8 @@
 //!
 //! Who reads each watch:
 //! - `InClusterIPPool`, `GlobalInClusterIPPool`, `InClusterPrefixPool`,
-//!   `GlobalInClusterPrefixPool`: the store, the registry, the pool controller of the kind;
+//!   `GlobalInClusterPrefixPool`: the kind's pool cache ([`super::pool_cache`]), the registry,
+//!   the pool controller of the kind;
 //! - `Cluster`: the store, and the pause record (claims are woken only when a pause changes);
 //! - `IPAddressReservation`: the registry, and the reuse-grace controller (the released ones,
 //!   kept in a store of their own);
@@ -16,9 +17,12 @@
 //!
 //! Each watch of [`start`] is one [`watch`] pipeline: watcher, backoff, store, then [`Lists`]
 //! (a re-list handed on whole), then [`feed`] applies it to the registry and only after that sends
-//! the controller triggers. A controller gets a [`Subscription`]: the watch's store (or a store of
-//! the objects it reconciles) and an unbounded channel of triggers, which become the requests of
-//! its [`Controller`](crate::controllers::runtime::controller::Controller); it opens no watch of its own.
+//! the controller triggers. A pool controller reads its kind's pool cache, which [`feed`] keeps
+//! just before the registry, and is sent the pools the watch changed; the reuse-grace controller
+//! gets a [`Subscription`]: a store of the objects it reconciles and an unbounded channel of
+//! triggers, which become the requests of its
+//! [`Controller`](crate::controllers::runtime::controller::Controller). Neither opens a watch of
+//! its own.
 //!
 //! Why not kube-runtime's `reflect_shared` + `Writer::subscribe` (kube-runtime 5.0.0,
 //! `reflector/dispatcher.rs`): its subscribers get object references from a bounded broadcast
@@ -45,11 +49,12 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource, ResourceExt};
 use tokio::sync::Notify;
 
-use super::pool_kinds::{CachedPool, PoolInputs, PoolLanes};
+use super::pool_cache::PoolView;
+use super::pool_kinds::{PoolInputs, PoolLanes};
 use super::served::ServedKinds;
 use super::writers::{Creator, creator};
 use crate::allocator::ParsedSpec;
-use crate::api::{Cluster, IPAddress, IPPool, ObjectKey, PAUSED_ANNOTATION, PoolKey};
+use crate::api::{Cluster, IPAddress, IPPool, ObjectKey, PAUSED_ANNOTATION, PoolKey, PoolKind};
 use crate::cli::Settings;
 use crate::controllers::claims::cache::ClaimCache;
 use crate::controllers::claims::cached_claim::CachedClaim;
@@ -109,14 +114,14 @@ impl Stores {
     }
 
     /// The cached pool `key` names, of any kind; `None` when it is not in the cache.
-    pub fn pool(&self, key: &PoolKey) -> Option<CachedPool> {
+    pub fn pool(&self, key: &PoolKey) -> Option<Arc<PoolView>> {
         self.pools.pool(key)
     }
 
     /// Waits until every store and feed has seen its initial list (the claim store excepted:
     /// the claim controller itself fills it once it runs).
     pub async fn wait_until_ready(&self) -> anyhow::Result<()> {
-        self.pools.wait_until_ready().await?;
+        self.pools.wait_until_listed().await;
         self.clusters.wait_until_ready().await?;
         self.holds_listed.wait().await;
         Ok(())
@@ -244,6 +249,13 @@ enum Fed {
     /// A change for the registry; `relisted` when it is a whole list that is not the watch's
     /// first (the audit then checks soon that the registry agrees with the API).
     Registry { change: Change, relisted: bool },
+    /// A pool update of `kind`: the views for its pool cache, then its registry change.
+    Pools {
+        kind: PoolKind,
+        views: Update<Arc<PoolView>>,
+        change: Change,
+        relisted: bool,
+    },
     /// Clusters and whether each is paused (`None`: deleted); `complete` when this is a whole
     /// (re-)list, so that a Cluster missing from it is gone.
     Clusters {
@@ -343,8 +355,8 @@ where
 struct Subscriber<K: Resource<DynamicType = ()> + Clone + 'static> {
     /// The objects the controller reconciles.
     selects: fn(&K) -> bool,
-    /// The controller's own store of the selected objects, when it does not share the watch's.
-    own_store: Option<Writer<K>>,
+    /// The controller's own store of the selected objects.
+    store: Writer<K>,
     triggers: mpsc::UnboundedSender<Arc<K>>,
     /// The selected objects of a list under way, triggered once it is done.
     listed: Vec<Arc<K>>,
@@ -354,27 +366,14 @@ impl<K> Subscriber<K>
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    /// A controller of every object of the watch, reading the watch's own store.
-    fn every(store: Store<K>) -> (Subscriber<K>, Subscription<K>) {
-        Self::new(|_| true, None, store)
-    }
-
     /// A controller of the objects `selects` picks, with a store of just those.
     fn only(selects: fn(&K) -> bool) -> (Subscriber<K>, Subscription<K>) {
         let writer = Writer::default();
         let store = writer.as_reader();
-        Self::new(selects, Some(writer), store)
-    }
-
-    fn new(
-        selects: fn(&K) -> bool,
-        own_store: Option<Writer<K>>,
-        store: Store<K>,
-    ) -> (Subscriber<K>, Subscription<K>) {
         let (triggers, rx) = mpsc::unbounded();
         let subscriber = Subscriber {
             selects,
-            own_store,
+            store: writer,
             triggers,
             listed: Vec::new(),
         };
@@ -391,19 +390,16 @@ where
     /// are kept meanwhile.
     fn take(&mut self, event: &Event<K>) -> Option<Box<dyn FnOnce() + Send>> {
         let selects = self.selects;
-        if let Some(store) = &mut self.own_store {
-            let was_kept = |o: &K| store.as_reader().get(&ObjectRef::from_obj(o)).is_some();
-            match event {
-                Event::Apply(o) if selects(o) => store.apply_watcher_event(event),
-                Event::Apply(o) | Event::Delete(o) if was_kept(o) => {
-                    store.apply_watcher_event(&Event::Delete(o.clone()))
-                }
-                Event::Apply(_) | Event::Delete(_) => {}
-                Event::InitApply(o) if !selects(o) => {}
-                Event::Init | Event::InitApply(_) | Event::InitDone => {
-                    store.apply_watcher_event(event)
-                }
+        let store = &mut self.store;
+        let was_kept = |o: &K| store.as_reader().get(&ObjectRef::from_obj(o)).is_some();
+        match event {
+            Event::Apply(o) if selects(o) => store.apply_watcher_event(event),
+            Event::Apply(o) | Event::Delete(o) if was_kept(o) => {
+                store.apply_watcher_event(&Event::Delete(o.clone()))
             }
+            Event::Apply(_) | Event::Delete(_) => {}
+            Event::InitApply(o) if !selects(o) => {}
+            Event::Init | Event::InitApply(_) | Event::InitDone => store.apply_watcher_event(event),
         }
         let selected: Vec<Arc<K>> = match event {
             Event::Init => {
@@ -478,18 +474,44 @@ where
         .boxed()
 }
 
-/// What the registry keeps of a pool: its key and state.
-fn pool_facts<P: IPPool>(pool: &P) -> (PoolKey, Result<ParsedSpec, Unready>) {
-    (pool.key(), pool_state(pool))
+/// What is kept of a pool: its key and state for the registry, and its view for the pool cache
+/// (which says whether the spec is valid from the same parse).
+type PoolFacts = (PoolKey, Result<ParsedSpec, Unready>, Arc<PoolView>);
+
+fn pool_facts<P: IPPool>(pool: &P) -> PoolFacts {
+    let state = pool_state(pool);
+    let view = PoolView::of(pool, &state);
+    (pool.key(), state, Arc::new(view))
 }
 
-/// The registry change for a pool update.
-fn pool_change<P: IPPool>(update: Update<(PoolKey, Result<ParsedSpec, Unready>)>) -> Fed {
-    registry(match update {
-        Update::Applied((key, state)) => (Change::Pool(key, state), false),
-        Update::Deleted((key, _)) => (Change::PoolGone(key), false),
-        Update::Listed { items, first } => (Change::PoolsListed(P::KIND, items), !first),
-    })
+/// The pool cache's and the registry's changes for a pool update.
+fn pool_change<P: IPPool>(update: Update<PoolFacts>) -> Fed {
+    let (views, change, relisted) = match update {
+        Update::Applied((key, state, view)) => {
+            (Update::Applied(view), Change::Pool(key, state), false)
+        }
+        Update::Deleted((key, _, view)) => (Update::Deleted(view), Change::PoolGone(key), false),
+        Update::Listed { items, first } => {
+            let (states, views) = items
+                .into_iter()
+                .map(|(key, state, view)| ((key, state), view))
+                .unzip();
+            (
+                Update::Listed {
+                    items: views,
+                    first,
+                },
+                Change::PoolsListed(P::KIND, states),
+                !first,
+            )
+        }
+    };
+    Fed::Pools {
+        kind: P::KIND,
+        views,
+        change,
+        relisted,
+    }
 }
 
 fn registry((change, relisted): (Change, bool)) -> Fed {
@@ -679,35 +701,13 @@ pub fn start(
     (stores, Feeds(feeds), subscriptions)
 }
 
-/// The one watch of a pool kind: its store, the registry, and the kind's pool controller.
-pub(crate) fn pool_watch<P>(feeds: &mut FeedSet, api: Api<P>) -> (Store<P>, Subscription<P>)
+/// The one watch of a pool kind: it keeps the kind's pool cache and the registry, and triggers
+/// the kind's pool controller (see [`feed`]).
+pub(crate) fn pool_watch<P>(feeds: &mut FeedSet, api: Api<P>)
 where
     P: IPPool + Debug + serde::de::DeserializeOwned,
 {
-    let (store, writer) = reflector::store();
-    let (subscriber, subscription) = Subscriber::every(store.clone());
-    feeds.push(watch(
-        api,
-        Some(writer),
-        Some(subscriber),
-        pool_facts::<P>,
-        pool_change::<P>,
-    ));
-    (store, subscription)
-}
-
-/// The store and subscription of a pool kind that is not watched (not served, see
-/// [`crate::controllers::sources::served`]): empty, and synced from the start, so that waiting for
-/// the caches does not wait for it.
-pub(crate) fn unserved_pools<P>() -> (Store<P>, Subscription<P>)
-where
-    P: IPPool + Debug + serde::de::DeserializeOwned,
-{
-    let mut writer = Writer::default();
-    writer.apply_watcher_event(&Event::InitDone);
-    let store = writer.as_reader();
-    let (_, subscription) = Subscriber::every(store.clone());
-    (store, subscription)
+    feeds.push(watch(api, None, None, pool_facts::<P>, pool_change::<P>));
 }
 
 /// The annotation in which client-side `kubectl apply` keeps the manifest it last applied.
@@ -766,6 +766,39 @@ fn apply(ctx: &Context, fed: Fed) {
             return;
         }
         Fed::Registry { change, relisted } => (change, relisted),
+        Fed::Pools {
+            kind,
+            views,
+            change,
+            relisted,
+        } => {
+            // The views first: a claim the registry change wakes reads the pool's view.
+            let pools = &ctx.stores.pools;
+            let cache = pools.cache(kind);
+            let (changed, listed) = match views {
+                Update::Applied(view) => {
+                    let key = view.key().clone();
+                    cache.applied(view);
+                    (vec![key], false)
+                }
+                Update::Deleted(view) => {
+                    cache.deleted(view.key());
+                    (Vec::new(), false)
+                }
+                Update::Listed { items, .. } => {
+                    let keys = items.iter().map(|view| view.key().clone()).collect();
+                    cache.replace(items);
+                    (keys, true)
+                }
+            };
+            apply(ctx, Fed::Registry { change, relisted });
+            // Listed once the registry has the list too: the claims wait for both.
+            if listed {
+                cache.mark_listed();
+            }
+            pools.changed(kind, changed);
+            return;
+        }
         Fed::Addresses {
             change,
             relisted,

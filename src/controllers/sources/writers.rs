@@ -23,13 +23,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
 use super::watch::Update;
-use crate::api::{IPAM_GROUP, IPAddress, ObjectKey, POOL_VERSION, PoolKey};
+use crate::api::{IPAddress, ObjectKey, PoolKey};
 use crate::controllers::runtime::events::EventType;
 use crate::controllers::runtime::{Context, MANAGER};
 
@@ -257,14 +256,7 @@ fn announce(ctx: &Context, key: &ObjectKey, creator: Creator) {
     let Some(pool) = ctx.stores.pool(&creator.pool) else {
         return;
     };
-    let regarding = ObjectReference {
-        api_version: Some(format!("{IPAM_GROUP}/{POOL_VERSION}")),
-        kind: Some(creator.pool.kind.name().to_string()),
-        name: Some(creator.pool.name.to_string()),
-        namespace: creator.pool.namespace.as_deref().map(str::to_string),
-        uid: pool.meta().uid.clone(),
-        ..ObjectReference::default()
-    };
+    let regarding = pool.reference();
     let note = format!(
         "IPAddress {} ({}) was created by field manager {:?}, not inpool, after inpool started: another IPAM provider allocates from this pool. inpool never hands out an address it sees held, but the other provider can hand out addresses inpool holds; stop it",
         key, creator.address, creator.manager
