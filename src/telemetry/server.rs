@@ -59,7 +59,7 @@ impl HealthState {
         }
     }
 
-    /// Called by the controllers once their caches (reflector stores) have synced, and with
+    /// Called by the controllers once their caches and stores have synced, and with
     /// `false` when they stop.
     pub fn set_caches_synced(&self, synced: bool) {
         self.inner.caches_synced.store(synced, Ordering::SeqCst);

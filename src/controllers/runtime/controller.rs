@@ -3,7 +3,8 @@
 //! `reconcile_on`, `debounce_wakes`, `concurrency`, then `run(reconcile, error_policy, ctx)`), a
 //! reconcile that returns an [`Action`], and an error policy that picks the retry
 //! ([`super::error`]). The claims ([`claim_controller`], reading the claim cache), each pool kind
-//! and the released reservations (reading the reflector store their watch keeps) each run one.
+//! (reading its pool cache) and the released reservations (reading the reflector store their
+//! watch keeps) each run one.
 //! Finalizers and Events are the runtime's too ([`super::finalizers`], [`super::events`]), used by
 //! every reconciler.
 //!
