@@ -44,9 +44,11 @@ pub struct PoolView {
     readiness: Result<(), Unready>,
     /// The paused annotation, deleting or not.
     paused: bool,
-    /// Whether `metadata.finalizers` holds `ProtectPool`.
+    /// Whether `metadata.finalizers` holds `ProtectPool`: a flag, not a copy of the string every
+    /// pool carries.
     protected: bool,
-    /// `metadata.finalizers` but `ProtectPool`, in their order (other writers' finalizers: rare).
+    /// `metadata.finalizers` but `ProtectPool`, in their order (other writers' finalizers: rare,
+    /// and an empty list allocates nothing).
     other_finalizers: Vec<String>,
     reuse_grace_period_seconds: Option<i32>,
     allocation_length: Option<i32>,
@@ -229,7 +231,9 @@ impl StatusSeen {
     }
 
     /// `want` as a condition to write: its `lastTransitionTime` is the one the status carries
-    /// when its status stays, `now` when it turns or is new.
+    /// when its status stays, `now` when it turns or is new (the rule of
+    /// [`set_condition_at`](crate::api::conditions::set_condition_at), applied to what the view
+    /// keeps instead of a list of whole conditions).
     pub fn to_write(status: Option<&StatusSeen>, want: DesiredCondition, now: &Time) -> Condition {
         let last_transition_time = status
             .and_then(|s| s.condition(&want.type_))
