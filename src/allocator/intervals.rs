@@ -1,29 +1,144 @@
-//! [`IntervalMap`]: a mutable set of `u128` values stored as disjoint inclusive intervals in a
-//! B-tree. Point insert and remove are O(log n) in the number of intervals, whatever the interval
-//! sizes: nothing is ever enumerated.
+//! [`IntervalMap`]: a mutable set of `u128` values stored as disjoint inclusive intervals. Point
+//! insert and remove are O(log n) in the number of intervals, whatever the interval sizes:
+//! nothing is ever enumerated.
 //!
-//! The tree is keyed by each interval's *last* value and stores its first value. Taking the
-//! lowest value (the hot path: lowest-first allocation) then only bumps the first value of the
-//! leftmost entry in place, instead of removing and reinserting it, and every point operation
-//! needs at most three tree descents.
+//! The intervals are keyed by their *last* value and store their first value. Taking the lowest
+//! value (the hot path: lowest-first allocation) then only bumps the first value of the lowest
+//! entry in place, instead of removing and reinserting it, and every point operation needs at
+//! most three lookups.
+//!
+//! Up to [`FEW`] intervals are kept in a sorted vector, more in a B-tree. A `BTreeMap` of
+//! `u128` pairs allocates a whole leaf (11 entries, 368 bytes) for its first interval, and most
+//! maps hold one or two: a pool's free values filled from the bottom are one interval, and a
+//! pool's used values out of range are none. Over a fleet of small pools that leaf was a fifth of
+//! each pool's memory. A vector of a few intervals costs 32 bytes each, and its binary search
+//! and short moves are as fast as the tree's descent. Hand-written rather than a crate's: the
+//! interval crates (`rangemap`, `range-set-blaze`) keep a B-tree whatever the count, and a small-
+//! vector crate would still need the promotion to a tree written here.
 
 use std::collections::BTreeMap;
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The most intervals kept in the sorted vector; one more moves them into the B-tree.
+const FEW: usize = 8;
+
+/// The fewest intervals the B-tree keeps; fewer move back into a vector. Below [`FEW`], so that
+/// a map that hovers at the threshold does not move at every change.
+const FEW_AGAIN: usize = FEW / 2;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct IntervalMap {
-    /// last -> first; disjoint and never adjacent.
-    by_last: BTreeMap<u128, u128>,
+    by_last: ByLast,
+}
+
+/// `last -> first` for disjoint, never adjacent intervals.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ByLast {
+    /// Sorted by `last`; at most [`FEW`] entries.
+    Few(Vec<(u128, u128)>),
+    /// At least [`FEW_AGAIN`] entries.
+    Many(BTreeMap<u128, u128>),
+}
+
+impl Default for IntervalMap {
+    fn default() -> IntervalMap {
+        IntervalMap {
+            by_last: ByLast::Few(Vec::new()),
+        }
+    }
+}
+
+impl ByLast {
+    fn len(&self) -> usize {
+        match self {
+            ByLast::Few(entries) => entries.len(),
+            ByLast::Many(tree) => tree.len(),
+        }
+    }
+
+    /// The entry `(last, first)` of the lowest interval that ends at or after `value`.
+    fn at_or_after(&self, value: u128) -> Option<(u128, u128)> {
+        match self {
+            ByLast::Few(entries) => {
+                let index = entries.partition_point(|&(last, _)| last < value);
+                entries.get(index).copied()
+            }
+            ByLast::Many(tree) => tree.range(value..).next().map(|(&l, &f)| (l, f)),
+        }
+    }
+
+    fn first(&self) -> Option<(u128, u128)> {
+        match self {
+            ByLast::Few(entries) => entries.first().copied(),
+            ByLast::Many(tree) => tree.first_key_value().map(|(&l, &f)| (l, f)),
+        }
+    }
+
+    /// Sets the first value of the interval that ends at `last`, which must exist.
+    fn set_first(&mut self, last: u128, first: u128) {
+        match self {
+            ByLast::Few(entries) => {
+                if let Ok(index) = entries.binary_search_by_key(&last, |&(l, _)| l) {
+                    entries[index].1 = first;
+                }
+            }
+            ByLast::Many(tree) => {
+                if let Some(entry) = tree.get_mut(&last) {
+                    *entry = first;
+                }
+            }
+        }
+    }
+
+    /// Removes the interval that ends at `last`; its first value, if there was one.
+    fn remove(&mut self, last: u128) -> Option<u128> {
+        let first = match self {
+            ByLast::Few(entries) => {
+                let index = entries.binary_search_by_key(&last, |&(l, _)| l).ok()?;
+                Some(entries.remove(index).1)
+            }
+            ByLast::Many(tree) => tree.remove(&last),
+        };
+        if let ByLast::Many(tree) = self
+            && tree.len() < FEW_AGAIN
+        {
+            *self = ByLast::Few(tree.iter().map(|(&l, &f)| (l, f)).collect());
+        }
+        first
+    }
+
+    /// Adds the interval `first..=last`, disjoint from and not adjacent to every other.
+    fn insert(&mut self, last: u128, first: u128) {
+        match self {
+            ByLast::Few(entries) if entries.len() < FEW => {
+                let index = entries.partition_point(|&(l, _)| l < last);
+                entries.insert(index, (last, first));
+            }
+            ByLast::Few(entries) => {
+                let mut tree: BTreeMap<u128, u128> = entries.drain(..).collect();
+                tree.insert(last, first);
+                *self = ByLast::Many(tree);
+            }
+            ByLast::Many(tree) => {
+                tree.insert(last, first);
+            }
+        }
+    }
 }
 
 impl IntervalMap {
     /// From intervals `(first, last)` that are sorted, disjoint and non-adjacent. O(n).
     pub(crate) fn from_sorted(intervals: impl IntoIterator<Item = (u128, u128)>) -> IntervalMap {
-        IntervalMap {
-            by_last: intervals
-                .into_iter()
-                .map(|(first, last)| (last, first))
-                .collect(),
-        }
+        let mut entries: Vec<(u128, u128)> = intervals
+            .into_iter()
+            .map(|(first, last)| (last, first))
+            .collect();
+        let by_last = if entries.len() <= FEW {
+            entries.shrink_to_fit();
+            ByLast::Few(entries)
+        } else {
+            ByLast::Many(entries.into_iter().collect())
+        };
+        IntervalMap { by_last }
     }
 
     /// Number of intervals.
@@ -33,12 +148,16 @@ impl IntervalMap {
 
     /// The intervals `(first, last)`, lowest first.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u128, u128)> + '_ {
-        self.by_last.iter().map(|(&last, &first)| (first, last))
+        let (few, many) = match &self.by_last {
+            ByLast::Few(entries) => (Some(entries.iter().map(|&(l, f)| (f, l))), None),
+            ByLast::Many(tree) => (None, Some(tree.iter().map(|(&l, &f)| (f, l)))),
+        };
+        few.into_iter().flatten().chain(many.into_iter().flatten())
     }
 
-    /// The first interval that ends at or after `value`.
+    /// The first interval that ends at or after `value`, as `(first, last)`.
     fn at_or_after(&self, value: u128) -> Option<(u128, u128)> {
-        let (&last, &first) = self.by_last.range(value..).next()?;
+        let (last, first) = self.by_last.at_or_after(value)?;
         Some((first, last))
     }
 
@@ -49,7 +168,7 @@ impl IntervalMap {
 
     /// The lowest value.
     pub(crate) fn first(&self) -> Option<u128> {
-        self.by_last.first_key_value().map(|(_, &first)| first)
+        self.by_last.first().map(|(_, first)| first)
     }
 
     /// The lowest value that is `>= value`.
@@ -59,29 +178,27 @@ impl IntervalMap {
 
     /// Removes and returns the lowest value.
     pub(crate) fn pop_first(&mut self) -> Option<u128> {
-        let mut entry = self.by_last.first_entry()?;
-        let first = *entry.get();
-        if first == *entry.key() {
-            entry.remove();
+        let (last, first) = self.by_last.first()?;
+        if first == last {
+            self.by_last.remove(last);
         } else {
-            *entry.get_mut() = first + 1;
+            self.by_last.set_first(last, first + 1);
         }
         Some(first)
     }
 
     /// Removes `value`, splitting its interval; false if it was absent.
     pub(crate) fn remove(&mut self, value: u128) -> bool {
-        let Some((&last, first)) = self.by_last.range_mut(value..).next() else {
+        let Some((old_first, last)) = self.at_or_after(value) else {
             return false;
         };
-        let old_first = *first;
         if old_first > value {
             return false;
         }
         if value == last {
-            self.by_last.remove(&last);
+            self.by_last.remove(last);
         } else {
-            *first = value + 1;
+            self.by_last.set_first(last, value + 1);
         }
         if old_first < value {
             self.by_last.insert(value - 1, old_first);
@@ -94,14 +211,14 @@ impl IntervalMap {
         // An interval ending at `value - 1` proves `value` absent: intervals are never adjacent.
         let below_first = value
             .checked_sub(1)
-            .and_then(|below| self.by_last.remove(&below));
+            .and_then(|below| self.by_last.remove(below));
         let first = below_first.unwrap_or(value);
-        if let Some((_, above_first)) = self.by_last.range_mut(value..).next() {
-            if *above_first <= value {
+        if let Some((above_last, above_first)) = self.by_last.at_or_after(value) {
+            if above_first <= value {
                 return false;
             }
-            if value.checked_add(1) == Some(*above_first) {
-                *above_first = first;
+            if value.checked_add(1) == Some(above_first) {
+                self.by_last.set_first(above_last, first);
                 return true;
             }
         }

@@ -47,3 +47,44 @@ fn pop_first_and_lookups() {
     assert_eq!(map.pop_first(), None);
     assert_eq!(map.first(), None);
 }
+
+/// The intervals of a set of values, lowest first.
+fn intervals_of(values: &std::collections::BTreeSet<u128>) -> Vec<(u128, u128)> {
+    let mut intervals: Vec<(u128, u128)> = Vec::new();
+    for &value in values {
+        match intervals.last_mut() {
+            Some((_, last)) if *last + 1 == value => *last = value,
+            _ => intervals.push((value, value)),
+        }
+    }
+    intervals
+}
+
+proptest::proptest! {
+    /// Whatever the count of intervals (the map moves between its vector and its B-tree on the
+    /// way up and down), it answers as the set of values it stands for.
+    #[test]
+    fn answers_as_the_set_of_its_values(
+        start in proptest::collection::btree_set(0u128..96, 0..96),
+        steps in proptest::collection::vec((0u8..3, 0u128..100), 1..200),
+    ) {
+        let mut model = start;
+        let mut map = IntervalMap::from_sorted(intervals_of(&model));
+        for (operation, value) in steps {
+            match operation {
+                0 => proptest::prop_assert_eq!(map.insert(value), model.insert(value)),
+                1 => proptest::prop_assert_eq!(map.remove(value), model.remove(&value)),
+                _ => proptest::prop_assert_eq!(map.pop_first(), model.pop_first()),
+            }
+            let intervals = intervals_of(&model);
+            proptest::prop_assert_eq!(contents(&map), intervals.clone());
+            proptest::prop_assert_eq!(map.interval_count(), intervals.len());
+            proptest::prop_assert_eq!(map.first(), model.first().copied());
+            proptest::prop_assert_eq!(map.contains(value), model.contains(&value));
+            proptest::prop_assert_eq!(
+                map.first_at_or_after(value),
+                model.range(value..).next().copied()
+            );
+        }
+    }
+}
