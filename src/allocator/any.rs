@@ -29,7 +29,7 @@ pub enum Footprint {
 }
 
 /// A validated pool spec of either shape.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ParsedSpec {
     Addresses(ParsedPool),
     Prefixes(ParsedPrefixPool),

@@ -65,7 +65,7 @@ pub struct PrefixPoolSpecInput {
 }
 
 /// A validated prefix pool spec.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ParsedPrefixPool {
     length: u8,
     gateway: Option<Ipv6Addr>,

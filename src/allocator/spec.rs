@@ -65,7 +65,7 @@ pub struct PreAllocationInput {
 /// A validated pre-allocation: one address of the pool's family for one claim. Whether the
 /// address is one the pool hands out is not checked here: that is a conflict of the claim, which
 /// resolves when the pool's addresses change, not a fault of the spec.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PreAllocated {
     pub claim_namespace: String,
     pub claim_name: String,
@@ -74,14 +74,14 @@ pub struct PreAllocated {
 
 /// One subnet of a validated pool: its network (whose length every `IPAddress` from it carries)
 /// and its gateway.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Network {
     pub subnet: Subnet,
     pub gateway: Option<IpAddr>,
 }
 
 /// A validated pool spec.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ParsedPool {
     /// The pool's own subnet first, then `additionalSubnets` in the order written; disjoint.
     networks: Vec<Network>,

@@ -70,7 +70,7 @@ impl Change {
 }
 
 /// Why a pool cannot hand out addresses now.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Unready {
     Missing,
     Invalid(String),

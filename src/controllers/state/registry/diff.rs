@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::{Change, HoldRecord, Registry, Unready};
+use super::{Change, HoldRecord, Registry, SpecFingerprint, Unready};
 use crate::allocator::ParsedSpec;
 use crate::api::{ObjectKey, PoolKey};
 
@@ -19,18 +19,14 @@ impl Registry {
                     .pools
                     .iter()
                     .filter(|(key, entry)| {
-                        key.kind == kind
-                            && !listed.contains_key(key)
-                            && entry
-                                .source
-                                .as_ref()
-                                .is_some_and(|s| *s != Err(Unready::Missing))
+                        key.kind == kind && !listed.contains_key(key) && entry.exists()
                     })
                     .map(|(key, _)| Change::PoolGone(key.clone()));
                 let changed = pools
                     .iter()
                     .filter(|(key, parsed)| {
-                        self.pools.get(key).and_then(|e| e.source.as_ref()) != Some(parsed)
+                        self.pools.get(key).and_then(|e| e.spec)
+                            != Some(SpecFingerprint::of(parsed))
                     })
                     .map(|(key, parsed)| Change::Pool(key.clone(), parsed.clone()));
                 sorted(gone.chain(changed))

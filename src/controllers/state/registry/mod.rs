@@ -54,7 +54,7 @@ pub use diff::ListedHolds;
 pub use holds::{HoldRecord, Holder};
 use holds::{ReservationNames, scopes_meet};
 pub use learning::Ticket;
-use pool_entry::{OwnHolds, PoolEntry};
+use pool_entry::{OwnHolds, PoolEntry, SpecFingerprint};
 pub use pre_allocations::{PreAllocationConflict, PreAllocationState};
 
 /// The picture itself (see the module).
@@ -157,10 +157,11 @@ impl Registry {
         parsed: Result<ParsedSpec, Unready>,
     ) -> Vec<ObjectKey> {
         let entry = self.pools.entry(key.clone()).or_default();
-        if entry.source.as_ref() == Some(&parsed) {
+        let spec = SpecFingerprint::of(&parsed);
+        if entry.spec == Some(spec) {
             return Vec::new();
         }
-        entry.source = Some(parsed.clone());
+        entry.spec = Some(spec);
         let old_range = entry.range().cloned();
         self.set_pre_allocations(key, &parsed);
         let entry = self.pool_entry(key);

@@ -1,6 +1,7 @@
 //! One pool as the registry keeps it: its spec, its allocator, the holds counted in it (the
 //! allocations in flight among them) and the claims waiting, in order.
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::IpAddr;
 
 use super::pre_allocations::PreAllocations;
@@ -12,7 +13,7 @@ use crate::api::{ObjectKey, PoolKey};
 pub(super) struct PoolEntry {
     /// What [`super::Registry::set_pool`] was last given: a pool event that does not change it (its
     /// status, most often) changes nothing here.
-    pub(super) source: Option<Result<ParsedSpec, Unready>>,
+    pub(super) spec: Option<SpecFingerprint>,
     pub(super) state: Option<Result<AnyAllocator, Unready>>,
     /// Prefix (an IP pool's subnet's, a prefix pool's allocation length) and gateway of a ready
     /// pool, by subnet, copied onto every `IPAddress`.
@@ -39,6 +40,25 @@ pub(super) struct PoolEntry {
     /// claims of one namespace can reach both pools; sorted. Kept from first-fit and counted used
     /// as the pool's own entries are (see [`super::pre_allocations`]).
     pub(super) kept_for_others: Vec<IpAddr>,
+}
+
+/// A fingerprint of a pool's parsed spec, or of why it has none. The registry keeps what it builds
+/// from a spec (the allocator, the networks, the pre-allocations) and only compares the spec
+/// itself, to skip a pool event that changes nothing: keeping the spec for that cost more memory
+/// than the allocator built from it. Equal specs give equal fingerprints, two different ones the
+/// same with a chance of 2^-64 per comparison; the registry would then serve the old spec until
+/// the pool changes again or inpool restarts, and the API server would still refuse an address
+/// twice (reservations are the arbiter). std's `DefaultHasher` (SipHash with fixed keys) is
+/// enough: nothing leaves the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct SpecFingerprint(u64);
+
+impl SpecFingerprint {
+    pub(super) fn of(parsed: &Result<ParsedSpec, Unready>) -> SpecFingerprint {
+        let mut hasher = DefaultHasher::new();
+        parsed.hash(&mut hasher);
+        SpecFingerprint(hasher.finish())
+    }
 }
 
 /// How many of the records held in a pool are the pool's own (reservations, `IPAddress`es and
@@ -197,10 +217,15 @@ impl PoolEntry {
         }
     }
 
+    /// Whether the pool exists, as far as the registry was told.
+    pub(super) fn exists(&self) -> bool {
+        !matches!(self.state, None | Some(Err(Unready::Missing)))
+    }
+
     /// Whether the entry only remembers a pool that no longer exists (or never did) and nothing
     /// refers to it: then it can go.
     pub(super) fn is_forgettable(&self) -> bool {
-        matches!(self.state, None | Some(Err(Unready::Missing)))
+        !self.exists()
             && self.holds.is_empty()
             && self.covering.is_empty()
             && self.waiting.is_empty()

@@ -21,24 +21,41 @@ use std::net::IpAddr;
 
 use super::pool_entry::PoolEntry;
 use super::{Allocation, HoldRecord, Holder, Registry, Unready, scopes_meet};
-use crate::allocator::{NotHandedOut, ParsedSpec, canonical};
+use crate::allocator::{NotHandedOut, ParsedPool, ParsedSpec, canonical};
 use crate::api::{ObjectKey, PoolKey};
 
-/// One pool's pre-allocations, by claim and by address.
+/// One pool's pre-allocations, by claim and by address; nothing but a null pointer for a pool
+/// without any (most pools).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct PreAllocations {
+pub(super) struct PreAllocations(Option<Box<Entries>>);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entries {
     by_claim: BTreeMap<ObjectKey, IpAddr>,
     /// The claim each address is pre-allocated to: that of the first entry naming it. The CRD
     /// cannot afford to refuse an address named twice; a later entry is a conflict of its claim.
     by_ip: HashMap<IpAddr, ObjectKey>,
+    /// The pool's parsed spec (only IP pools have entries): it says why an entry's address is
+    /// not handed out.
+    spec: ParsedPool,
 }
 
 impl PreAllocations {
     /// The entries of a parsed spec. A namespaced pool's claims are in its namespace; a global
     /// pool's entries name theirs.
     pub(super) fn of_spec(pool: &PoolKey, spec: &ParsedSpec) -> PreAllocations {
-        let mut entries = PreAllocations::default();
-        for entry in spec.pre_allocations() {
+        let ParsedSpec::Addresses(parsed) = spec else {
+            return PreAllocations::default();
+        };
+        if parsed.pre_allocations().is_empty() {
+            return PreAllocations::default();
+        }
+        let mut entries = Entries {
+            by_claim: BTreeMap::new(),
+            by_ip: HashMap::new(),
+            spec: parsed.clone(),
+        };
+        for entry in parsed.pre_allocations() {
             let namespace = match &pool.namespace {
                 Some(namespace) => namespace.to_string(),
                 None => entry.claim_namespace.clone(),
@@ -50,26 +67,46 @@ impl PreAllocations {
                 .or_insert_with(|| claim.clone());
             entries.by_claim.insert(claim, entry.ip);
         }
-        entries
+        PreAllocations(Some(Box::new(entries)))
     }
 
     /// The address pre-allocated to `claim`.
     pub(super) fn of(&self, claim: &ObjectKey) -> Option<IpAddr> {
-        self.by_claim.get(claim).copied()
+        self.0.as_ref()?.by_claim.get(claim).copied()
+    }
+
+    /// Why the pool does not hand out `ip`, named by its spec; `None` if it does, or has no
+    /// entries. The caller still checks the pool's range.
+    pub(super) fn not_handed_out(&self, ip: IpAddr) -> Option<NotHandedOut> {
+        self.0.as_ref()?.spec.not_handed_out(ip)
     }
 
     /// The claim `ip` is pre-allocated to.
     pub(super) fn claim_of(&self, ip: IpAddr) -> Option<&ObjectKey> {
-        self.by_ip.get(&ip)
+        self.0.as_ref()?.by_ip.get(&ip)
+    }
+
+    /// Every entry, by claim, in the claims' order.
+    pub(super) fn by_claim(&self) -> impl Iterator<Item = (&ObjectKey, IpAddr)> + '_ {
+        self.0
+            .iter()
+            .flat_map(|entries| entries.by_claim.iter().map(|(claim, &ip)| (claim, ip)))
+    }
+
+    /// Every pre-allocated address with the claim it is pre-allocated to.
+    pub(super) fn by_ip(&self) -> impl Iterator<Item = (IpAddr, &ObjectKey)> + '_ {
+        self.0
+            .iter()
+            .flat_map(|entries| entries.by_ip.iter().map(|(&ip, claim)| (ip, claim)))
     }
 
     /// Every pre-allocated address.
     pub(super) fn addresses(&self) -> impl Iterator<Item = IpAddr> + '_ {
-        self.by_ip.keys().copied()
+        self.by_ip().map(|(ip, _)| ip)
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.by_claim.is_empty()
+        self.0.is_none()
     }
 }
 
@@ -131,9 +168,8 @@ impl PoolEntry {
     /// hold may have made theirs.
     pub(super) fn unrealised_pre_allocations(&self) -> Vec<ObjectKey> {
         self.pre_allocations
-            .by_claim
-            .iter()
-            .filter(|(_, ip)| !self.is_held(**ip))
+            .by_claim()
+            .filter(|(_, ip)| !self.is_held(*ip))
             .map(|(claim, _)| claim.clone())
             .collect()
     }
@@ -156,10 +192,9 @@ impl PoolEntry {
                 .collect();
         }
         self.pre_allocations
-            .by_ip
-            .iter()
+            .by_ip()
             .filter(|(ip, claim)| {
-                block.contains(**ip) && record.holder.claim() != Some(*claim) && !self.is_held(**ip)
+                block.contains(*ip) && record.holder.claim() != Some(*claim) && !self.is_held(*ip)
             })
             .map(|(_, claim)| claim.clone())
             .collect()
@@ -209,11 +244,7 @@ impl Registry {
         {
             return Some(PreAllocationConflict::NamedTwice(first.clone()));
         }
-        // Entries come from a parsed IP pool spec only, so a pool without one has none; the
-        // range check below still keeps an address it does not hand out from the claim.
-        if let Some(Ok(ParsedSpec::Addresses(parsed))) = &entry.source
-            && let Some(why) = parsed.not_handed_out(ip)
-        {
+        if let Some(why) = entry.pre_allocations.not_handed_out(ip) {
             return Some(PreAllocationConflict::NotHandedOut(why));
         }
         if !entry.range().is_some_and(|range| range.contains(ip)) {
@@ -247,9 +278,8 @@ impl Registry {
         };
         entry
             .pre_allocations
-            .by_claim
-            .iter()
-            .map(|(claim, &ip)| {
+            .by_claim()
+            .map(|(claim, ip)| {
                 let held = self
                     .addresses
                     .get(claim)
@@ -290,7 +320,7 @@ impl Registry {
         };
         let mut notes = Vec::new();
         if parsed.is_ok() {
-            for (claim, &old_ip) in &entry.pre_allocations.by_claim {
+            for (claim, old_ip) in entry.pre_allocations.by_claim() {
                 let new_ip = new.of(claim);
                 let keeps = self
                     .addresses

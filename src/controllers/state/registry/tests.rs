@@ -471,6 +471,39 @@ fn a_relist_that_agrees_changes_nothing() {
 }
 
 #[test]
+fn a_relist_of_pools_names_the_pools_whose_spec_changed_or_went() {
+    let mut r = Registry::default();
+    let (same, grown, gone, gone_before) = (
+        PoolKey::in_cluster("ns", "same"),
+        PoolKey::in_cluster("ns", "grown"),
+        PoolKey::in_cluster("ns", "gone"),
+        PoolKey::in_cluster("ns", "gone-before"),
+    );
+    for key in [&same, &grown, &gone, &gone_before] {
+        r.set_pool(key, Ok(parsed(&["10.0.0.10"], 24)));
+    }
+    r.apply(Change::PoolGone(gone_before.clone()));
+    let grown_spec = Ok(parsed(&["10.0.0.10-10.0.0.11"], 24));
+    let listed = Change::PoolsListed(
+        PoolKind::InCluster,
+        vec![
+            (same.clone(), Ok(parsed(&["10.0.0.10"], 24))),
+            (grown.clone(), grown_spec.clone()),
+        ],
+    );
+    assert_eq!(
+        r.diff(listed.clone()),
+        [
+            Change::PoolGone(gone),
+            Change::Pool(grown.clone(), grown_spec)
+        ]
+    );
+    r.apply(listed.clone());
+    assert!(r.diff(listed).is_empty(), "applied, the list agrees");
+    assert_eq!(r.free(&grown), 2);
+}
+
+#[test]
 fn a_claim_with_two_reservations_keeps_both_until_each_is_gone() {
     let mut r = Registry::default();
     r.set_pool(&pool(), Ok(parsed(&["10.0.0.10-10.0.0.20"], 24)));
