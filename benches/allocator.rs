@@ -131,7 +131,7 @@ fn bytes_per_used_address(
     );
 }
 
-/// Runs `build`, then prints the heap bytes it added per used item and its B-tree entries, as
+/// Runs `build`, then prints the heap bytes it added per used item and its intervals, as
 /// told by `stats` (used items, entries).
 fn report_built<T>(
     name: &str,
@@ -146,7 +146,7 @@ fn report_built<T>(
     let bytes = live_bytes() - before;
     let (used, entries) = stats(&built);
     println!(
-        "memory | {name}: {used} used, {entries} B-tree entries, {bytes} heap bytes, {:.3} bytes per used {item} (built in {:.0} ms)",
+        "memory | {name}: {used} used, {entries} intervals, {bytes} heap bytes, {:.3} bytes per used {item} (built in {:.0} ms)",
         bytes as f64 / used as f64,
         elapsed.as_secs_f64() * 1e3,
     );

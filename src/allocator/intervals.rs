@@ -73,19 +73,26 @@ impl ByLast {
         }
     }
 
-    /// Sets the first value of the interval that ends at `last`, which must exist.
-    fn set_first(&mut self, last: u128, first: u128) {
+    /// [`ByLast::first`], with the interval's first value to change in place. (A tree's
+    /// `first_entry` is one descent to the leftmost leaf; a range from 0 would be two.)
+    fn first_mut(&mut self) -> Option<(u128, &mut u128)> {
+        match self {
+            ByLast::Few(entries) => entries.first_mut().map(|(last, first)| (*last, first)),
+            ByLast::Many(tree) => {
+                let entry = tree.first_entry()?;
+                Some((*entry.key(), entry.into_mut()))
+            }
+        }
+    }
+
+    /// [`ByLast::at_or_after`], with the interval's first value to change in place.
+    fn at_or_after_mut(&mut self, value: u128) -> Option<(u128, &mut u128)> {
         match self {
             ByLast::Few(entries) => {
-                if let Ok(index) = entries.binary_search_by_key(&last, |&(l, _)| l) {
-                    entries[index].1 = first;
-                }
+                let index = entries.partition_point(|&(last, _)| last < value);
+                entries.get_mut(index).map(|(last, first)| (*last, first))
             }
-            ByLast::Many(tree) => {
-                if let Some(entry) = tree.get_mut(&last) {
-                    *entry = first;
-                }
-            }
+            ByLast::Many(tree) => tree.range_mut(value..).next().map(|(&l, f)| (l, f)),
         }
     }
 
@@ -178,27 +185,29 @@ impl IntervalMap {
 
     /// Removes and returns the lowest value.
     pub(crate) fn pop_first(&mut self) -> Option<u128> {
-        let (last, first) = self.by_last.first()?;
-        if first == last {
+        let (last, first) = self.by_last.first_mut()?;
+        let lowest = *first;
+        if lowest == last {
             self.by_last.remove(last);
         } else {
-            self.by_last.set_first(last, first + 1);
+            *first = lowest + 1;
         }
-        Some(first)
+        Some(lowest)
     }
 
     /// Removes `value`, splitting its interval; false if it was absent.
     pub(crate) fn remove(&mut self, value: u128) -> bool {
-        let Some((old_first, last)) = self.at_or_after(value) else {
+        let Some((last, first)) = self.by_last.at_or_after_mut(value) else {
             return false;
         };
+        let old_first = *first;
         if old_first > value {
             return false;
         }
         if value == last {
             self.by_last.remove(last);
         } else {
-            self.by_last.set_first(last, value + 1);
+            *first = value + 1;
         }
         if old_first < value {
             self.by_last.insert(value - 1, old_first);
@@ -213,12 +222,12 @@ impl IntervalMap {
             .checked_sub(1)
             .and_then(|below| self.by_last.remove(below));
         let first = below_first.unwrap_or(value);
-        if let Some((above_last, above_first)) = self.by_last.at_or_after(value) {
-            if above_first <= value {
+        if let Some((_, above_first)) = self.by_last.at_or_after_mut(value) {
+            if *above_first <= value {
                 return false;
             }
-            if value.checked_add(1) == Some(above_first) {
-                self.by_last.set_first(above_last, first);
+            if value.checked_add(1) == Some(*above_first) {
+                *above_first = first;
                 return true;
             }
         }

@@ -129,9 +129,10 @@
 //! | `AddressSet` `contains` | O(log R) |
 //! | `AddressSet` `intersection`, `overlaps`, `first_overlap`, `difference`, `union` | O(R₁ + R₂) |
 //!
-//! Memory: one B-tree entry (two `u128`) per free interval and per out-of-range interval. Used
-//! addresses inside the pool are not stored individually, so filling a pool from the bottom
-//! costs no memory per address; scattered use costs about one entry per hole.
+//! Memory: two `u128` per free interval and per out-of-range interval (in a vector while there
+//! are few, in a B-tree beyond). Used addresses inside the pool are not stored individually, so
+//! filling a pool from the bottom costs no memory per address; scattered use costs about one
+//! entry per hole.
 
 mod addr;
 mod any;

@@ -221,7 +221,7 @@ impl Allocator {
         self.other_family = Tally::from_sorted(old_used);
     }
 
-    /// Number of B-tree entries held (free ranges plus out-of-range ranges), for memory estimates.
+    /// Number of intervals held (free ranges plus out-of-range ranges), for memory estimates.
     pub fn stored_ranges(&self) -> usize {
         self.slots.stored_intervals() + self.other_family.interval_count()
     }

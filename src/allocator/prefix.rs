@@ -346,7 +346,7 @@ impl PrefixAllocator {
         Ok(())
     }
 
-    /// B-tree entries held (free runs plus out-of-range runs), for memory estimates.
+    /// Intervals held (free runs plus out-of-range runs), for memory estimates.
     pub fn stored_ranges(&self) -> usize {
         self.slots.stored_intervals()
     }

@@ -6,9 +6,9 @@
 //! get the same lowest-first allocation, out-of-range bookkeeping and exact counts.
 //!
 //! Used values inside the pool are never stored one by one: the core keeps the *free* values as
-//! disjoint intervals in a B-tree, and "used in the pool" is "in the pool and not free". A pool
-//! that fills from the bottom costs O(1) memory however many values are used; scattered use costs
-//! one B-tree entry per hole. Used values outside the pool (out of range) are kept as intervals.
+//! disjoint intervals ([`IntervalMap`]), and "used in the pool" is "in the pool and not free". A
+//! pool that fills from the bottom costs O(1) memory however many values are used; scattered use
+//! costs one interval per hole. Used values outside the pool (out of range) are kept as intervals.
 
 use super::counts::Counts;
 use super::intervals::IntervalMap;
@@ -183,7 +183,7 @@ impl<P: Intervals> Slots<P> {
         *self = Slots::with_used(pool, &used);
     }
 
-    /// B-tree entries held, for memory estimates.
+    /// Intervals held, for memory estimates.
     pub(crate) fn stored_intervals(&self) -> usize {
         self.free.interval_count() + self.out_of_range.interval_count()
     }
