@@ -1,8 +1,9 @@
-//! The in-memory picture of every pool inpool serves: its parsed spec, an [`AnyAllocator`] with
-//! the addresses (or, in a prefix pool, the sub-prefixes) held in it, and the claims waiting for
-//! one, in order of creation. IP pools and prefix pools take the same path: a hold is recorded by
-//! address (a sub-prefix by its first address), and the allocator maps it to the unit it uses
-//! (the address itself, or the sub-prefix that contains it).
+//! The in-memory picture of every pool inpool serves: an [`AnyAllocator`] built from its parsed
+//! spec with the addresses (or, in a prefix pool, the sub-prefixes) held in it, and the claims
+//! waiting for one, in order of creation. The spec itself is kept as a fingerprint only (and whole
+//! in the pools with pre-allocations, to explain them). IP pools and prefix pools take the same
+//! path: a hold is recorded by address (a sub-prefix by its first address), and the allocator maps
+//! it to the unit it uses (the address itself, or the sub-prefix that contains it).
 //!
 //! Pure bookkeeping with no API calls, fed by the watch tasks (pools, reservations, addresses)
 //! and by the claim reconciler. The API server stays the arbiter of uniqueness (a reservation

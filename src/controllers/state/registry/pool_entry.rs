@@ -1,5 +1,5 @@
-//! One pool as the registry keeps it: its spec, its allocator, the holds counted in it (the
-//! allocations in flight among them) and the claims waiting, in order.
+//! One pool as the registry keeps it: its spec's fingerprint, its allocator, the holds counted in
+//! it (the allocations in flight among them) and the claims waiting, in order.
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::IpAddr;
