@@ -25,13 +25,15 @@ const FEW: usize = 8;
 /// a map that hovers at the threshold does not move at every change.
 const FEW_AGAIN: usize = FEW / 2;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// No `PartialEq`: two maps of the same intervals may hold them in different forms (between
+/// [`FEW_AGAIN`] and [`FEW`] intervals, either); compare [`IntervalMap::iter`] instead.
+#[derive(Clone, Debug)]
 pub(crate) struct IntervalMap {
     by_last: ByLast,
 }
 
 /// `last -> first` for disjoint, never adjacent intervals.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 enum ByLast {
     /// Sorted by `last`; at most [`FEW`] entries.
     Few(Vec<(u128, u128)>),
