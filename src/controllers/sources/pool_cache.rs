@@ -15,7 +15,6 @@
 //! status's messages are kept as fingerprints ([`fingerprint`]): they are only ever compared
 //! with the messages inpool would write, never read.
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -30,6 +29,7 @@ use crate::api::{
 };
 use crate::controllers::pools::status::POOL_CONDITIONS;
 use crate::controllers::state::Unready;
+use crate::controllers::state::fingerprint;
 
 /// What the controllers read of one pool: taken from the object its watch brought, which is not
 /// kept.
@@ -64,7 +64,9 @@ pub struct StatusSeen {
     conditions: Box<[ConditionSeen]>,
 }
 
-/// One of inpool's conditions on a pool, its reason and message as [`fingerprint`]s.
+/// One of inpool's conditions on a pool, its reason and message as [`fingerprint`]s: two
+/// different texts that shared one would at worst skip one status write, until the next change
+/// of the pool's counts.
 #[derive(Debug, PartialEq)]
 struct ConditionSeen {
     type_: &'static str,
@@ -74,17 +76,6 @@ struct ConditionSeen {
     message: u64,
     observed_generation: Option<i64>,
     last_transition_time: Time,
-}
-
-/// A fingerprint of a condition's reason or message: equal texts give equal fingerprints within
-/// the process, and two different texts the same one with a chance of 2^-64 per comparison
-/// (the worst that could do is skip one status write, until the next change of the pool's
-/// counts). std's `DefaultHasher` (SipHash with fixed keys) is enough: no input is chosen to
-/// collide, nothing leaves the process.
-fn fingerprint(text: &str) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    text.hash(&mut hasher);
-    hasher.finish()
 }
 
 impl PoolView {

@@ -1,7 +1,6 @@
 //! One pool as the registry keeps it: its spec's fingerprint, its allocator, the holds counted in
 //! it (the allocations in flight among them) and the claims waiting, in order.
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::IpAddr;
 
 use super::pre_allocations::PreAllocations;
@@ -48,16 +47,13 @@ pub(super) struct PoolEntry {
 /// than the allocator built from it. Equal specs give equal fingerprints, two different ones the
 /// same with a chance of 2^-64 per comparison; the registry would then serve the old spec until
 /// the pool changes again or inpool restarts, and the API server would still refuse an address
-/// twice (reservations are the arbiter). std's `DefaultHasher` (SipHash with fixed keys) is
-/// enough: nothing leaves the process.
+/// twice (reservations are the arbiter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct SpecFingerprint(u64);
 
 impl SpecFingerprint {
     pub(super) fn of(parsed: &Result<ParsedSpec, Unready>) -> SpecFingerprint {
-        let mut hasher = DefaultHasher::new();
-        parsed.hash(&mut hasher);
-        SpecFingerprint(hasher.finish())
+        SpecFingerprint(crate::controllers::state::fingerprint(parsed))
     }
 }
 
