@@ -1,11 +1,18 @@
 //! One error type for every controller, and one place that logs and counts each failure and
 //! picks when to try again: exponential backoff per object, from [`FIRST_RETRY`] doubling up to
 //! [`MAX_RETRY`], reset by the object's next successful reconcile.
+//!
+//! The delay doubles only when a retry that was due fails again. A change to the object (or to
+//! what it depends on) reconciles it at once, before its retry is due; when that reconcile fails
+//! too, the delay stands. Under a flaky API server the writes of a failing reconcile often
+//! succeed, and their own watch events bring the next reconcile within milliseconds: counted as
+//! retries, a few of those would park a claim for minutes after the server recovered.
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use kube::{Resource, ResourceExt};
+use tokio::time::Instant;
 
 use super::controller::Action;
 use crate::controllers::runtime::Context;
@@ -39,17 +46,32 @@ impl Error {
     }
 }
 
-/// How many times in a row each object's reconcile has failed, by controller and object.
+/// The backoff of each object whose last reconcile failed, by controller and object.
 #[derive(Debug, Default)]
-pub struct Retries(Mutex<HashMap<(&'static str, String), u32>>);
+pub struct Retries(Mutex<HashMap<(&'static str, String), Backoff>>);
+
+/// One object's backoff.
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    /// The delay its last failure asked for.
+    delay: Duration,
+    /// When the retry that failure asked for is due.
+    due: Instant,
+}
 
 impl Retries {
-    /// Counts one more failure and returns how long to wait before the next try.
-    fn failed(&self, controller: &'static str, object: String) -> Duration {
+    /// Counts a failure at `now` and returns how long to wait before the next try: the first
+    /// delay, the last one doubled when the retry it asked for was due, else the last one again.
+    fn failed(&self, controller: &'static str, object: String, now: Instant) -> Duration {
         let mut failures = self.0.lock().expect("retries lock");
-        let count = failures.entry((controller, object)).or_default();
-        *count = count.saturating_add(1);
-        backoff(*count)
+        let delay = match failures.get(&(controller, object.clone())) {
+            None => FIRST_RETRY,
+            Some(last) if now >= last.due => last.delay.saturating_mul(2).min(MAX_RETRY),
+            Some(last) => last.delay,
+        };
+        let due = now + delay;
+        failures.insert((controller, object), Backoff { delay, due });
+        delay
     }
 
     /// The object's reconcile succeeded: its next failure starts from the first delay again.
@@ -120,7 +142,7 @@ pub fn retry_delay(
     error: &Error,
     ctx: &Context,
 ) -> Duration {
-    let delay = ctx.retries.failed(controller, name.clone());
+    let delay = ctx.retries.failed(controller, name.clone(), Instant::now());
     ctx.metrics
         .reconcile_error(controller, error.metric_label());
     tracing::warn!(controller, object = %name, %error, retry_in = ?delay, "reconcile failed");
@@ -144,27 +166,50 @@ mod tests {
         assert_eq!(backoff(u32::MAX), MAX_RETRY);
     }
 
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_retry_that_was_due_and_failed_doubles_the_delay_up_to_five_minutes() {
+        let retries = Retries::default();
+        let mut now = Instant::now();
+        let mut delays = Vec::new();
+        for _ in 0..11 {
+            let delay = retries.failed("claim", "ns/a".into(), now);
+            delays.push(delay.as_secs());
+            now += delay;
+        }
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+    }
+
+    #[test]
+    fn failures_before_the_retry_was_due_keep_the_delay() {
+        let retries = Retries::default();
+        let start = Instant::now();
+        assert_eq!(retries.failed("claim", "ns/a".into(), start), SECOND);
+        // The watch events of the failed reconcile's own writes bring three more at once.
+        for millis in [10, 30, 60] {
+            let early = start + Duration::from_millis(millis);
+            assert_eq!(retries.failed("claim", "ns/a".into(), early), SECOND);
+        }
+        // The retry the last of them asked for was due (1.06 s) and failed again.
+        let due = start + Duration::from_millis(1060);
+        assert_eq!(retries.failed("claim", "ns/a".into(), due), 2 * SECOND);
+        let early = due + Duration::from_millis(500);
+        assert_eq!(retries.failed("claim", "ns/a".into(), early), 2 * SECOND);
+    }
+
     #[test]
     fn a_success_starts_the_backoff_again() {
         let retries = Retries::default();
-        assert_eq!(
-            retries.failed("claim", "ns/a".into()),
-            Duration::from_secs(1)
-        );
-        assert_eq!(
-            retries.failed("claim", "ns/a".into()),
-            Duration::from_secs(2)
-        );
-        assert_eq!(
-            retries.failed("pool", "ns/a".into()),
-            Duration::from_secs(1),
-            "per controller"
-        );
+        let now = Instant::now();
+        assert_eq!(retries.failed("claim", "ns/a".into(), now), SECOND);
+        let due = now + SECOND;
+        assert_eq!(retries.failed("claim", "ns/a".into(), due), 2 * SECOND);
+        let other = retries.failed("pool", "ns/a".into(), due);
+        assert_eq!(other, SECOND, "per controller");
         retries.succeeded("claim", "ns/a".into());
-        assert_eq!(
-            retries.failed("claim", "ns/a".into()),
-            Duration::from_secs(1)
-        );
+        let later = due + 2 * SECOND;
+        assert_eq!(retries.failed("claim", "ns/a".into(), later), SECOND);
         assert_eq!(retries.len(), 2);
     }
 }
