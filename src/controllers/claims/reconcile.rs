@@ -315,10 +315,19 @@ async fn create_address(
             ready(claim, ctx, pool, ip).await
         }
         Err(kube::Error::Api(status)) if status.code == 409 => {
-            // Someone created this claim's IPAddress meanwhile (another process, or by hand).
-            // When it holds the reserved address, the reservation is its own: keep it.
-            // Otherwise give ours back. Either way, adopt theirs on the next pass.
+            // The IPAddress exists. When it is the very one this create sends (its answer was
+            // lost after it succeeded, and kube's client sent it again), the claim is realised.
+            // Otherwise someone created it meanwhile (another process, or by hand): when it
+            // holds the reserved address, the reservation is its own: keep it. Otherwise give
+            // ours back. Either way, adopt theirs on the next pass.
             let existing = addresses.get_opt(&key.name).await;
+            if let Ok(Some(a)) = &existing
+                && is_same_address(a, &address)
+            {
+                learn_address(learning, a);
+                ctx.metrics.allocation(pool);
+                return ready(claim, ctx, pool, ip).await;
+            }
             let same_address = match &existing {
                 Ok(Some(a)) => {
                     learn_address(learning, a);
@@ -653,6 +662,21 @@ fn build_address(
     Ok(address)
 }
 
+/// Whether `existing` is the IPAddress `sent` describes: the same spec, owned by the same claim
+/// (by UID), and not being deleted.
+fn is_same_address(existing: &IPAddress, sent: &IPAddress) -> bool {
+    let claim_uid = |a: &IPAddress| {
+        a.owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.uid.clone())
+    };
+    existing.meta().deletion_timestamp.is_none()
+        && existing.spec == sent.spec
+        && claim_uid(existing).is_some()
+        && claim_uid(existing) == claim_uid(sent)
+}
+
 fn pool_uid(ctx: &Context, pool: &PoolKey) -> Option<String> {
     ctx.stores.pool(pool)?.uid().map(str::to_string)
 }
@@ -847,5 +871,45 @@ mod tests {
         assert!(misaligned.contains("holds fd20::5/64"), "{misaligned}");
         let v4 = misfit("10.0.0.0", 64).expect("IPv4");
         assert!(v4.contains("holds 10.0.0.0/64"), "{v4}");
+    }
+
+    fn owned_by(mut address: IPAddress, claim_uid: &str) -> IPAddress {
+        address.metadata.owner_references = Some(vec![
+            OwnerReference {
+                kind: "IPAddressClaim".into(),
+                name: "x".into(),
+                uid: claim_uid.into(),
+                controller: Some(true),
+                ..OwnerReference::default()
+            },
+            OwnerReference {
+                kind: "InClusterPrefixPool".into(),
+                name: "p".into(),
+                uid: "pool-uid".into(),
+                controller: Some(false),
+                ..OwnerReference::default()
+            },
+        ]);
+        address
+    }
+
+    #[test]
+    fn only_the_address_a_create_sent_counts_as_its_own_when_it_meets_already_exists() {
+        let sent = owned_by(address("fd20::", 64), "claim-uid");
+        assert!(is_same_address(&sent, &sent));
+
+        let other_claim = owned_by(address("fd20::", 64), "earlier-claim-uid");
+        assert!(
+            !is_same_address(&other_claim, &sent),
+            "a claim of the same name before"
+        );
+        let unowned = address("fd20::", 64);
+        assert!(!is_same_address(&unowned, &sent), "made by hand");
+        assert!(!is_same_address(&sent, &unowned), "no claim to compare");
+        let other_address = owned_by(address("fd20:0:0:1::", 64), "claim-uid");
+        assert!(!is_same_address(&other_address, &sent), "another address");
+        let mut deleting = sent.clone();
+        deleting.metadata.deletion_timestamp = Some(now());
+        assert!(!is_same_address(&deleting, &sent), "on its way out");
     }
 }
