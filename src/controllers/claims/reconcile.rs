@@ -287,7 +287,35 @@ async fn reserve(
             }
             Ok(None)
         }
-        Err(e) => Err(e.into()),
+        Err(e) => {
+            let object = format!("IPAddressReservation {name} for {ip}");
+            Err(create_failed(claim, ctx, object, e).await)
+        }
+    }
+}
+
+/// Creating `object` (what it is, its name and address) failed: the claim says so
+/// (`Ready=False`, `AllocationFailed`, with the API server's answer) before the reconcile fails
+/// and is retried. Returns the error the reconcile fails with.
+async fn create_failed(
+    claim: &CachedClaim,
+    ctx: &Context,
+    object: String,
+    error: kube::Error,
+) -> Error {
+    let message = format!("creating {object} failed: {error}");
+    match set_ready(
+        claim,
+        ctx,
+        ConditionStatus::False,
+        REASON_ALLOCATION_FAILED,
+        message,
+        None,
+    )
+    .await
+    {
+        Ok(()) => error.into(),
+        Err(written) => written,
     }
 }
 
@@ -345,17 +373,8 @@ async fn create_address(
         }
         Err(e) => {
             // The reservation stays (learnt when it was created): the next reconcile recovers it.
-            let message = format!("creating IPAddress {key} for {ip} failed: {e}");
-            set_ready(
-                claim,
-                ctx,
-                ConditionStatus::False,
-                REASON_ALLOCATION_FAILED,
-                message,
-                None,
-            )
-            .await?;
-            Err(e.into())
+            let object = format!("IPAddress {key} for {ip}");
+            Err(create_failed(claim, ctx, object, e).await)
         }
     }
 }
