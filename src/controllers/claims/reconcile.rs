@@ -684,16 +684,16 @@ fn build_address(
 /// Whether `existing` is the IPAddress `sent` describes: the same spec, owned by the same claim
 /// (by UID), and not being deleted.
 fn is_same_address(existing: &IPAddress, sent: &IPAddress) -> bool {
-    let claim_uid = |a: &IPAddress| {
-        a.owner_references()
+    fn claim_uid(address: &IPAddress) -> Option<&str> {
+        address
+            .owner_references()
             .iter()
             .find(|o| o.controller == Some(true))
-            .map(|o| o.uid.clone())
-    };
+            .map(|o| o.uid.as_str())
+    }
     existing.meta().deletion_timestamp.is_none()
         && existing.spec == sent.spec
-        && claim_uid(existing).is_some()
-        && claim_uid(existing) == claim_uid(sent)
+        && claim_uid(existing).is_some_and(|uid| claim_uid(sent) == Some(uid))
 }
 
 fn pool_uid(ctx: &Context, pool: &PoolKey) -> Option<String> {
