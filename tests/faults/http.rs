@@ -158,7 +158,14 @@ impl Proxied {
             .await
             .unwrap_or(0.0) as usize;
         let requests = self.proxy.requests();
-        let retries_checked = assert_retry_after_obeyed(&requests);
+        let RetriesAfter { answered, checked } = assert_retry_after_obeyed(&requests);
+        // A run that was answered `Retry-After` and never retried would pass the check above
+        // without testing anything: the retries it promises must have been seen.
+        assert!(
+            answered == 0 || checked > 0,
+            "{answered} requests were answered with Retry-After, and none was seen retried"
+        );
+        let retries_checked = checked;
         let writes = requests.iter().filter(|s| s.is_write()).count();
         let per_claim = writes as f64 / claims as f64;
         assert!(
@@ -196,13 +203,22 @@ impl std::fmt::Display for RequestFigures {
     }
 }
 
+/// Requests answered with `Retry-After` that [`assert_retry_after_obeyed`] can check, and how
+/// many of them were seen retried.
+struct RetriesAfter {
+    answered: usize,
+    checked: usize,
+}
+
 /// For every request answered with `Retry-After: N`, the same request (method, path, query,
-/// body) came again no sooner than N seconds later. Returns how many such retries were seen.
+/// body) came again no sooner than N seconds later. Returns how many such answers there were
+/// and how many retries were seen.
 ///
 /// Reads of one object are left out: two parts of inpool may read the same object at once (a
 /// claim's reconcile and the stray checks both read its `IPAddress`), and the proxy cannot tell
 /// such a read from a retry. Writes and lists have one sender.
-fn assert_retry_after_obeyed(requests: &[Seen]) -> usize {
+fn assert_retry_after_obeyed(requests: &[Seen]) -> RetriesAfter {
+    let mut answered_with_retry_after = 0;
     let mut checked = 0;
     for (i, answered) in requests.iter().enumerate() {
         let Some(Fault::Status {
@@ -218,6 +234,7 @@ fn assert_retry_after_obeyed(requests: &[Seen]) -> usize {
         if read_of_one_object {
             continue;
         }
+        answered_with_retry_after += 1;
         let Some(retry) = requests[i + 1..].iter().find(|r| r.same_request(answered)) else {
             continue;
         };
@@ -230,7 +247,10 @@ fn assert_retry_after_obeyed(requests: &[Seen]) -> usize {
         );
         checked += 1;
     }
-    checked
+    RetriesAfter {
+        answered: answered_with_retry_after,
+        checked,
+    }
 }
 
 /// `count` claims on a pool of `addresses` addresses through the proxy, with `rules` on from
