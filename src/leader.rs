@@ -42,7 +42,7 @@ use kube::{Api, Client};
 use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseParams};
 use tokio::time::{Instant, sleep, sleep_until};
 
-pub use crate::cli::LeaseSettings;
+pub use crate::settings::LeaseSettings;
 use crate::telemetry::HealthState;
 
 /// How often the lease is read while waiting for a renewal to show.

@@ -1,13 +1,16 @@
 //! inpool: a Cluster API IPAM provider that hands out addresses from in-cluster pools.
 //!
-//! Layout, from the bottom up (no module imports one above it):
-//! - [`api`]: Kubernetes types (CAPI IPAM kinds we read and write, our pool CRDs, conditions);
+//! Layout, from the bottom up: a module imports only modules of its own layer or below
+//! (`tests/offline/architecture.rs` reads the `use crate::` lines and holds the code to this):
 //! - [`allocator`]: pure address arithmetic and allocation, no Kubernetes dependency;
+//! - [`api`]: Kubernetes types (CAPI IPAM kinds we read and write, our pool CRDs, conditions);
+//! - [`settings`]: the plain settings the parts below take from the command line;
+//! - [`telemetry`]: logging, metrics and the health/metrics HTTP server;
 //! - [`controllers`]: the registry, the watches that feed it, the claim and pool reconcilers,
-//!   the audit;
-//! - [`cli`], [`leader`]: the binary's flags and leader election;
+//!   the audit, and the runtime they share;
+//! - [`leader`]: leader election;
 //! - [`inspect`]: read-only views of pools and claims from the API (the demo, `kubectl inpool`);
-//! - [`telemetry`]: logging, metrics and the health/metrics HTTP server.
+//! - [`cli`]: the binary's flags, parsed into the settings.
 //!
 //! The test bench (the local control plane, the CAPI and CAPV harnesses, the demo) is the
 //! `inpool-testenv` crate in `testenv/`, which this crate does not depend on.
@@ -19,4 +22,5 @@ pub mod cli;
 pub mod controllers;
 pub mod inspect;
 pub mod leader;
+pub mod settings;
 pub mod telemetry;

@@ -118,6 +118,34 @@ pub const DELETE_FOR_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/delete
 
 /// The claim's summary condition type.
 pub const READY_CONDITION: &str = "Ready";
+
+// The conditions inpool writes on a pool, beside `Ready`.
+
+/// `True` while the pool has a free address; `False`/`PoolExhausted` when it has none.
+pub const ADDRESSES_AVAILABLE_CONDITION: &str = "AddressesAvailable";
+/// `True` when the pool shares addresses with another pool that claims of one namespace can
+/// reach; the message names the pools and the first shared range.
+pub const OVERLAP_CONDITION: &str = "Overlap";
+/// `False` when allocated addresses lie outside `spec.addresses` (after a shrink); the message
+/// names them and their claims.
+pub const ADDRESSES_IN_RANGE_CONDITION: &str = "AddressesInRange";
+
+/// `True` while `IPAddress`es of the pool were created by another writer since inpool started
+/// (another IPAM provider allocates from it); the message names them and their field managers.
+pub const FOREIGN_ADDRESSES_CONDITION: &str = "ForeignAddresses";
+/// What became of the pool's `spec.preAllocations` (present only on a pool with entries).
+pub const PRE_ALLOCATIONS_CONDITION: &str = "PreAllocations";
+
+/// Every condition inpool writes on a pool: the pool cache keeps only these of a pool's status
+/// (`StatusSeen`), and a status written carries only these (another writer's stay theirs).
+pub const POOL_CONDITIONS: [&str; 6] = [
+    READY_CONDITION,
+    ADDRESSES_AVAILABLE_CONDITION,
+    OVERLAP_CONDITION,
+    ADDRESSES_IN_RANGE_CONDITION,
+    PRE_ALLOCATIONS_CONDITION,
+    FOREIGN_ADDRESSES_CONDITION,
+];
 /// CAPI's `Paused` condition type.
 pub const PAUSED_CONDITION: &str = "Paused";
 /// Ready=True: the address exists and `status.addressRef` points at it.

@@ -25,8 +25,9 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
-use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
 
+pub use crate::settings::{LeaseSettings, LogFormat, Settings};
 use crate::telemetry::tls::{self, TlsPolicy};
 
 /// Default name of the leader election Lease.
@@ -34,15 +35,6 @@ pub const DEFAULT_LEASE_NAME: &str = "inpool-leader";
 /// Shortest lease duration accepted: the holder renews a third of the duration before expiry,
 /// so the duration must leave at least one whole second for that.
 pub const MIN_LEASE_DURATION: Duration = Duration::from_secs(3);
-
-/// Log output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines (for a terminal).
-    Text,
-    /// One JSON object per line (for log collectors in a cluster).
-    Json,
-}
 
 /// Heading of the flags accepted for compatibility with Cluster API's managers.
 const WITHOUT_EFFECT: &str = "Accepted for compatibility with Cluster API managers (no effect)";
@@ -366,38 +358,6 @@ pub struct LeaseId {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeatureGates(pub Vec<(String, bool)>);
 
-/// What the controllers need from the command line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
-    /// Watch claims in this namespace only; `None`: all namespaces.
-    pub namespace: Option<String>,
-    /// Value of the `cluster.x-k8s.io/watch-filter` label to select objects by.
-    pub watch_filter: Option<String>,
-    /// Claims reconciled at once (0: unbounded).
-    pub concurrency: u16,
-    /// Time between two audits (see `controllers::audit`).
-    pub audit_interval: Duration,
-    /// How long a reservation whose claim has no `IPAddress` yet is left to its writer.
-    pub stray_reservation_age: Duration,
-    /// Allocate even while the reference provider's Lease is live (see
-    /// `controllers::sources::writers`).
-    pub ignore_reference_provider_lease: bool,
-}
-
-impl Default for Settings {
-    /// The binary's defaults.
-    fn default() -> Settings {
-        Settings {
-            namespace: None,
-            watch_filter: None,
-            concurrency: 16,
-            audit_interval: Duration::from_secs(600),
-            stray_reservation_age: Duration::from_secs(120),
-            ignore_reference_provider_lease: false,
-        }
-    }
-}
-
 /// How `/metrics` is served.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DiagnosticsMode {
@@ -417,36 +377,6 @@ pub struct DiagnosticsSettings {
     pub tls: TlsPolicy,
     /// The deprecated plain `/metrics` address (`--metrics-bind-address`), if given.
     pub plain_metrics: Option<SocketAddr>,
-}
-
-/// What leader election needs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeaseSettings {
-    pub namespace: String,
-    pub name: String,
-    /// Holder identity written into the Lease; unique per process.
-    pub identity: String,
-    /// Validity of the Lease after each renewal.
-    pub duration: Duration,
-    /// How long the leader works on without a confirmed renewal; `None`: derived from
-    /// `duration` (see [`crate::leader::Timing`]).
-    pub renew_deadline: Option<Duration>,
-    /// Time between renewals, and between a standby's looks; `None`: derived.
-    pub retry_period: Option<Duration>,
-}
-
-impl LeaseSettings {
-    /// A Lease of this name, namespace, identity and duration, with the derived timings.
-    pub fn new(namespace: &str, name: &str, identity: &str, duration: Duration) -> LeaseSettings {
-        LeaseSettings {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            identity: identity.to_string(),
-            duration,
-            renew_deadline: None,
-            retry_period: None,
-        }
-    }
 }
 
 impl Args {

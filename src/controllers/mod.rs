@@ -9,19 +9,29 @@
 //! - `pools`: pool status, conditions and deletion protection, and the end of reuse grace
 //!   periods;
 //! - `audit`: the periodic check of `state` against the API server, and stray collection;
-//! - `runtime`: the shared `Context`, [`run`] (the wiring), the claim
-//!   runtime (its work queue and loop), errors and backoff, and Events.
+//! - `runtime`: what every controller uses and no room knows of: the controller loop and its
+//!   work queue, errors and backoff, finalizers and Events; it imports no other room.
+//!
+//! Above the rooms that read it, and below those that act on it:
+//! - `context`: the shared [`Context`](context::Context) every reconciler runs with;
+//! - `feed`: what the watches saw, applied to the context;
+//! - [`run`]: the wiring of all of it, for as long as the process leads.
+//!
+//! No circle of files spans two rooms (`tests/offline/architecture.rs`).
 //!
 //! Only [`run`], [`footprint`] (what the memory benchmark measures) and the bound on a silent
 //! API connection the binary's client applies ([`API_READ_TIMEOUT`]) are public: everything
 //! else is the controller's own.
 pub(crate) mod audit;
 pub(crate) mod claims;
+pub(crate) mod context;
+pub(crate) mod feed;
 pub mod footprint;
 pub(crate) mod pools;
+mod run;
 pub(crate) mod runtime;
 pub(crate) mod sources;
 pub(crate) mod state;
 
-pub use runtime::run;
+pub use run::run;
 pub use sources::watch::API_READ_TIMEOUT;

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-pub use crate::cli::LogFormat;
+pub use crate::settings::LogFormat;
 
 /// Installs the global subscriber. `level` is an EnvFilter directive (`info`,
 /// `inpool=debug,kube=warn`, ...); an unparsable one falls back to `info` with a warning. Does

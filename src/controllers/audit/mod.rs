@@ -17,15 +17,15 @@
 //! healthy run the audit finds nothing; the test suites assert that.
 //!
 //! It also collects **stray reservations**, on evidence rather than on age: a reservation no live
-//! `IPAddress` holds, whose claim is gone (or is another claim of the same name: the UID
-//! differs), or whose claim's `IPAddress` holds a different address, can never become an
-//! `IPAddress`; it only keeps an address from every other claim. A process killed between
-//! creating a reservation and its `IPAddress`, or two processes racing for one claim, leave such
-//! reservations. Each one is confirmed against the API server (never the cache alone) and deleted
-//! with its UID and resourceVersion as preconditions, so a reservation that changed meanwhile is
-//! left alone. The evidence is looked at as soon as it can appear ([`StrayChecks`]): when the
-//! registry learns an `IPAddress` or reservation of a claim that also has a reservation of another
-//! address ([`look_for_strays`]), and when a claim of a pool is told the pool is exhausted (its
+//! `IPAddress` holds, whose claim is gone (or is another claim of the same name: the UID differs),
+//! or whose claim's `IPAddress` holds a different address, can never become an `IPAddress`; it only
+//! keeps an address from every other claim. A process killed between creating a reservation and its
+//! `IPAddress`, or two processes racing for one claim, leave such reservations. Each one is
+//! confirmed against the API server (never the cache alone) and deleted with its UID and
+//! resourceVersion as preconditions, so a reservation that changed meanwhile is left alone. The
+//! evidence is looked at as soon as it can appear ([`evidence::StrayChecks`]): when the registry
+//! learns an `IPAddress` or reservation of a claim that also has a reservation of another address
+//! ([`evidence::look_for_strays`]), and when a claim of a pool is told the pool is exhausted (its
 //! free count may be short by a stray's address); and again at every audit, from fresh lists.
 //!
 //! The one case that needs patience is a reservation whose claim exists and has no `IPAddress`
@@ -50,6 +50,8 @@
 //!
 //! And it lets go of memory kept for objects that are gone: pools no longer referred to, claims
 //! that no longer wait, the records of own writes and status-write times.
+pub(crate) mod evidence;
+
 use std::collections::HashSet;
 use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
@@ -62,9 +64,10 @@ use kube::{Resource, ResourceExt};
 
 use crate::api::ObjectKey;
 use crate::api::{ADDRESS_FINALIZER, IPAddress, IPAddressClaim, PoolKey};
+use crate::controllers::context::Context;
 use crate::controllers::runtime::error::Error;
 use crate::controllers::runtime::finalizers::{Outcome, remove_address_protection};
-use crate::controllers::runtime::{Context, scoped};
+use crate::controllers::runtime::scoped;
 use crate::controllers::sources::pool_kinds::{EachKind, PoolLanes, PoolObject};
 use crate::controllers::state::facts;
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
@@ -484,37 +487,11 @@ async fn collect_strays(ctx: &Context, snapshot: &Snapshot) -> Result<usize, Err
     Ok(collected)
 }
 
-/// Pools in which a stray reservation may hold an address: evidence of one appeared, or a claim
-/// was told the pool is exhausted. [`collect_strays_on_evidence`] looks at them at once.
-#[derive(Default)]
-pub struct StrayChecks {
-    pools: std::sync::Mutex<HashSet<PoolKey>>,
-    requested: tokio::sync::Notify,
-}
-
-impl StrayChecks {
-    /// Asks for the reservations of `pool` that no `IPAddress` holds to be settled soon.
-    pub fn request(&self, pool: &PoolKey) {
-        let added = self
-            .pools
-            .lock()
-            .expect("stray checks lock")
-            .insert(pool.clone());
-        if added {
-            self.requested.notify_one();
-        }
-    }
-
-    fn take(&self) -> HashSet<PoolKey> {
-        std::mem::take(&mut *self.pools.lock().expect("stray checks lock"))
-    }
-}
-
 /// How long a stray check waits after it is asked for: the watches catch up with the writes
 /// that made the evidence, and requests for other pools made meanwhile join the same check.
 const EVIDENCE_SETTLE: Duration = Duration::from_secs(1);
 
-/// Settles the unheld reservations of the pools [`StrayChecks`] names, as they are named.
+/// Settles the unheld reservations of the pools [`evidence::StrayChecks`] names, as they are named.
 async fn collect_strays_on_evidence(ctx: &Context) {
     loop {
         ctx.strays.requested.notified().await;
@@ -553,47 +530,6 @@ fn is_ours(ctx: &Context, record: &HoldRecord) -> bool {
         .namespace
         .as_ref()
         .is_none_or(|ns| claim.is_some_and(|c| *c.namespace == **ns))
-}
-
-/// The registry learnt a hold of `claim`: if it shows the claim with a reservation of another address than
-/// its `IPAddress` (one of them a stray), asks for a stray check of that reservation's pool; if it
-/// shows a reservation for a claim that waits in its pool's queue here without an `IPAddress`
-/// (another process reserved for it, and may have died before its `IPAddress`), wakes the claim,
-/// which recovers the reservation.
-pub(crate) fn look_for_strays(
-    ctx: &Context,
-    registry: &Registry,
-    claim: &ObjectKey,
-) -> StrayEvidence {
-    let mut evidence = StrayEvidence::default();
-    let reservations = registry.reservations_of(claim);
-    if reservations.is_empty() {
-        return evidence;
-    }
-    match registry.address_of(claim) {
-        Some(address) => evidence.pools.extend(
-            reservations
-                .into_iter()
-                .filter(|(_, r)| (&r.pool, r.ip) != (&address.pool, address.ip))
-                .map(|(_, r)| r.pool),
-        ),
-        None => {
-            if let Some(cached) = ctx.stores.claim(claim) {
-                let queued = facts::queued(cached.creation_timestamp(), claim);
-                evidence.wake = reservations
-                    .iter()
-                    .any(|(_, r)| registry.is_waiting(&r.pool, &queued));
-            }
-        }
-    }
-    evidence
-}
-
-/// What [`look_for_strays`] found: the pools to check for strays, and whether to wake the claim.
-#[derive(Default)]
-pub(crate) struct StrayEvidence {
-    pub pools: Vec<PoolKey>,
-    pub wake: bool,
 }
 
 /// What became of a reservation that no live `IPAddress` holds, as the API server tells it.

@@ -34,13 +34,12 @@ use crate::api::{
 };
 use crate::api::{ObjectKey, PoolKey, Scope};
 use crate::controllers::claims::cached_claim::CachedClaim;
+use crate::controllers::context::{Context, Learning};
 use crate::controllers::runtime::controller::Action;
 use crate::controllers::runtime::error::{Error, retry_delay, settle_named};
 use crate::controllers::runtime::events::EventType;
 use crate::controllers::runtime::finalizers;
-use crate::controllers::runtime::{
-    Context, Learning, MANAGER, create_params, delete_if_present, patch_params,
-};
+use crate::controllers::runtime::{MANAGER, create_params, delete_if_present, patch_params};
 use crate::controllers::state::Allocation;
 use crate::controllers::state::facts::{self, address_hold, address_key};
 use crate::controllers::state::plan::{self, Step};

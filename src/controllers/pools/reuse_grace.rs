@@ -10,7 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Preconditions};
 
-use crate::controllers::runtime::Context;
+use crate::controllers::context::Context;
 use crate::controllers::runtime::controller::Action;
 use crate::controllers::runtime::error::{self, Error};
 use crate::controllers::state::reservation::IPAddressReservation;

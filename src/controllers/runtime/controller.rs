@@ -57,19 +57,11 @@ use std::time::Duration;
 use futures::channel::mpsc;
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
-use kube::runtime::watcher;
 use tokio::time::Instant;
 
+use super::ControllerContext;
 use super::queue::{Started, Urgency, WorkQueue};
-use crate::api::ObjectKey;
-use crate::controllers::claims::cache::CacheWriter;
-use crate::controllers::claims::cached_claim::{CachedClaim, WatchedClaim};
-use crate::controllers::runtime::Context;
 use crate::telemetry::ReconcileResult;
-
-/// The claim controller's name in the controller-runtime metric families: the lowercase kind it
-/// reconciles, as controller-runtime names a controller.
-pub const NAME: &str = "ipaddressclaim";
 
 /// How often the reconciles in progress are measured while any runs (client-go: 500 ms).
 const IN_PROGRESS_EVERY: Duration = Duration::from_secs(1);
@@ -153,7 +145,7 @@ where
 
     /// No reconcile starts until the requests say the first list is complete
     /// ([`Requests::listed`]), wakes included.
-    fn waits_for_its_first_list(mut self) -> Self {
+    pub(crate) fn waits_for_its_first_list(mut self) -> Self {
         self.listed = false;
         self
     }
@@ -186,13 +178,14 @@ where
 
     /// Runs until the requests end. A reconcile's error is turned into the next [`Action`] by
     /// `error_policy`, as kube-runtime's `Controller::run` does.
-    pub async fn run<R, Fut, E>(
+    pub async fn run<C, R, Fut, E>(
         self,
         reconcile: R,
-        error_policy: impl Fn(Arc<Obj>, &E, Arc<Context>) -> Action,
-        ctx: Arc<Context>,
+        error_policy: impl Fn(Arc<Obj>, &E, Arc<C>) -> Action,
+        ctx: Arc<C>,
     ) where
-        R: Fn(Arc<Obj>, Arc<Context>) -> Fut,
+        C: ControllerContext,
+        R: Fn(Arc<Obj>, Arc<C>) -> Fut,
         Fut: Future<Output = Result<Action, E>>,
     {
         let Controller {
@@ -209,8 +202,8 @@ where
         } else {
             u16::try_from(concurrency).unwrap_or(u16::MAX)
         };
-        let reconciles = ctx.metrics.controller(&name, limit);
-        let measured = ctx.metrics.queue(&name);
+        let reconciles = ctx.metrics().controller(&name, limit);
+        let measured = ctx.metrics().queue(&name);
         let mut in_progress = tokio::time::interval(IN_PROGRESS_EVERY);
         let mut requests = pin!(requests);
         // Without `reconcile_on`, a channel nobody sends on.
@@ -285,53 +278,6 @@ where
             measured.depth(urgent, routine);
         }
     }
-}
-
-/// The claims' [`Controller`]: the claim watch, applied to the claim cache, makes its requests,
-/// and its reconciles read the cache.
-pub(crate) fn claim_controller(
-    claims: impl Stream<Item = Result<watcher::Event<WatchedClaim>, watcher::Error>>,
-    mut writer: CacheWriter,
-    ctx: &Arc<Context>,
-) -> Controller<
-    ObjectKey,
-    impl Stream<Item = Requests<ObjectKey>>,
-    impl Fn(&ObjectKey) -> Option<Arc<CachedClaim>>,
-> {
-    let started = Instant::now();
-    let watching = ctx.clone();
-    let requests = claims.map(move |event| {
-        let ctx = &watching;
-        let keys = match event {
-            Ok(event) => {
-                let list_ends = matches!(event, watcher::Event::InitDone);
-                let keys = writer.apply(event);
-                let watched = ctx.stores.claims.len();
-                ctx.metrics.claims_watched(watched);
-                if list_ends {
-                    tracing::info!(
-                        claims = watched,
-                        seconds = started.elapsed().as_secs_f64(),
-                        "claims listed"
-                    );
-                }
-                keys
-            }
-            Err(e) => {
-                super::error::watch_failed(ctx, "claim", &e);
-                Vec::new()
-            }
-        };
-        Requests {
-            keys,
-            listed: writer.is_listed(),
-        }
-    });
-    let reading = ctx.clone();
-    Controller::new(NAME, requests, move |key: &ObjectKey| {
-        reading.stores.claims.get(key)
-    })
-    .waits_for_its_first_list()
 }
 
 async fn sleep_until(at: Option<Instant>) {

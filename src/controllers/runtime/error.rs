@@ -14,8 +14,8 @@ use std::time::Duration;
 use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
+use super::ControllerContext;
 use super::controller::Action;
-use crate::controllers::runtime::Context;
 
 /// The first retry of a failed reconcile comes after this long.
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -105,7 +105,7 @@ fn object_name<K: Resource>(object: &K) -> String {
 pub fn settle<K: Resource>(
     controller: &'static str,
     object: &K,
-    ctx: &Context,
+    ctx: &(impl ControllerContext + ?Sized),
     result: Result<Action, Error>,
 ) -> Result<Action, Error> {
     settle_named(controller, object_name(object), ctx, result)
@@ -115,11 +115,11 @@ pub fn settle<K: Resource>(
 pub fn settle_named<T>(
     controller: &'static str,
     name: String,
-    ctx: &Context,
+    ctx: &(impl ControllerContext + ?Sized),
     result: Result<T, Error>,
 ) -> Result<T, Error> {
     if result.is_ok() {
-        ctx.retries.succeeded(controller, name);
+        ctx.retries().succeeded(controller, name);
     }
     result
 }
@@ -130,7 +130,7 @@ pub fn error_policy<K: Resource>(
     controller: &'static str,
     object: &K,
     error: &Error,
-    ctx: &Context,
+    ctx: &(impl ControllerContext + ?Sized),
 ) -> Action {
     Action::requeue(retry_delay(controller, object_name(object), error, ctx))
 }
@@ -140,18 +140,24 @@ pub fn retry_delay(
     controller: &'static str,
     name: String,
     error: &Error,
-    ctx: &Context,
+    ctx: &(impl ControllerContext + ?Sized),
 ) -> Duration {
-    let delay = ctx.retries.failed(controller, name.clone(), Instant::now());
-    ctx.metrics
+    let delay = ctx
+        .retries()
+        .failed(controller, name.clone(), Instant::now());
+    ctx.metrics()
         .reconcile_error(controller, error.metric_label());
     tracing::warn!(controller, object = %name, %error, retry_in = ?delay, "reconcile failed");
     delay
 }
 
 /// A watch failed (it is retried with kube's default backoff): logged and counted.
-pub fn watch_failed(ctx: &Context, controller: &'static str, error: &dyn std::error::Error) {
-    ctx.metrics.reconcile_error(controller, "watch");
+pub fn watch_failed(
+    ctx: &(impl ControllerContext + ?Sized),
+    controller: &'static str,
+    error: &dyn std::error::Error,
+) {
+    ctx.metrics().reconcile_error(controller, "watch");
     tracing::warn!(controller, %error, "watch failed; retrying");
 }
 

@@ -23,11 +23,11 @@ use kube::ResourceExt;
 use tokio::sync::SetOnce;
 
 use crate::allocator::ParsedSpec;
+use crate::api::POOL_CONDITIONS;
 use crate::api::{
     ConditionStatus, DesiredCondition, IPAM_GROUP, IPAddressesStatus, IPPool,
     InClusterIPPoolStatus, PAUSED_ANNOTATION, POOL_FINALIZER, POOL_VERSION, PoolKey, PoolSpecRef,
 };
-use crate::controllers::pools::status::POOL_CONDITIONS;
 use crate::controllers::state::Unready;
 use crate::controllers::state::fingerprint;
 
@@ -310,8 +310,8 @@ mod tests {
     use futures::FutureExt;
 
     use super::*;
+    use crate::api::ADDRESSES_AVAILABLE_CONDITION;
     use crate::api::{InClusterIPPool, READY_CONDITION};
-    use crate::controllers::pools::status::ADDRESSES_AVAILABLE_CONDITION;
     use crate::controllers::state::facts::pool_state;
 
     fn pool(value: serde_json::Value) -> InClusterIPPool {

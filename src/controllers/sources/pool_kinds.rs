@@ -23,9 +23,8 @@ use crate::api::{
     GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPPool, InClusterIPPool, InClusterPrefixPool,
     PoolKey, PoolKind,
 };
-use crate::cli::Settings;
-use crate::controllers::pools::status;
-use crate::controllers::runtime::{Context, scoped};
+use crate::controllers::runtime::scoped;
+use crate::settings::Settings;
 
 /// What the controllers need of each pool kind besides [`IPPool`]: where its objects are read
 /// and written.
@@ -140,12 +139,12 @@ pub(crate) struct PoolLanes {
     global_prefix: Arc<PoolLane>,
 }
 
-/// What the four pool controllers take when they start ([`PoolInputs::run`]).
+/// What the four pool controllers take when they start (`pools::run`).
 pub(crate) struct PoolInputs {
-    in_cluster: LaneInput<InClusterIPPool>,
-    global: LaneInput<GlobalInClusterIPPool>,
-    in_cluster_prefix: LaneInput<InClusterPrefixPool>,
-    global_prefix: LaneInput<GlobalInClusterPrefixPool>,
+    pub(crate) in_cluster: LaneInput<InClusterIPPool>,
+    pub(crate) global: LaneInput<GlobalInClusterIPPool>,
+    pub(crate) in_cluster_prefix: LaneInput<InClusterPrefixPool>,
+    pub(crate) global_prefix: LaneInput<GlobalInClusterPrefixPool>,
 }
 
 /// Something done once per served pool kind, with the kind's type ([`PoolLanes::each_served`]).
@@ -250,22 +249,5 @@ impl PoolLanes {
         one::<GlobalInClusterIPPool, E>(client, settings, served, each).await?;
         one::<InClusterPrefixPool, E>(client, settings, served, each).await?;
         one::<GlobalInClusterPrefixPool, E>(client, settings, served, each).await
-    }
-}
-
-impl PoolInputs {
-    /// Runs the pool controller of every served kind until the run ends.
-    pub async fn run(self, ctx: &Arc<Context>) {
-        async fn one<P: PoolObject>(ctx: &Arc<Context>, input: LaneInput<P>) {
-            if input.served {
-                status::run(ctx, input).await;
-            }
-        }
-        futures::join!(
-            one(ctx, self.in_cluster),
-            one(ctx, self.global),
-            one(ctx, self.in_cluster_prefix),
-            one(ctx, self.global_prefix),
-        );
     }
 }

@@ -13,8 +13,8 @@ use kube::{Client, Resource};
 use crate::api::{
     GlobalInClusterPrefixPool, IPAM_GROUP, InClusterPrefixPool, POOL_VERSION, PoolKind,
 };
-use crate::cli::Settings;
 use crate::controllers::runtime::error::backoff;
+use crate::settings::Settings;
 use crate::telemetry::Metrics;
 
 /// The pool kinds this run watches and serves.

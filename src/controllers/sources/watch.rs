@@ -12,15 +12,15 @@
 //! - `IPAddressReservation`: the registry, and the reuse-grace controller (the released ones,
 //!   kept in a store of their own);
 //! - `IPAddress`: the registry, and who wrote each one ([`super::writers`]);
-//! - `IPAddressClaim`: the store and the claim controller, its only reader (opened in
-//!   `runtime::run`, where the controller drives it).
+//! - `IPAddressClaim`: the store and the claim controller, its only reader (opened by
+//!   [`super::claim_watch`], driven by the claim controller).
 //!
-//! Each watch of [`start`] is one [`watch`] pipeline: watcher, backoff, store, then [`Lists`]
-//! (a re-list handed on whole), then [`feed`] applies it to the registry and only after that sends
-//! the controller triggers. A pool controller reads its kind's pool cache, which [`feed`] keeps
-//! just before the registry, and is sent the pools the watch changed; the reuse-grace controller
-//! gets a [`Subscription`]: a store of the objects it reconciles and an unbounded channel of
-//! triggers, which become the requests of its
+//! Each watch of [`start`] is one [`watch`] pipeline: watcher, backoff, store, then [`Lists`] (a
+//! re-list handed on whole); then the feed (`controllers::feed`) applies it to the registry, and
+//! only after that sends the controller triggers. A pool controller reads its kind's pool cache,
+//! which the feed keeps just before the registry, and is sent the pools the watch changed; the
+//! reuse-grace controller gets a [`Subscription`]: a store of the objects it reconciles and an
+//! unbounded channel of triggers, which become the requests of its
 //! [`Controller`](crate::controllers::runtime::controller::Controller). Neither opens a watch of
 //! its own.
 //!
@@ -55,14 +55,14 @@ use super::served::ServedKinds;
 use super::writers::{Creator, creator};
 use crate::allocator::ParsedSpec;
 use crate::api::{Cluster, IPAddress, IPPool, ObjectKey, PAUSED_ANNOTATION, PoolKey, PoolKind};
-use crate::cli::Settings;
 use crate::controllers::claims::cache::ClaimCache;
 use crate::controllers::claims::cached_claim::CachedClaim;
 use crate::controllers::runtime::controller::Requests;
-use crate::controllers::runtime::{Context, error, scoped};
+use crate::controllers::runtime::scoped;
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of};
 use crate::controllers::state::{Change, HoldRecord, Unready};
+use crate::settings::Settings;
 
 /// How long the API server keeps one watch open (its `timeoutSeconds`) before the watcher
 /// resumes it from the last resource version it saw, without a list. It also bounds a silent
@@ -100,8 +100,8 @@ pub struct Stores {
     pub claims: ClaimCache,
     pub pools: PoolLanes,
     pub clusters: Store<Cluster>,
-    holds_listed: Arc<Latch>,
-    cluster_pauses: Arc<ClusterPauses>,
+    pub(crate) holds_listed: Arc<Latch>,
+    pub(crate) cluster_pauses: Arc<ClusterPauses>,
     /// Notified when a watch that feeds the registry listed again after its first list: the
     /// audit then checks soon that the registry agrees with the API.
     pub relisted: Arc<Notify>,
@@ -143,7 +143,7 @@ impl Stores {
 pub struct Interruptions(std::sync::Mutex<Option<Instant>>);
 
 impl Interruptions {
-    fn record(&self) {
+    pub(crate) fn record(&self) {
         *self.0.lock().expect("interruptions lock") = Some(Instant::now());
     }
 
@@ -158,14 +158,14 @@ impl Interruptions {
 
 /// Opens once both the reservation and the address lists have been applied.
 #[derive(Default)]
-struct Latch {
-    reservations: AtomicBool,
-    addresses: AtomicBool,
+pub(crate) struct Latch {
+    pub(crate) reservations: AtomicBool,
+    pub(crate) addresses: AtomicBool,
     notify: Notify,
 }
 
 impl Latch {
-    fn open(&self, which: &AtomicBool) {
+    pub(crate) fn open(&self, which: &AtomicBool) {
         which.store(true, Ordering::SeqCst);
         self.notify.notify_waiters();
     }
@@ -253,7 +253,7 @@ fn project_event<K, T>(event: Event<K>, project: impl Fn(&K) -> T) -> Event<T> {
 }
 
 /// What the feed hands on: a change for the registry, or Clusters whose claims may need waking.
-enum Fed {
+pub(crate) enum Fed {
     /// A change for the registry; `relisted` when it is a whole list that is not the watch's
     /// first (the audit then checks soon that the registry agrees with the API).
     Registry { change: Change, relisted: bool },
@@ -286,7 +286,11 @@ pub struct ClusterPauses(std::sync::Mutex<std::collections::HashMap<ObjectKey, b
 
 impl ClusterPauses {
     /// Records what was seen; returns the Clusters whose existence or pause state changed.
-    fn update(&self, seen: Vec<(ObjectKey, Option<bool>)>, complete: bool) -> Vec<ObjectKey> {
+    pub(crate) fn update(
+        &self,
+        seen: Vec<(ObjectKey, Option<bool>)>,
+        complete: bool,
+    ) -> Vec<ObjectKey> {
         let mut known = self.0.lock().expect("cluster pauses lock");
         let mut changed = Vec::new();
         if complete {
@@ -320,16 +324,17 @@ fn cluster_paused(cluster: &Cluster) -> bool {
     cluster.is_paused() || cluster.annotations().contains_key(PAUSED_ANNOTATION)
 }
 
-/// What one update of a watch hands to [`feed`]: what it tells the registry (or the Cluster pause
-/// record), then the controller triggers it makes, sent only once that is applied, so that a pool
-/// controller woken by a pool's update counts from a registry that already has it.
+/// What one update of a watch hands to the feed (`controllers::feed`): what it tells the registry
+/// (or the Cluster pause record), then the controller triggers it makes, sent only once that is
+/// applied, so that a pool controller woken by a pool's update counts from a registry that already
+/// has it.
 pub(crate) struct Handed {
-    fed: Fed,
-    triggers: Option<Box<dyn FnOnce() + Send>>,
+    pub(crate) fed: Fed,
+    pub(crate) triggers: Option<Box<dyn FnOnce() + Send>>,
 }
 
-/// The watches, one per kind, merged; [`feed`] drives them.
-pub struct Feeds(FeedSet);
+/// The watches, one per kind, merged; the feed (`controllers::feed`) drives them.
+pub struct Feeds(pub(crate) FeedSet);
 
 /// The watches being opened (see [`start`]).
 pub(crate) type FeedSet = SelectAll<BoxStream<'static, Result<Handed, watcher::Error>>>;
@@ -657,7 +662,7 @@ pub struct Subscriptions {
 }
 
 /// Opens one watch per kind the registry and the controllers read (the claims excepted: the claim
-/// controller drives their watch). Nothing runs until [`feed`] drives the returned streams.
+/// controller drives their watch). Nothing runs until the feed drives the returned streams.
 pub fn start(
     client: &Client,
     settings: &Settings,
@@ -714,7 +719,7 @@ pub fn start(
 }
 
 /// The one watch of a pool kind: it keeps the kind's pool cache and the registry, and triggers
-/// the kind's pool controller (see [`feed`]).
+/// the kind's pool controller (see `controllers::feed`).
 pub(crate) fn pool_watch<P>(feeds: &mut FeedSet, api: Api<P>)
 where
     P: IPPool + Debug + serde::de::DeserializeOwned,
@@ -749,120 +754,6 @@ pub fn drop_unread_fields<K: ResourceExt>(object: &mut K) {
             *annotations = Default::default();
         }
     }
-}
-
-/// Applies every change to the registry and wakes the claims it can serve. Runs until a watch
-/// fails for good (the default backoff retries transient errors).
-pub async fn feed(ctx: Arc<Context>, Feeds(mut feeds): Feeds) -> anyhow::Result<()> {
-    while let Some(handed) = feeds.next().await {
-        match handed {
-            Ok(Handed { fed, triggers }) => {
-                apply(&ctx, fed);
-                if let Some(send) = triggers {
-                    send();
-                }
-            }
-            Err(e) => {
-                ctx.stores.interruptions.record();
-                error::watch_failed(&ctx, "feed", &e);
-            }
-        }
-    }
-    Ok(())
-}
-
-fn apply(ctx: &Context, fed: Fed) {
-    let (change, relisted) = match fed {
-        Fed::Clusters { seen, complete } => {
-            let woken = ctx
-                .stores
-                .cluster_pauses
-                .update(seen, complete)
-                .iter()
-                .flat_map(|c| claims_of_cluster(&ctx.stores.claims, c))
-                .collect::<Vec<_>>();
-            ctx.wake(woken);
-            return;
-        }
-        Fed::Registry { change, relisted } => (change, relisted),
-        Fed::Pools {
-            kind,
-            views,
-            change,
-            relisted,
-        } => {
-            // The views first: a claim the registry change wakes reads the pool's view.
-            let pools = &ctx.stores.pools;
-            let cache = pools.cache(kind);
-            let (changed, listed) = match views {
-                Update::Applied(view) => {
-                    let key = view.key().clone();
-                    cache.applied(view);
-                    (vec![key], false)
-                }
-                Update::Deleted(view) => {
-                    cache.deleted(view.key());
-                    (Vec::new(), false)
-                }
-                Update::Listed { items, .. } => {
-                    let keys = items.iter().map(|view| view.key().clone()).collect();
-                    cache.replace(items);
-                    (keys, true)
-                }
-            };
-            apply(ctx, Fed::Registry { change, relisted });
-            // Listed once the registry has the list too: the claims wait for both.
-            if listed {
-                cache.mark_listed();
-            }
-            pools.changed(kind, changed);
-            return;
-        }
-        Fed::Addresses {
-            change,
-            relisted,
-            creators,
-        } => {
-            apply(ctx, Fed::Registry { change, relisted });
-            ctx.writers.observe(ctx, creators);
-            return;
-        }
-    };
-    let listed = match &change {
-        Change::ReservationsListed(_) => Some(&ctx.stores.holds_listed.reservations),
-        Change::AddressesListed(_) => Some(&ctx.stores.holds_listed.addresses),
-        Change::PoolsListed(..) => None,
-        _ => {
-            ctx.apply(change);
-            return;
-        }
-    };
-    let kind = change.kind();
-    let corrections = ctx.registry().diff(change);
-    if relisted {
-        tracing::info!(
-            kind,
-            corrections = corrections.len(),
-            "re-listed after a gap in the watch; applied what the fresh list differs by"
-        );
-    } else {
-        tracing::debug!(kind, objects = corrections.len(), "first list applied");
-    }
-    for correction in corrections {
-        ctx.apply(correction);
-    }
-    if let Some(latch) = listed {
-        ctx.stores.holds_listed.open(latch);
-    }
-    if relisted {
-        ctx.stores.relisted.notify_one();
-    }
-}
-
-fn claims_of_cluster(claims: &ClaimCache, cluster: &ObjectKey) -> Vec<ObjectKey> {
-    claims.keys_where(|c| {
-        c.namespace() == &*cluster.namespace && c.cluster_name() == Some(&*cluster.name)
-    })
 }
 
 #[cfg(test)]

@@ -19,18 +19,21 @@
 //!   expired. The look needs `list` on Leases cluster-wide; without it inpool says so once and
 //!   allocates.
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::ResourceExt;
 use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
 
+use super::watch::Stores;
 use super::watch::Update;
 use crate::api::{IPAddress, ObjectKey, PoolKey};
+use crate::controllers::runtime::MANAGER;
 use crate::controllers::runtime::events::EventType;
-use crate::controllers::runtime::{Context, MANAGER};
+use crate::controllers::runtime::events::Events;
+use crate::telemetry::Metrics;
 
 /// The name of the reference provider's leader election Lease (cluster-api-ipam-provider-in-cluster,
 /// `LeaderElectionID` in its `main.go`), in whatever namespace it is installed.
@@ -157,7 +160,13 @@ impl Writers {
     /// Takes in what the `IPAddress` watch saw of who wrote each object: records the foreign
     /// ones, announces each new one (log, Event on its pool), forgets those gone, and wakes the
     /// pools whose foreign addresses changed.
-    pub(crate) fn observe(&self, ctx: &Context, update: Update<(ObjectKey, Option<Creator>)>) {
+    pub(crate) fn observe(
+        &self,
+        stores: &Stores,
+        metrics: &Metrics,
+        events: &Events,
+        update: Update<(ObjectKey, Option<Creator>)>,
+    ) {
         let foreign = |creator: Option<Creator>| creator.filter(|c| c.is_foreign(self.since));
         let (added, removed) = {
             let mut known = self.foreign.lock().expect("foreign addresses lock");
@@ -206,11 +215,11 @@ impl Writers {
         pools.dedup();
         for pool in &pools {
             let count = self.foreign_in(pool).len();
-            ctx.metrics.foreign_addresses(pool, count as u64);
-            ctx.wake_pool(pool);
+            metrics.foreign_addresses(pool, count as u64);
+            stores.pools.wake(pool);
         }
         for (key, creator) in added {
-            announce(ctx, &key, creator);
+            announce(stores, events, &key, creator);
         }
     }
 
@@ -245,7 +254,7 @@ impl Writers {
 }
 
 /// Logs a foreign `IPAddress` and publishes a Warning Event on its pool.
-fn announce(ctx: &Context, key: &ObjectKey, creator: Creator) {
+fn announce(stores: &Stores, events: &Events, key: &ObjectKey, creator: Creator) {
     tracing::warn!(
         pool = %creator.pool,
         object = %key,
@@ -253,7 +262,7 @@ fn announce(ctx: &Context, key: &ObjectKey, creator: Creator) {
         manager = %creator.manager,
         "an IPAddress of the pool was created by another writer after inpool started: another IPAM provider allocates from it"
     );
-    let Some(pool) = ctx.stores.pool(&creator.pool) else {
+    let Some(pool) = stores.pool(&creator.pool) else {
         return;
     };
     let regarding = pool.reference();
@@ -261,7 +270,7 @@ fn announce(ctx: &Context, key: &ObjectKey, creator: Creator) {
         "IPAddress {} ({}) was created by field manager {:?}, not inpool, after inpool started: another IPAM provider allocates from this pool. inpool never hands out an address it sees held, but the other provider can hand out addresses inpool holds; stop it",
         key, creator.address, creator.manager
     );
-    let events = ctx.events.clone();
+    let events = events.clone();
     tokio::spawn(async move {
         if let Err(e) = events
             .publish(regarding, EventType::Warning, "ForeignAddress", note)
@@ -307,47 +316,48 @@ pub fn live_lease(leases: &[Lease], now: Timestamp) -> Option<LiveLease> {
     })
 }
 
-/// Looks for the reference provider's Lease once; returns whether to keep looking (no when this
-/// process may not list Leases).
-pub async fn look_for_lease(ctx: &Context) -> bool {
-    let leases: Api<Lease> = Api::all(ctx.client.clone());
-    // Served from the API server's watch cache: there may be a Lease per node.
-    let params = ListParams::default()
-        .fields(&format!("metadata.name={REFERENCE_LEASE}"))
-        .match_any();
-    match leases.list(&params).await {
-        Ok(list) => {
-            let found = live_lease(&list.items, Timestamp::now());
-            ctx.metrics.reference_provider_lease(found.is_some());
-            if ctx.writers.set_lease(found) {
-                ctx.wake(
-                    ctx.stores
-                        .claims
-                        .keys_where(|c| c.address_ref().is_none() && !c.is_deleting()),
-                );
-            }
-            true
-        }
-        Err(kube::Error::Api(status)) if status.code == 403 => {
-            tracing::warn!(
-                lease = REFERENCE_LEASE,
-                "may not list Leases cluster-wide: cannot tell whether the reference IPAM provider runs beside inpool (config/rbac grants it)"
-            );
-            false
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, lease = REFERENCE_LEASE, "could not look for the reference provider's Lease");
-            true
-        }
-    }
+/// What one look for the reference provider's Lease found.
+pub struct LeaseLook {
+    /// Allocation was held back by the Lease and no longer is: the waiting claims may go on.
+    pub opened: bool,
+    /// Whether to look again (no when this process may not list Leases).
+    pub keep_looking: bool,
 }
 
-/// Looks for the reference provider's Lease every [`LEASE_LOOK_INTERVAL`] until the run ends.
-pub async fn keep_looking_for_lease(ctx: Arc<Context>) {
-    loop {
-        tokio::time::sleep(LEASE_LOOK_INTERVAL).await;
-        if !look_for_lease(&ctx).await {
-            return;
+impl Writers {
+    /// Looks for the reference provider's Lease once, and records what it found.
+    pub async fn look_for_lease(&self, client: &Client, metrics: &Metrics) -> LeaseLook {
+        let leases: Api<Lease> = Api::all(client.clone());
+        // Served from the API server's watch cache: there may be a Lease per node.
+        let params = ListParams::default()
+            .fields(&format!("metadata.name={REFERENCE_LEASE}"))
+            .match_any();
+        match leases.list(&params).await {
+            Ok(list) => {
+                let found = live_lease(&list.items, Timestamp::now());
+                metrics.reference_provider_lease(found.is_some());
+                LeaseLook {
+                    opened: self.set_lease(found),
+                    keep_looking: true,
+                }
+            }
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                tracing::warn!(
+                    lease = REFERENCE_LEASE,
+                    "may not list Leases cluster-wide: cannot tell whether the reference IPAM provider runs beside inpool (config/rbac grants it)"
+                );
+                LeaseLook {
+                    opened: false,
+                    keep_looking: false,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, lease = REFERENCE_LEASE, "could not look for the reference provider's Lease");
+                LeaseLook {
+                    opened: false,
+                    keep_looking: true,
+                }
+            }
         }
     }
 }
