@@ -527,7 +527,19 @@ fn every_alert_has_a_runbook_url_to_its_own_section_of_the_runbooks() {
         );
     }
     assert_section_links_resolve("runbooks.md");
-    assert_section_links_resolve("operations.md");
+    // The operations pages, by task: operations.md is their index.
+    for page in [
+        "operations.md",
+        "install.md",
+        "configuration.md",
+        "migration.md",
+        "monitoring.md",
+        "troubleshooting.md",
+        "reliability.md",
+        "scale.md",
+    ] {
+        assert_section_links_resolve(page);
+    }
 }
 
 #[test]
