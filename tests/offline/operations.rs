@@ -1,9 +1,10 @@
 //! The operations files in `config/`: the alert rules (`config/prometheus/prometheusrule.yaml`)
 //! pass `promtool check rules` and their unit tests (`rules.test.yaml`, `promtool test rules`),
-//! each alert's `runbook_url` leads to its section of `docs/runbooks.md`, and the rules and the
-//! Grafana dashboard (`config/grafana/inpool.json`) name only metrics inpool exports; the
-//! dashboard's queries parse (promtool), filter by its pool and job selectors, and use only the
-//! template variables it defines. No control plane is needed.
+//! each alert's `runbook_url` leads to its section of `docs/runbooks.md` (and every section link of
+//! the runbooks and of the operations pages, `docs/operations.md` and the pages it indexes, names
+//! a heading that exists), and the rules and the Grafana dashboard (`config/grafana/inpool.json`)
+//! name only metrics inpool exports; the dashboard's queries parse (promtool), filter by its pool
+//! and job selectors, and use only the template variables it defines. No control plane is needed.
 //!
 //! promtool comes from Debian's `prometheus` package, which `.ci/run` installs when it is
 //! missing. Without it the promtool tests fail under CI (`CI` set) and elsewhere say NOT RUN.
