@@ -1,7 +1,8 @@
 //! The claim path's registry work against the number of pools: what a claim's holds cost when
 //! the registry knows 100, 1,000 or 5,000 pools. Each claim is a reservation and an `IPAddress`,
 //! recorded as the watches record them and then let go (their deletion): every hold and release
-//! looks for the pools the address meets (issue 33: it looked at every pool, O(pools) per claim).
+//! looks for the pools the address meets (through an index by range; it used to look at every
+//! pool, O(pools) per claim).
 //!
 //! Run: `cargo bench --bench pools -- --warm-up-time 1 --measurement-time 3`. The pools are
 //! `InClusterIPPool`s of one namespace (all reachable together, the most the overlap check can

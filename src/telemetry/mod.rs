@@ -3,7 +3,7 @@
 //!
 //! - [`logging`]: `tracing` subscriber, text or JSON, filtered by an EnvFilter directive;
 //! - [`metrics`]: [`Metrics`], the registry the controllers record into (names in
-//!   docs/operations.md);
+//!   docs/monitoring.md);
 //! - [`pool_series`]: the per-pool series, one entry per pool;
 //! - [`standard`]: the families every controller-runtime manager exports (reconciles, work
 //!   queue, API client, process, leader election);

@@ -1,9 +1,10 @@
 //! The operations files in `config/`: the alert rules (`config/prometheus/prometheusrule.yaml`)
 //! pass `promtool check rules` and their unit tests (`rules.test.yaml`, `promtool test rules`),
-//! each alert's `runbook_url` leads to its section of `docs/runbooks.md`, and the rules and the
-//! Grafana dashboard (`config/grafana/inpool.json`) name only metrics inpool exports; the
-//! dashboard's queries parse (promtool), filter by its pool and job selectors, and use only the
-//! template variables it defines. No control plane is needed.
+//! each alert's `runbook_url` leads to its section of `docs/runbooks.md` (and every section link of
+//! the runbooks and of the operations pages, `docs/operations.md` and the pages it indexes, names
+//! a heading that exists), and the rules and the Grafana dashboard (`config/grafana/inpool.json`)
+//! name only metrics inpool exports; the dashboard's queries parse (promtool), filter by its pool
+//! and job selectors, and use only the template variables it defines. No control plane is needed.
 //!
 //! promtool comes from Debian's `prometheus` package, which `.ci/run` installs when it is
 //! missing. Without it the promtool tests fail under CI (`CI` set) and elsewhere say NOT RUN.
@@ -527,7 +528,19 @@ fn every_alert_has_a_runbook_url_to_its_own_section_of_the_runbooks() {
         );
     }
     assert_section_links_resolve("runbooks.md");
-    assert_section_links_resolve("operations.md");
+    // The operations pages, by task: operations.md is their index.
+    for page in [
+        "operations.md",
+        "install.md",
+        "configuration.md",
+        "migration.md",
+        "monitoring.md",
+        "troubleshooting.md",
+        "reliability.md",
+        "scale.md",
+    ] {
+        assert_section_links_resolve(page);
+    }
 }
 
 #[test]

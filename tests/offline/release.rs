@@ -1,6 +1,6 @@
 //! The release, checked without publishing one: the workflows under `.github/workflows/` pass
 //! actionlint (v1.7.12, built from the Go module proxy), which runs shellcheck on their `run:`
-//! blocks; the release workflow publishes what docs/operations.md promises (a tag-triggered
+//! blocks; the release workflow publishes what docs/install.md promises (a tag-triggered
 //! release, images for linux/amd64 and linux/arm64, kubectl-inpool for linux and darwin on both,
 //! the components rendered by kustomize for the tag); its kustomize steps (v5.8.0) change the
 //! components' image and nothing else; and a kubectl-inpool archive made by

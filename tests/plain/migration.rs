@@ -11,7 +11,7 @@
 //!   `status.addressRef`; `IPAddress`es with `ProtectAddress`, owner references and the
 //!   cluster-name label; no reservations.
 //!
-//! The steps of docs/operations.md are then followed: the webhook configurations are removed (while
+//! The steps of docs/migration.md are then followed: the webhook configurations are removed (while
 //! they exist every pool write fails); inpool's rendered components are applied with server-side
 //! apply and `--force-conflicts`, taking over the pool CRDs (refused while `v1alpha1` is among
 //! the CRD's stored versions, accepted once it is not); the reference's conversion webhook,
@@ -425,9 +425,9 @@ async fn claim_reconciles(inpool: &Inpool) -> Option<u64> {
     Some(n as u64)
 }
 
-/// The migration and upgrade commands of docs/operations.md. Each runs as the literal `kubectl`
-/// command when kubectl is installed, and as the same API requests otherwise (kubectl is not a
-/// prerequisite of the tests).
+/// The migration and upgrade commands of docs/migration.md and docs/install.md. Each runs as the
+/// literal `kubectl` command when kubectl is installed, and as the same API requests otherwise
+/// (kubectl is not a prerequisite of the tests).
 struct Steps {
     client: Client,
     kubeconfig: PathBuf,
@@ -565,7 +565,7 @@ impl Steps {
     }
 }
 
-/// The patch of docs/operations.md that removes the reference's conversion webhook from a pool CRD.
+/// The patch of docs/migration.md that removes the reference's conversion webhook from a pool CRD.
 const REMOVE_CONVERSION: &str = r#"{"metadata":{"annotations":{"cert-manager.io/inject-ca-from":null}},"spec":{"conversion":{"strategy":"None","webhook":null}}}"#;
 
 // ------------------------------------------------------------------------------------------
@@ -667,7 +667,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     assert_eq!(before.len(), ADOPTED.len());
 
     // Its webhooks block every pool write once its Deployment is scaled down: the reason the
-    // docs/operations.md removes them.
+    // docs/migration.md removes them.
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), NS);
     let blocked = pools
         .patch(
@@ -682,7 +682,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
         "refused by the webhook: {blocked}"
     );
 
-    // Migration, as docs/operations.md says: remove the webhook configurations, then apply inpool's
+    // Migration, as docs/migration.md says: remove the webhook configurations, then apply inpool's
     // components with server-side apply, taking over the pool CRDs.
     let steps = Steps::new(&client, &plane.kubeconfig);
     steps.remove_reference_webhooks().await;

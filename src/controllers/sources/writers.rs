@@ -7,7 +7,7 @@
 //!   that is not a leftover to adopt: none of its `managedFields` entries is inpool's (every
 //!   write inpool makes carries the field manager [`MANAGER`]), and both created and last written
 //!   after this run of the controllers started (what existed before is a migration leftover,
-//!   adopted as docs/operations.md describes; `clusterctl move` recreates objects with their
+//!   adopted as docs/migration.md describes; `clusterctl move` recreates objects with their
 //!   `managedFields`, times included, so a moved leftover stays one). Its address is held like
 //!   any other (the registry counts every `IPAddress` of a pool); the pool gets
 //!   `ForeignAddresses=True` naming it and its manager, a Warning Event, and the gauge
