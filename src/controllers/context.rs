@@ -6,7 +6,6 @@
 //!
 //! [`run`]: super::run
 use std::future::Future;
-use std::net::IpAddr;
 use std::sync::Mutex;
 
 use futures::channel::mpsc;
@@ -18,7 +17,7 @@ use super::claims::own_writes::OwnWrites;
 use super::pools::pacing::StatusPacing;
 use super::runtime::{ControllerContext, error, events};
 use super::sources::{served, watch, writers};
-use super::state::{Change, Registry, Ticket, Unready};
+use super::state::{Change, InFlight, Registry, Ticket, Unready};
 use crate::api::{ObjectKey, PoolKey};
 use crate::settings::Settings;
 use crate::telemetry::Metrics;
@@ -101,20 +100,15 @@ impl Context {
         result
     }
 
-    /// Runs `step` with `ip` held in flight in `pool` (the planner put it there), then ends the
+    /// Runs `step` with the address `held` in flight (the planner put it there), then ends the
     /// hold, however `step` ended: from then on the address stays used only while a reservation
     /// or an `IPAddress` holds it, and the claims its release can serve are woken. Every
-    /// allocation the planner starts ends here, so none stays in flight on an early return or
-    /// an error. (A reconcile is dropped unfinished only when the whole run ends, and the
-    /// registry with it.)
-    pub async fn in_flight<T>(
-        &self,
-        pool: &PoolKey,
-        ip: IpAddr,
-        step: impl Future<Output = T>,
-    ) -> T {
+    /// allocation the planner starts hands its [`InFlight`] here, so none stays in flight on an
+    /// early return or an error. (A reconcile is dropped unfinished only when the whole run ends,
+    /// and the registry with it.)
+    pub async fn in_flight<T>(&self, held: InFlight, step: impl Future<Output = T>) -> T {
         let result = step.await;
-        let woken = self.update_registry(|registry| registry.finish(pool, ip));
+        let woken = self.update_registry(|registry| registry.finish(held));
         self.wake(woken);
         result
     }

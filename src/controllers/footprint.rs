@@ -105,8 +105,8 @@ impl RegistryFootprint {
                 created: "2026-11-30T10:00:00Z".into(),
                 claim: ObjectKey::new(namespace, "claim"),
             };
-            if let Allocation::Reserve { ip, .. } = self.0.try_allocate(&key, claim) {
-                self.0.finish(&key, ip);
+            if let Allocation::Reserve { held, .. } = self.0.try_allocate(&key, claim) {
+                self.0.finish(held);
             }
         }
     }

@@ -161,11 +161,11 @@ async fn realise(
                 ctx.stores.claim(c).is_some()
             })
         });
-        // The planner holds the address it picks in flight; `in_flight` ends that hold.
         match allocation {
-            Allocation::Recover { reservation, ip } => {
+            Allocation::Recover { reservation, held } => {
+                let ip = held.ip();
                 let realised = ctx
-                    .in_flight(pool, ip, async {
+                    .in_flight(held, async {
                         if !is_claims_reservation(claim, ctx, &reservation).await? {
                             return Ok(None);
                         }
@@ -179,9 +179,10 @@ async fn realise(
                     None => rejected.push(reservation),
                 }
             }
-            Allocation::Reserve { ip, scope } => {
+            Allocation::Reserve { held, scope } => {
+                let ip = held.ip();
                 let realised = ctx
-                    .in_flight(pool, ip, async {
+                    .in_flight(held, async {
                         let Some(reservation) =
                             reserve(claim, key, pool, ctx, &learning, ip, &scope).await?
                         else {

@@ -27,6 +27,6 @@ pub(crate) fn fingerprint<T: Hash + ?Sized>(value: &T) -> u64 {
 }
 
 pub(crate) use registry::{
-    Allocation, Change, HoldRecord, Holder, ListedHolds, PreAllocationConflict, PreAllocationState,
-    QueuedClaim, Registry, Ticket, Unready,
+    Allocation, Change, HoldRecord, Holder, InFlight, ListedHolds, PreAllocationConflict,
+    PreAllocationState, QueuedClaim, Registry, Ticket, Unready,
 };

@@ -63,11 +63,8 @@ pub fn plan_allocation(
         .into_iter()
         .find(|(name, hold)| &hold.pool == pool && !rejected.contains(name));
     if let Some((reservation, hold)) = recoverable {
-        registry.hold_in_flight(pool, &claim.claim, hold.ip);
-        return Allocation::Recover {
-            reservation,
-            ip: hold.ip,
-        };
+        let held = registry.hold_in_flight(pool, &claim.claim, hold.ip);
+        return Allocation::Recover { reservation, held };
     }
     match registry.try_allocate(pool, claim.clone()) {
         Allocation::Exhausted { .. } => {
@@ -94,7 +91,7 @@ mod tests {
     use crate::allocator::{ParsedSpec, PoolSpecInput};
     use crate::api::Scope;
     use crate::controllers::state::fixtures::{claim, hold_in as hold, ip, pool, queued};
-    use crate::controllers::state::{Change, Unready};
+    use crate::controllers::state::{Change, InFlight, Unready};
 
     /// A registry with pool `ns/p` of the given addresses.
     fn registry_with(addresses: &[&str]) -> Registry {
@@ -149,7 +146,7 @@ mod tests {
         assert_eq!(
             step,
             Allocation::Reserve {
-                ip: ip("10.0.0.10"),
+                held: InFlight::of(&pool(), ip("10.0.0.10")),
                 scope: pool().scope()
             }
         );
@@ -174,7 +171,7 @@ mod tests {
         assert_eq!(
             step,
             Allocation::Reserve {
-                ip: ip("10.0.0.10"),
+                held: InFlight::of(&pool(), ip("10.0.0.10")),
                 scope: Scope::Cluster
             }
         );
@@ -192,10 +189,10 @@ mod tests {
             step,
             Allocation::Recover {
                 reservation: "res".into(),
-                ip: ip("10.0.0.11")
+                held: InFlight::of(&pool(), ip("10.0.0.11"))
             }
         );
-        r.finish(&pool(), ip("10.0.0.11"));
+        r.finish(InFlight::of(&pool(), ip("10.0.0.11")));
         let step = plan_allocation(
             &mut r,
             &queued("t1", "a"),
@@ -206,7 +203,7 @@ mod tests {
         assert_eq!(
             step,
             Allocation::Reserve {
-                ip: ip("10.0.0.10"),
+                held: InFlight::of(&pool(), ip("10.0.0.10")),
                 scope: pool().scope()
             },
             "a stale reservation is not tried again"
@@ -238,7 +235,7 @@ mod tests {
         assert_eq!(
             step,
             Allocation::Reserve {
-                ip: ip("10.0.0.10"),
+                held: InFlight::of(&pool(), ip("10.0.0.10")),
                 scope: pool().scope()
             },
             "a, deleted without a final reconcile, no longer waits before b"

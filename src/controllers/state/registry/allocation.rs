@@ -14,15 +14,43 @@ pub struct QueuedClaim {
     pub claim: ObjectKey,
 }
 
+/// An address held in flight for one claim's allocation: no other claim gets it until the hold
+/// ends, and the hold must end whatever the allocation's steps do, or the address stays taken
+/// with no object holding it. The registry hands one out with every allocation it starts, and
+/// takes it back in [`Registry::finish`], the one way to end the hold: it cannot be copied, and
+/// the compiler warns where one is dropped unused.
+#[must_use = "the address stays taken until the hold is given back to `Registry::finish`"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct InFlight {
+    pool: PoolKey,
+    ip: IpAddr,
+}
+
+impl InFlight {
+    /// The address held.
+    pub fn ip(&self) -> IpAddr {
+        self.ip
+    }
+
+    /// The hold of `ip` in `pool` that a test started through the registry.
+    #[cfg(test)]
+    pub(crate) fn of(pool: &PoolKey, ip: IpAddr) -> InFlight {
+        InFlight {
+            pool: pool.clone(),
+            ip,
+        }
+    }
+}
+
 /// How a live claim without an `IPAddress` gets one.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Allocation {
     /// The claim already holds this reservation (a crash between the two creates, or its
     /// `IPAddress` was deleted): check that it still exists and is the claim's, then create the
-    /// `IPAddress` for it. The address is held in flight.
-    Recover { reservation: String, ip: IpAddr },
-    /// Reserve this address in this scope, then create the `IPAddress`. Held in flight.
-    Reserve { ip: IpAddr, scope: Scope },
+    /// `IPAddress` for it, with the address `held` in flight meanwhile.
+    Recover { reservation: String, held: InFlight },
+    /// Reserve the address `held` in flight, in this scope, then create the `IPAddress`.
+    Reserve { held: InFlight, scope: Scope },
     /// Another process realised the claim meanwhile: adopt its `IPAddress`.
     Adopt,
     /// No address for it now: the pool's `total`, and the claims waiting before it.
@@ -68,7 +96,8 @@ fn next_turn(entry: &mut PoolEntry, claim: &QueuedClaim) -> Result<(IpAddr, u8),
 impl Registry {
     /// Decides whether `claim` gets an address now. A claim never overtakes an older waiting
     /// claim of the same pool: it is served only if the free addresses suffice for every claim
-    /// queued before it. On `Reserve` the address is held in flight until [`Registry::finish`].
+    /// queued before it. On `Reserve` the address is held in flight until [`Registry::finish`] takes
+    /// its [`InFlight`] back.
     /// (`Recover` is the planner's: it looks at the claim's reservations first.)
     pub fn try_allocate(&mut self, pool: &PoolKey, claim: QueuedClaim) -> Allocation {
         if self.addresses.contains_key(&claim.claim) {
@@ -95,22 +124,27 @@ impl Registry {
             Err(refused) => return refused,
         };
         let scope = self.reservation_scope(pool, ip);
-        self.start_in_flight(HoldRecord {
+        let held = self.start_in_flight(HoldRecord {
             pool: pool.clone(),
             ip,
             length,
             holder: Holder::Claim(claim.claim),
             scope: scope.clone(),
         });
-        Allocation::Reserve { ip, scope }
+        Allocation::Reserve { held, scope }
     }
 
     /// Holds an allocation in flight in every pool it touches, as a record would: an overlapping
     /// pool of another unit size must not hand out the same space meanwhile, and only the
     /// registry stands between them (their reservations have different names).
-    pub(super) fn start_in_flight(&mut self, record: HoldRecord) {
+    pub(super) fn start_in_flight(&mut self, record: HoldRecord) -> InFlight {
+        let held = InFlight {
+            pool: record.pool.clone(),
+            ip: record.ip,
+        };
         self.hold_record(&record);
         self.in_flight.push(record);
+        held
     }
 
     /// Drops queued claims that no longer exist (deleted without a final reconcile, e.g. when
@@ -130,7 +164,7 @@ impl Registry {
 
     /// Holds a specific address in flight for a claim (adoption, crash recovery): one unit of
     /// the pool (one address while the pool is not ready).
-    pub fn hold_in_flight(&mut self, pool: &PoolKey, claim: &ObjectKey, ip: IpAddr) {
+    pub fn hold_in_flight(&mut self, pool: &PoolKey, claim: &ObjectKey, ip: IpAddr) -> InFlight {
         self.dirty.insert(pool.clone());
         let entry = self.pool_entry(pool);
         let left = entry.unqueue_where(|queued| queued == claim);
@@ -144,19 +178,20 @@ impl Registry {
             length,
             holder: Holder::Claim(claim.clone()),
             scope: pool.scope(),
-        });
+        })
     }
 
     /// Ends an in-flight allocation: the address stays used only while a record (a reservation
     /// or an `IPAddress`, applied as a [`Change`](super::Change) by whoever learnt of it) holds it,
     /// so nothing can keep an address used that no object holds. Returns the claims to wake where
     /// it became free.
-    pub fn finish(&mut self, pool: &PoolKey, ip: IpAddr) -> Vec<ObjectKey> {
+    pub fn finish(&mut self, held: InFlight) -> Vec<ObjectKey> {
+        let InFlight { pool, ip } = held;
         self.dirty.insert(pool.clone());
         let Some(index) = self
             .in_flight
             .iter()
-            .position(|r| &r.pool == pool && r.ip == ip)
+            .position(|r| r.pool == pool && r.ip == ip)
         else {
             return Vec::new();
         };

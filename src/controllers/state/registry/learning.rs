@@ -110,7 +110,7 @@ impl Deletions {
 mod tests {
     use std::net::IpAddr;
 
-    use super::super::{Allocation, HoldRecord, Holder, QueuedClaim, Registry};
+    use super::super::{Allocation, HoldRecord, Holder, InFlight, QueuedClaim, Registry};
     use crate::allocator::{ParsedSpec, PoolSpecInput};
     use crate::api::ObjectKey;
 
@@ -162,7 +162,7 @@ mod tests {
             Allocation::Reserve { .. }
         );
         if free {
-            registry.finish(&pool(), "10.0.0.10".parse().unwrap());
+            registry.finish(InFlight::of(&pool(), "10.0.0.10".parse().unwrap()));
         }
         free
     }

@@ -48,7 +48,7 @@ mod queries;
 #[cfg(test)]
 mod tests;
 
-pub use allocation::{Allocation, QueuedClaim};
+pub use allocation::{Allocation, InFlight, QueuedClaim};
 use by_range::PoolsByRange;
 pub use change::{Change, Unready};
 pub use diff::ListedHolds;

@@ -221,14 +221,14 @@ impl Registry {
             .unwrap_or_else(|| HoldRecord::address_length(ip));
         self.waiting_claims -= left;
         let scope = self.reservation_scope(pool, ip);
-        self.start_in_flight(HoldRecord {
+        let held = self.start_in_flight(HoldRecord {
             pool: pool.clone(),
             ip,
             length,
             holder: Holder::Claim(claim.clone()),
             scope: scope.clone(),
         });
-        Allocation::Reserve { ip, scope }
+        Allocation::Reserve { held, scope }
     }
 
     /// Why `ip` cannot be `claim`'s in `pool` now, if it cannot.
@@ -417,6 +417,7 @@ impl Registry {
 
 #[cfg(test)]
 mod tests {
+    use super::super::InFlight;
     use super::*;
     use crate::allocator::{PoolSpecInput, PreAllocationInput};
     use crate::controllers::state::Change;
@@ -450,7 +451,7 @@ mod tests {
 
     fn reserved(allocation: Allocation) -> Option<IpAddr> {
         match allocation {
-            Allocation::Reserve { ip, .. } => Some(ip),
+            Allocation::Reserve { held, .. } => Some(held.ip()),
             _ => None,
         }
     }
@@ -472,7 +473,7 @@ mod tests {
                 name.into(),
                 hold(name, &got.to_string()),
             ));
-            r.finish(&pool(), got);
+            r.finish(InFlight::of(&pool(), got));
         }
         assert!(matches!(
             r.try_allocate(&pool(), queued("t3", "c")),
@@ -484,7 +485,7 @@ mod tests {
             Some(ip("10.0.0.10"))
         );
         r.apply(Change::Reservation("vm".into(), hold("vm", "10.0.0.10")));
-        r.finish(&pool(), ip("10.0.0.10"));
+        r.finish(InFlight::of(&pool(), ip("10.0.0.10")));
         let counts = r.counts(&pool()).unwrap();
         assert_eq!((counts.used, counts.free), (3, 0), "counted once");
         // Its release does not make the address free while the entry exists.
@@ -681,7 +682,7 @@ mod tests {
                         ..hold(name, &got.to_string())
                     },
                 ));
-                r.finish(&q, got);
+                r.finish(InFlight::of(&q, got));
             }
         }
         assert_eq!(given, [ip("10.0.0.10"), ip("10.0.0.12")]);
@@ -693,7 +694,7 @@ mod tests {
             Some(ip("10.0.0.11"))
         );
         r.apply(Change::Reservation("vm".into(), hold("vm", "10.0.0.11")));
-        r.finish(&pool(), ip("10.0.0.11"));
+        r.finish(InFlight::of(&pool(), ip("10.0.0.11")));
         // Released, it stays kept in q while the entry exists.
         r.apply(Change::ReservationGone("vm".into()));
         assert_eq!(r.counts(&q).unwrap().used, 3);

@@ -20,7 +20,7 @@ fn parsed(addresses: &[&str], prefix: i64) -> ParsedSpec {
 /// The address an allocation reserves, if it reserves one.
 fn allocated(allocation: Allocation) -> Option<IpAddr> {
     match allocation {
-        Allocation::Reserve { ip, .. } => Some(ip),
+        Allocation::Reserve { held, .. } => Some(held.ip()),
         _ => None,
     }
 }
@@ -89,7 +89,7 @@ fn allocates_lowest_free_and_holds_in_flight() {
     ));
     // A failed create gives the address back and wakes the waiting claim.
     assert_eq!(
-        r.finish(&pool(), ip("10.0.0.11")),
+        r.finish(InFlight::of(&pool(), ip("10.0.0.11"))),
         vec![ObjectKey::new("ns", "c")]
     );
 }
@@ -116,24 +116,24 @@ fn an_allocation_in_flight_ends_whatever_the_pool_did_meanwhile() {
     // ready; then held while ready, finished once paused and ready again.
     let mut r = Registry::default();
     r.set_pool(&key, Err(Unready::Paused));
-    r.hold_in_flight(&key, &claim, ip("fd00::5"));
+    let held = r.hold_in_flight(&key, &claim, ip("fd00::5"));
     r.set_pool(&key, spec());
     assert_eq!(r.free(&key), 1, "the sub-prefix is used while in flight");
-    r.finish(&key, ip("fd00::5"));
+    r.finish(held);
     assert!(!r.has_own_holds(&key), "nothing left in flight");
     assert_eq!(r.free(&key), 2);
-    r.hold_in_flight(&key, &claim, ip("fd00::5"));
+    let held = r.hold_in_flight(&key, &claim, ip("fd00::5"));
     r.set_pool(&key, Err(Unready::Paused));
-    r.finish(&key, ip("fd00::5"));
+    r.finish(held);
     r.set_pool(&key, spec());
     assert!(!r.has_own_holds(&key), "nothing left in flight");
     assert_eq!(r.free(&key), 2);
     // Two allocations in flight in one sub-prefix: it stays used until both end.
-    r.hold_in_flight(&key, &claim, ip("fd00::"));
-    r.hold_in_flight(&key, &ObjectKey::new("ns", "b"), ip("fd00::5"));
-    r.finish(&key, ip("fd00::"));
+    let a = r.hold_in_flight(&key, &claim, ip("fd00::"));
+    let b = r.hold_in_flight(&key, &ObjectKey::new("ns", "b"), ip("fd00::5"));
+    r.finish(a);
     assert_eq!(r.free(&key), 1);
-    r.finish(&key, ip("fd00::5"));
+    r.finish(b);
     assert_eq!(r.free(&key), 2);
 }
 
@@ -163,10 +163,10 @@ fn a_prefix_pool_takes_the_same_path_with_sub_prefixes() {
         "b".into(),
         reserved("b", "fd00:0:0:1::"),
     ));
-    assert!(r.finish(&key, ip("fd00:0:0:1::")).is_empty());
+    assert!(r.finish(InFlight::of(&key, ip("fd00:0:0:1::"))).is_empty());
     // a's create failed: its sub-prefix is free again and c is woken.
     assert_eq!(
-        r.finish(&key, ip("fd00::")),
+        r.finish(InFlight::of(&key, ip("fd00::"))),
         vec![ObjectKey::new("ns", "c")]
     );
     assert_eq!(r.counts(&key).map(|c| (c.used, c.free)), Some((1, 1)));
@@ -253,7 +253,7 @@ fn only_address_held_by_first() -> Registry {
         "res-first".into(),
         hold("first", "10.0.0.10"),
     ));
-    r.finish(&pool(), ip("10.0.0.10"));
+    r.finish(InFlight::of(&pool(), ip("10.0.0.10")));
     r
 }
 
@@ -592,7 +592,7 @@ fn a_relist_without_a_pool_forgets_it_and_its_claims_learn_it_is_missing() {
         r.try_allocate(&other, queued("t1", "a")),
         Allocation::Reserve { .. }
     ));
-    r.finish(&other, ip("10.0.1.10"));
+    r.finish(InFlight::of(&other, ip("10.0.1.10")));
     r.apply(Change::PoolsListed(
         PoolKind::InCluster,
         vec![(pool(), Ok(parsed(&["10.0.0.10"], 24)))],
@@ -621,11 +621,11 @@ fn a_relist_without_a_pool_forgets_it_and_its_claims_learn_it_is_missing() {
 fn an_allocation_that_ends_without_a_record_frees_its_address() {
     let mut r = Registry::default();
     r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
-    let Allocation::Reserve { ip: address, .. } = r.try_allocate(&pool(), queued("t1", "a")) else {
+    let Allocation::Reserve { held, .. } = r.try_allocate(&pool(), queued("t1", "a")) else {
         panic!("allocates");
     };
     assert_eq!(r.free(&pool()), 0, "held in flight");
-    r.finish(&pool(), address);
+    r.finish(held);
     assert_eq!(r.free(&pool()), 1, "no object holds it");
     assert!(r.recount().is_empty());
 }
@@ -691,8 +691,8 @@ fn a_sub_prefix_held_in_a_prefix_pool_removes_its_addresses_from_an_overlapping_
         "b".into(),
         sub_prefix_hold(&addresses, "b", "fd00:0:0:1::1", 128),
     ));
-    r.finish(&prefixes, ip("fd00::"));
-    r.finish(&addresses, ip("fd00:0:0:1::1"));
+    r.finish(InFlight::of(&prefixes, ip("fd00::")));
+    r.finish(InFlight::of(&addresses, ip("fd00:0:0:1::1")));
     assert_eq!(r.counts(&addresses).map(|c| (c.used, c.free)), Some((4, 0)));
     assert_eq!(r.counts(&prefixes).map(|c| (c.used, c.free)), Some((2, 0)));
     assert!(
@@ -736,7 +736,7 @@ fn an_address_held_in_an_ip_pool_removes_its_sub_prefix_from_an_overlapping_pref
     ));
     // The address's allocation fails: its sub-prefix is free for the waiting claim.
     assert_eq!(
-        r.finish(&addresses, ip("fd00::5")),
+        r.finish(InFlight::of(&addresses, ip("fd00::5"))),
         vec![ObjectKey::new("ns", "c")]
     );
     assert_eq!(r.counts(&prefixes).map(|c| c.free), Some(1));
@@ -765,7 +765,7 @@ fn prefix_pools_of_different_lengths_never_hand_out_the_same_space() {
         ObjectKey::new("ns", "b"),
         sub_prefix_hold(&long, "b", "fd00:0:0:1::", 66),
     ));
-    r.finish(&long, ip("fd00:0:0:1::"));
+    r.finish(InFlight::of(&long, ip("fd00:0:0:1::")));
     // ... and a /66 of the long pool holds the /64 of the short one that contains it.
     assert_eq!(r.counts(&short).map(|c| (c.used, c.free)), Some((2, 0)));
     assert!(r.recount().is_empty());
