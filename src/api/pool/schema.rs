@@ -1,0 +1,142 @@
+//! The hand-written OpenAPI schemas of the pool fields that need other than the derive gives:
+//! the status counts as a plain `integer` (Go's `int`), and for spec fields bounds (`maxItems`,
+//! `maxLength`), list types, descriptions without the Rust doc's markup, and the CEL rules that
+//! sit on a field or on each entry of a list rather than on the spec. Each is named in a
+//! `#[schemars(schema_with = ...)]` of [`super`]'s types.
+use super::rules;
+use super::{
+    MAX_ADDITIONAL_SUBNETS, MAX_ADDRESS_ENTRIES, MAX_ADDRESS_TEXT, MAX_IP_TEXT,
+    MAX_PRE_ALLOCATIONS, MAX_SUBNET_ADDRESS_ENTRIES,
+};
+
+pub(super) fn integer_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "integer" })
+}
+
+pub(super) fn prefix_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "integer",
+        "minimum": 0,
+        "maximum": 128,
+        "description": "Prefix is the network prefix to use (1-32 for IPv4, 1-128 for IPv6)."
+    })
+}
+
+pub(super) fn gateway_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "maxLength": MAX_ADDRESS_TEXT,
+        "description": "Gateway is the address of the network's gateway (optional, same family as the addresses).",
+        "x-kubernetes-validations": [rules::gateway_parses(rules::SPEC)]
+    })
+}
+
+pub(super) fn addresses_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "description": "Addresses is a list of IP addresses that can be assigned. This set of addresses can be non-contiguous. Each entry is a single IP, a CIDR or a first-last range; all entries are of one family and inside the subnet given by the first entry and prefix.",
+        "maxItems": MAX_ADDRESS_ENTRIES,
+        "items": {
+            "type": "string",
+            "maxLength": MAX_ADDRESS_TEXT,
+            "x-kubernetes-validations": [rules::entry_parses("spec.addresses")]
+        },
+        "x-kubernetes-validations": [rules::addresses_not_empty(rules::SPEC)]
+    })
+}
+
+pub(super) fn additional_subnets_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let names = rules::ADDITIONAL_SUBNET;
+    schemars::json_schema!({
+        "type": "array",
+        "description": "AdditionalSubnets are more subnets the pool hands addresses out of, each with its own prefix and gateway, beside the pool's own subnet (addresses, prefix, gateway). Addresses are handed out from the pool's own subnet first, then from these in the order written. The subnets of a pool must not overlap.",
+        "maxItems": MAX_ADDITIONAL_SUBNETS,
+        "x-kubernetes-list-type": "atomic",
+        "items": {
+            "type": "object",
+            "required": ["addresses", "prefix"],
+            "properties": {
+                "addresses": {
+                    "type": "array",
+                    "description": "Addresses of the subnet that can be assigned: IPs, CIDRs or first-last ranges, of the pool's family, inside the subnet given by the first entry and prefix.",
+                    "maxItems": MAX_SUBNET_ADDRESS_ENTRIES,
+                    "items": {
+                        "type": "string",
+                        "maxLength": MAX_ADDRESS_TEXT,
+                        "x-kubernetes-validations": [rules::entry_parses(names.addresses)]
+                    },
+                    "x-kubernetes-validations": [rules::addresses_not_empty(names)]
+                },
+                "prefix": {
+                    "type": "integer",
+                    "format": "int32",
+                    "minimum": 1,
+                    "maximum": 128,
+                    "description": "Prefix is the subnet's network prefix (1-32 for IPv4, 1-128 for IPv6), carried by every IPAddress handed out of it."
+                },
+                "gateway": {
+                    "type": "string",
+                    "maxLength": MAX_ADDRESS_TEXT,
+                    "description": "Gateway of the subnet (optional): an address inside it, carried by every IPAddress handed out of it and never handed out.",
+                    "x-kubernetes-validations": [rules::gateway_parses(names)]
+                }
+            },
+            "x-kubernetes-validations": [
+                rules::to_json(rules::single_family(names)),
+                rules::to_json(rules::ipv4_prefix(names)),
+                rules::to_json(rules::within_subnet(names)),
+                rules::to_json(rules::gateway_family(names)),
+                rules::to_json(rules::gateway_inside(names))
+            ]
+        }
+    })
+}
+
+pub(super) fn excluded_addresses_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "description": "ExcludedAddresses is a list of IP addresses, CIDRs or first-last ranges which will be excluded from the set of assignable IP addresses.",
+        "maxItems": MAX_ADDRESS_ENTRIES,
+        "items": {
+            "type": "string",
+            "maxLength": MAX_ADDRESS_TEXT,
+            "x-kubernetes-validations": [rules::entry_parses("spec.excludedAddresses")]
+        }
+    })
+}
+
+pub(super) fn pre_allocations_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "description": "PreAllocations names claims that get a given address: the claim named by an entry gets exactly that address, and no other claim gets it while the entry exists. Keyed by claimNamespace and claimName.",
+        "maxItems": MAX_PRE_ALLOCATIONS,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["claimNamespace", "claimName"],
+        "items": {
+            "type": "object",
+            "required": ["claimName", "address"],
+            "properties": {
+                "claimNamespace": {
+                    "type": "string",
+                    "default": "",
+                    "maxLength": 63,
+                    "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$",
+                    "description": "Namespace of the claim: required on a GlobalInClusterIPPool, left out on an InClusterIPPool, whose claims are in its own namespace."
+                },
+                "claimName": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 253,
+                    "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+                    "description": "Name of the IPAddressClaim."
+                },
+                "address": {
+                    "type": "string",
+                    "maxLength": MAX_IP_TEXT,
+                    "description": "The address the claim gets: one IP of the pool's family, among the addresses the pool hands out.",
+                    "x-kubernetes-validations": [rules::pre_allocation_address_parses()]
+                }
+            }
+        },
+    })
+}
