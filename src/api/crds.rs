@@ -121,7 +121,7 @@ fn to_yaml(crd: &CustomResourceDefinition) -> String {
 /// Every generated file, in a fixed order.
 pub fn generated_files() -> Vec<GeneratedFile> {
     let pool_header = format!(
-        "# Generated from the Rust types in src/api/pool.rs by `{GENERATE_COMMAND}`. Do not edit:\n\
+        "# Generated from the Rust types in src/api/pool/ by `{GENERATE_COMMAND}`. Do not edit:\n\
          # change the types and regenerate (`{GENERATE_COMMAND} -- --check` fails when this file is stale).\n"
     );
     let local_header = format!(
@@ -148,7 +148,7 @@ pub fn generated_files() -> Vec<GeneratedFile> {
             content: format!("{pool_header}---\n{}", to_yaml(crd)),
         });
     }
-    let prefix_header = pool_header.replace("src/api/pool.rs", "src/api/prefix_pool.rs");
+    let prefix_header = pool_header.replace("src/api/pool/", "src/api/prefix_pool.rs");
     let prefix_paths = [
         "crds/ipam.cluster.x-k8s.io_inclusterprefixpools.yaml",
         "crds/ipam.cluster.x-k8s.io_globalinclusterprefixpools.yaml",
