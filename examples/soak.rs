@@ -49,8 +49,7 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use futures::StreamExt;
 use inpool::api::{
-    IN_CLUSTER_IP_POOL_KIND, IPAM_GROUP, IPAddress, IPAddressClaim, InClusterIPPool,
-    InClusterIPPoolSpec,
+    IPAM_GROUP, IPAddress, IPAddressClaim, InClusterIPPool, InClusterIPPoolSpec, PoolKind,
 };
 use inpool_testenv::common::invariants;
 use inpool_testenv::fault_proxy::{Fault, FaultProxy, Match, Rule};
@@ -404,7 +403,7 @@ async fn start_inpool(
 }
 
 fn claim(name: &str) -> IPAddressClaim {
-    harness::claim_object(name, IPAM_GROUP, IN_CLUSTER_IP_POOL_KIND, POOL, true)
+    harness::claim_object(name, IPAM_GROUP, PoolKind::InCluster.name(), POOL, true)
 }
 
 impl Soak {

@@ -10,10 +10,8 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use super::{
-    Cluster, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim,
-    InClusterIPPool, InClusterPrefixPool,
-};
+use super::kinds::WithPoolType;
+use super::{Cluster, IPAddress, IPAddressClaim, IPPool, PoolKind};
 
 /// The command that regenerates the files (named in their header).
 pub const GENERATE_COMMAND: &str = "cargo run --bin crdgen";
@@ -23,16 +21,37 @@ pub const LOCAL_USE_ONLY_ANNOTATION: &str = "inpool.dev/local-use-only";
 /// One generated file: its path relative to the repository root and its full text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GeneratedFile {
-    pub path: &'static str,
+    pub path: String,
     pub content: String,
 }
 
-/// The pool CRDs (as installed).
+/// The IP pool CRDs (as installed), in the order of [`PoolKind::ALL`].
 pub fn pool_crds() -> Vec<CustomResourceDefinition> {
-    vec![
-        with_pre_allocation_namespace_rule(tidy(InClusterIPPool::crd()), true),
-        with_pre_allocation_namespace_rule(tidy(GlobalInClusterIPPool::crd()), false),
-    ]
+    pool_kind_crds(|kind| !kind.is_prefix())
+}
+
+/// The CRDs of the pool kinds `which` picks, in the order of [`PoolKind::ALL`].
+fn pool_kind_crds(which: impl Fn(&PoolKind) -> bool) -> Vec<CustomResourceDefinition> {
+    PoolKind::ALL
+        .into_iter()
+        .filter(which)
+        .map(|kind| kind.with_type(PoolCrd))
+        .collect()
+}
+
+/// One pool kind's CRD, as installed.
+struct PoolCrd;
+
+impl WithPoolType for PoolCrd {
+    type Output = CustomResourceDefinition;
+
+    fn with<P: IPPool>(self) -> CustomResourceDefinition {
+        let crd = tidy(P::crd());
+        match P::KIND.is_prefix() {
+            true => crd,
+            false => with_pre_allocation_namespace_rule(crd, P::KIND.is_namespaced()),
+        }
+    }
 }
 
 /// Adds the rule on each `spec.preAllocations` entry's `claimNamespace` that differs between the namespaced
@@ -60,12 +79,9 @@ fn with_pre_allocation_namespace_rule(
     serde_json::from_value(value).expect("CRD deserialises")
 }
 
-/// The prefix pool CRDs (as installed).
+/// The prefix pool CRDs (as installed), in the order of [`PoolKind::ALL`].
 pub fn prefix_pool_crds() -> Vec<CustomResourceDefinition> {
-    vec![
-        tidy(InClusterPrefixPool::crd()),
-        tidy(GlobalInClusterPrefixPool::crd()),
-    ]
+    pool_kind_crds(|kind| kind.is_prefix())
 }
 
 /// Removes what schemars adds and controller-gen does not: `nullable: true` on optional fields
@@ -114,6 +130,14 @@ pub fn local_capi_crds() -> Vec<CustomResourceDefinition> {
         .collect()
 }
 
+/// The file of `crd` in `dir`, named as controller-gen names it (`<group>_<plural>.yaml`).
+fn crd_file(dir: &str, header: &str, crd: &CustomResourceDefinition) -> GeneratedFile {
+    GeneratedFile {
+        path: format!("{dir}/{}_{}.yaml", crd.spec.group, crd.spec.names.plural),
+        content: format!("{header}---\n{}", to_yaml(crd)),
+    }
+}
+
 fn to_yaml(crd: &CustomResourceDefinition) -> String {
     serde_saphyr::to_string(crd).expect("CRD serialises to YAML")
 }
@@ -130,48 +154,29 @@ pub fn generated_files() -> Vec<GeneratedFile> {
          # Cluster API core installs the real CRD: never apply this file to a cluster with CAPI.\n\
          # Do not edit: change the types and regenerate.\n"
     );
-    let pools = pool_crds();
-    let capi = local_capi_crds();
-    let pool_paths = [
-        "crds/ipam.cluster.x-k8s.io_inclusterippools.yaml",
-        "crds/ipam.cluster.x-k8s.io_globalinclusterippools.yaml",
-    ];
-    let capi_paths = [
-        "config/local-capi/ipam.cluster.x-k8s.io_ipaddressclaims.yaml",
-        "config/local-capi/ipam.cluster.x-k8s.io_ipaddresses.yaml",
-        "config/local-capi/cluster.x-k8s.io_clusters.yaml",
-    ];
-    let mut files = Vec::new();
-    for (path, crd) in pool_paths.into_iter().zip(&pools) {
-        files.push(GeneratedFile {
-            path,
-            content: format!("{pool_header}---\n{}", to_yaml(crd)),
-        });
-    }
     let prefix_header = pool_header.replace("src/api/pool/", "src/api/prefix_pool.rs");
-    let prefix_paths = [
-        "crds/ipam.cluster.x-k8s.io_inclusterprefixpools.yaml",
-        "crds/ipam.cluster.x-k8s.io_globalinclusterprefixpools.yaml",
-    ];
-    for (path, crd) in prefix_paths.into_iter().zip(&prefix_pool_crds()) {
-        files.push(GeneratedFile {
-            path,
-            content: format!("{prefix_header}---\n{}", to_yaml(crd)),
-        });
-    }
-    for (path, crd) in capi_paths.into_iter().zip(&capi) {
-        files.push(GeneratedFile {
-            path,
-            content: format!("{local_header}---\n{}", to_yaml(crd)),
-        });
-    }
-    files.push(GeneratedFile {
-        path: "crds/ipam.inpool.dev_ipaddressreservations.yaml",
-        content: format!(
-            "# Generated from the Rust types in src/api/reservation.rs by `{GENERATE_COMMAND}`. Do not edit.\n---\n{}",
-            to_yaml(&tidy(super::reservation::IPAddressReservation::crd()))
-        ),
-    });
+    let mut files: Vec<GeneratedFile> = pool_crds()
+        .iter()
+        .map(|crd| crd_file("crds", &pool_header, crd))
+        .chain(
+            prefix_pool_crds()
+                .iter()
+                .map(|crd| crd_file("crds", &prefix_header, crd)),
+        )
+        .collect();
+    files.extend(
+        local_capi_crds()
+            .iter()
+            .map(|crd| crd_file("config/local-capi", &local_header, crd)),
+    );
+    let reservation_header = format!(
+        "# Generated from the Rust types in src/api/reservation.rs by `{GENERATE_COMMAND}`. Do not edit.\n"
+    );
+    files.push(crd_file(
+        "crds",
+        &reservation_header,
+        &tidy(super::reservation::IPAddressReservation::crd()),
+    ));
     files.push(crd_kustomization(&files));
     files
 }
@@ -195,18 +200,18 @@ fn crd_kustomization(files: &[GeneratedFile]) -> GeneratedFile {
         content.push_str(&format!("  - {crd}\n"));
     }
     GeneratedFile {
-        path: "crds/kustomization.yaml",
+        path: "crds/kustomization.yaml".into(),
         content,
     }
 }
 
 /// Paths (relative to `root`) of generated files whose content on disk differs from what the
 /// types generate, or that are missing.
-pub fn stale_files(root: &std::path::Path) -> Vec<&'static str> {
+pub fn stale_files(root: &std::path::Path) -> Vec<String> {
     generated_files()
         .into_iter()
         .filter(|f| {
-            std::fs::read_to_string(root.join(f.path)).ok().as_deref() != Some(f.content.as_str())
+            std::fs::read_to_string(root.join(&f.path)).ok().as_deref() != Some(f.content.as_str())
         })
         .map(|f| f.path)
         .collect()

@@ -1,10 +1,7 @@
 //! Identities shared by every layer: which pool ([`PoolKey`]), of which kind ([`PoolKind`]), and
 //! where its addresses must be unique ([`Scope`]). The controllers key their state by it, the
 //! metrics derive their labels from it, and every pool kind produces it ([`super::IPPool::key`]).
-use super::{
-    GLOBAL_IN_CLUSTER_IP_POOL_KIND, GLOBAL_IN_CLUSTER_PREFIX_POOL_KIND, IN_CLUSTER_IP_POOL_KIND,
-    IN_CLUSTER_PREFIX_POOL_KIND, IPAM_GROUP, IPPoolReference,
-};
+use super::{IPAM_GROUP, IPPoolReference};
 
 /// Which pool: kind, namespace (`None` for global pools) and name. The names are [`Name`]s:
 /// every hold of a pool carries its key, so at 100,000 claims a copy of the strings per hold
@@ -97,23 +94,13 @@ pub enum PoolKind {
 }
 
 impl PoolKind {
-    /// Every kind, in the order the watches are opened.
+    /// Every kind, in the order the watches are opened (its type: [`PoolKind::with_type`]).
     pub const ALL: [PoolKind; 4] = [
         PoolKind::InCluster,
         PoolKind::Global,
         PoolKind::InClusterPrefix,
         PoolKind::GlobalPrefix,
     ];
-
-    /// The kind's name, as in `spec.poolRef.kind`.
-    pub fn name(self) -> &'static str {
-        match self {
-            PoolKind::InCluster => IN_CLUSTER_IP_POOL_KIND,
-            PoolKind::Global => GLOBAL_IN_CLUSTER_IP_POOL_KIND,
-            PoolKind::InClusterPrefix => IN_CLUSTER_PREFIX_POOL_KIND,
-            PoolKind::GlobalPrefix => GLOBAL_IN_CLUSTER_PREFIX_POOL_KIND,
-        }
-    }
 
     /// The kind a name means, if it is one of inpool's.
     pub fn from_name(name: &str) -> Option<PoolKind> {

@@ -44,6 +44,7 @@ pub mod capi;
 pub mod conditions;
 pub mod crds;
 pub mod key;
+pub mod kinds;
 pub mod pool;
 pub mod prefix_pool;
 pub mod reservation;
@@ -80,14 +81,6 @@ pub const CLUSTER_GROUP: &str = "cluster.x-k8s.io";
 /// Version of `Cluster` inpool reads.
 pub const CLUSTER_VERSION: &str = "v1beta2";
 
-/// Kind of the namespaced pool.
-pub const IN_CLUSTER_IP_POOL_KIND: &str = "InClusterIPPool";
-/// Kind of the cluster-scoped pool.
-pub const GLOBAL_IN_CLUSTER_IP_POOL_KIND: &str = "GlobalInClusterIPPool";
-/// Kind of the namespaced prefix pool.
-pub const IN_CLUSTER_PREFIX_POOL_KIND: &str = "InClusterPrefixPool";
-/// Kind of the cluster-scoped prefix pool.
-pub const GLOBAL_IN_CLUSTER_PREFIX_POOL_KIND: &str = "GlobalInClusterPrefixPool";
 /// Kind of the claim.
 pub const IP_ADDRESS_CLAIM_KIND: &str = "IPAddressClaim";
 /// Kind of the address.

@@ -38,7 +38,7 @@ fn main() -> ExitCode {
 
 fn write(root: &Path) -> ExitCode {
     for f in generated_files() {
-        let path = root.join(f.path);
+        let path = root.join(&f.path);
         if std::fs::read_to_string(&path).ok().as_deref() == Some(f.content.as_str()) {
             println!("unchanged {}", f.path);
             continue;

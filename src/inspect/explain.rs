@@ -4,6 +4,8 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
@@ -12,11 +14,11 @@ use super::rows::{ClaimRow, PoolRow};
 use super::snapshot::Snapshot;
 use super::subnets::{subnet_counts, subnet_named};
 use crate::allocator::{ParsedPool, PoolSpecInput};
+use crate::api::kinds::WithPoolType;
 use crate::api::{
-    Cluster, GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim,
-    InClusterIPPool, InClusterPrefixPool, PAUSED_ANNOTATION, PoolKey, PoolKind,
+    Cluster, IPAddress, IPAddressClaim, IPPool, InClusterIPPoolSpec, PAUSED_ANNOTATION, PoolKey,
+    PoolSpecRef,
 };
-use crate::controllers::runtime::api_in;
 
 /// What a claim is waiting for, from the API alone.
 #[derive(Clone, Debug, Serialize)]
@@ -66,21 +68,19 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
         .cloned();
     let served = PoolKey::from_ref(pool_ref, namespace);
     let name = &pool_ref.name;
-    let pool_paused = match served.as_ref().map(|key| key.kind) {
-        Some(PoolKind::InCluster) => {
-            is_paused(api_in::<InClusterIPPool>(client, Some(namespace)), name).await?
+    let fetched = match &served {
+        Some(key) => {
+            key.kind
+                .with_type(PoolOfKind {
+                    client: client.clone(),
+                    namespace: namespace.to_string(),
+                    name: name.clone(),
+                })
+                .await?
         }
-        Some(PoolKind::Global) => {
-            is_paused(Api::<GlobalInClusterIPPool>::all(client.clone()), name).await?
-        }
-        Some(PoolKind::InClusterPrefix) => {
-            is_paused(api_in::<InClusterPrefixPool>(client, Some(namespace)), name).await?
-        }
-        Some(PoolKind::GlobalPrefix) => {
-            is_paused(Api::<GlobalInClusterPrefixPool>::all(client.clone()), name).await?
-        }
-        None => false,
+        None => None,
     };
+    let pool_paused = fetched.as_ref().is_some_and(|pool| pool.paused);
     let cluster = match claim.cluster_name() {
         None => None,
         Some(cluster_name) => {
@@ -95,25 +95,19 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
     };
     let claim_paused = claim.annotations().contains_key(PAUSED_ANNOTATION);
     let ours = served.is_some();
-    let entry_of = |spec: &crate::api::InClusterIPPoolSpec, claim_namespace: &str| {
+    let entry_of = |spec: &InClusterIPPoolSpec, claim_namespace: &str| {
         spec.pre_allocations
             .iter()
             .flatten()
             .find(|e| e.claim_name == claim.name_any() && e.claim_namespace == claim_namespace)
             .map(|e| e.address.clone())
     };
-    // An IP pool's spec, and the namespace its entries give their claims.
-    let ip_pool = match served.as_ref().map(|key| key.kind) {
-        Some(PoolKind::InCluster) => api_in::<InClusterIPPool>(client, Some(namespace))
-            .get_opt(name)
-            .await?
-            .map(|p| (p.spec, "")),
-        Some(PoolKind::Global) => Api::<GlobalInClusterIPPool>::all(client.clone())
-            .get_opt(name)
-            .await?
-            .map(|p| (p.spec.0, namespace)),
-        _ => None,
-    };
+    // An IP pool's spec, and the namespace its entries give their claims: a namespaced pool's
+    // entries leave it out, a global pool's name the claim's.
+    let ip_pool = fetched.and_then(|pool| pool.ip_spec).map(|spec| {
+        let namespaced = served.as_ref().is_some_and(|key| key.kind.is_namespaced());
+        (spec, if namespaced { "" } else { namespace })
+    });
     let pre_allocated = ip_pool
         .as_ref()
         .and_then(|(spec, claim_namespace)| entry_of(spec, claim_namespace));
@@ -257,13 +251,35 @@ async fn addresses_in_use(client: &Client, pool: &ParsedPool) -> anyhow::Result<
         .collect())
 }
 
-/// Whether the pool `name` exists and carries the paused annotation.
-async fn is_paused<K>(api: Api<K>, name: &str) -> kube::Result<bool>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    Ok(api
-        .get_opt(name)
-        .await?
-        .is_some_and(|p| p.annotations().contains_key(PAUSED_ANNOTATION)))
+/// What [`why`] reads of the claim's pool: whether it is paused, and an IP pool's spec.
+struct FetchedPool {
+    paused: bool,
+    ip_spec: Option<InClusterIPPoolSpec>,
+}
+
+/// The pool `name` of one kind, as a claim of `namespace` names it (`None`: it does not exist).
+struct PoolOfKind {
+    client: Client,
+    namespace: String,
+    name: String,
+}
+
+impl WithPoolType for PoolOfKind {
+    type Output = BoxFuture<'static, kube::Result<Option<FetchedPool>>>;
+
+    fn with<P: IPPool>(self) -> Self::Output {
+        async move {
+            let pool = P::api(self.client, Some(&self.namespace))
+                .get_opt(&self.name)
+                .await?;
+            Ok(pool.map(|pool| FetchedPool {
+                paused: pool.annotations().contains_key(PAUSED_ANNOTATION),
+                ip_spec: match pool.spec_of() {
+                    PoolSpecRef::Addresses(spec) => Some(spec.clone()),
+                    PoolSpecRef::Prefixes(_) => None,
+                },
+            }))
+        }
+        .boxed()
+    }
 }

@@ -4,13 +4,16 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use super::subnets::subnet_named;
 use crate::allocator::PoolSpecInput;
-use crate::api::{GlobalInClusterIPPool, IPAddress, InClusterIPPool, InClusterIPPoolSpec};
+use crate::api::kinds::WithPoolType;
+use crate::api::{IPAddress, IPPool, InClusterIPPoolSpec, PoolKind, PoolSpecRef};
 use crate::controllers::state::facts;
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of};
 
@@ -84,30 +87,43 @@ impl IpPoolSpec {
     }
 }
 
-/// Every IP pool of both kinds.
+/// Every IP pool, of every IP pool kind.
 async fn ip_pools(client: &Client) -> anyhow::Result<Vec<IpPoolSpec>> {
-    let lp = ListParams::default();
-    let namespaced = Api::<InClusterIPPool>::all(client.clone())
-        .list(&lp)
-        .await?;
-    let global = Api::<GlobalInClusterIPPool>::all(client.clone())
-        .list(&lp)
-        .await?;
-    Ok(namespaced
-        .items
-        .into_iter()
-        .map(|pool| IpPoolSpec {
-            pool: format!("InClusterIPPool/{}", pool.name_any()),
-            namespace: pool.namespace(),
-            spec: pool.spec,
-        })
-        .chain(global.items.into_iter().map(|pool| IpPoolSpec {
-            pool: format!("GlobalInClusterIPPool/{}", pool.name_any()),
-            namespace: None,
-            spec: pool.spec.0,
-        }))
-        .collect())
+    let mut pools = Vec::new();
+    for kind in PoolKind::ALL.into_iter().filter(|kind| !kind.is_prefix()) {
+        pools.extend(kind.with_type(IpPoolsOfKind(client.clone())).await?);
+    }
+    Ok(pools)
 }
+
+/// The pools of one IP pool kind, everywhere.
+struct IpPoolsOfKind(Client);
+
+impl WithPoolType for IpPoolsOfKind {
+    type Output = BoxFuture<'static, anyhow::Result<Vec<IpPoolSpec>>>;
+
+    fn with<P: IPPool>(self) -> Self::Output {
+        async move {
+            let pools = P::api(self.0, None).list(&ListParams::default()).await?;
+            Ok(pools
+                .items
+                .into_iter()
+                .filter_map(|pool| {
+                    let PoolSpecRef::Addresses(spec) = pool.spec_of() else {
+                        return None;
+                    };
+                    Some(IpPoolSpec {
+                        pool: format!("{}/{}", P::KIND.name(), pool.name_any()),
+                        namespace: pool.namespace(),
+                        spec: spec.clone(),
+                    })
+                })
+                .collect())
+        }
+        .boxed()
+    }
+}
+
 /// Who holds `address`: every `IPAddress` with that address (in any namespace) and every
 /// reservation of it, joined by claim, and every claim an IP pool's `spec.preAllocations`
 /// names it for.

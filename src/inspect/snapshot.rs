@@ -1,14 +1,16 @@
 //! The [`Snapshot`]: pools and claims at one moment, read from the API (every pool kind, in one
 //! namespace or everywhere; a prefix kind that cannot be listed becomes a note), and what it says
 //! about them as a whole.
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use super::rows::{ClaimRow, PoolRow, claim_row, pool_row, queue_positions};
+use crate::api::kinds::WithPoolType;
 use crate::api::{
-    GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPAddress, IPAddressClaim, InClusterIPPool,
-    InClusterPrefixPool, REASON_ADDRESS_ALLOCATED, REASON_POOL_EXHAUSTED,
+    IPAddress, IPAddressClaim, IPPool, PoolKind, REASON_ADDRESS_ALLOCATED, REASON_POOL_EXHAUSTED,
 };
 use crate::controllers::runtime::api_in;
 
@@ -29,6 +31,35 @@ where
             Ok(Vec::new())
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The rows of one pool kind's pools: everywhere, or in `namespace`; each counts `claims`.
+struct RowsOfKind<'a> {
+    client: &'a Client,
+    namespace: Option<&'a str>,
+    addresses: &'a [IPAddress],
+    claims: &'a [IPAddressClaim],
+    notes: &'a mut Vec<String>,
+}
+
+impl<'a> WithPoolType for RowsOfKind<'a> {
+    type Output = BoxFuture<'a, anyhow::Result<Vec<PoolRow>>>;
+
+    fn with<P: IPPool>(self) -> Self::Output {
+        async move {
+            let api = P::api(self.client.clone(), self.namespace);
+            let lp = ListParams::default();
+            let pools = match P::KIND.is_prefix() {
+                true => list_or_note(api, &lp, self.notes).await?,
+                false => api.list(&lp).await?.items,
+            };
+            Ok(pools
+                .iter()
+                .map(|pool| pool_row(pool, self.addresses, self.claims))
+                .collect())
+        }
+        .boxed()
     }
 }
 
@@ -58,27 +89,6 @@ impl Snapshot {
     /// pools, and the global pools its claims may use).
     pub async fn fetch(client: &Client, namespace: Option<&str>) -> anyhow::Result<Snapshot> {
         let lp = ListParams::default();
-        let pools = api_in::<InClusterIPPool>(client, namespace)
-            .list(&lp)
-            .await?;
-        let global_pools = Api::<GlobalInClusterIPPool>::all(client.clone())
-            .list(&lp)
-            .await?;
-        // The prefix kinds came later: a cluster without their CRDs (or a caller without their
-        // RBAC) still gets its IP pools, with a note.
-        let mut notes = Vec::new();
-        let prefix_pools = list_or_note(
-            api_in::<InClusterPrefixPool>(client, namespace),
-            &lp,
-            &mut notes,
-        )
-        .await?;
-        let global_prefix_pools = list_or_note(
-            Api::<GlobalInClusterPrefixPool>::all(client.clone()),
-            &lp,
-            &mut notes,
-        )
-        .await?;
         // A global pool's queue spans namespaces: it is counted from every claim when the caller
         // may read them all, and the namespace's claims are then taken from that one list; else
         // both come from the namespace's claims.
@@ -115,19 +125,31 @@ impl Snapshot {
             .collect();
         claim_rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
 
-        // A namespaced pool's rows count the namespace's claims, a global pool's every claim.
+        // Namespaced kinds first, then global ones. The prefix kinds came later: a cluster
+        // without their CRDs (or a caller without their RBAC) still gets its IP pools, with a
+        // note.
+        let mut kinds = PoolKind::ALL;
+        kinds.sort_by_key(|kind| !kind.is_namespaced());
+        let mut notes = Vec::new();
         let mut pool_rows = Vec::new();
-        for pool in &pools.items {
-            pool_rows.push(pool_row(pool, &addresses, &claims));
-        }
-        for pool in &prefix_pools {
-            pool_rows.push(pool_row(pool, &addresses, &claims));
-        }
-        for pool in &global_pools.items {
-            pool_rows.push(pool_row(pool, &addresses, queued));
-        }
-        for pool in &global_prefix_pools {
-            pool_rows.push(pool_row(pool, &addresses, queued));
+        for kind in kinds {
+            // A namespaced pool's rows count the namespace's claims, a global pool's every
+            // claim.
+            let counted = if kind.is_namespaced() {
+                &claims[..]
+            } else {
+                queued
+            };
+            pool_rows.extend(
+                kind.with_type(RowsOfKind {
+                    client,
+                    namespace,
+                    addresses: &addresses,
+                    claims: counted,
+                    notes: &mut notes,
+                })
+                .await?,
+            );
         }
         Ok(Snapshot {
             pools: pool_rows,

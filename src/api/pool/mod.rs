@@ -366,13 +366,29 @@ pub struct IPAddressesStatus {
 
 /// What every pool kind has in common, IP pools and prefix pools alike: an identity, a spec of
 /// one of two shapes, and the one status shape.
-pub trait IPPool: Resource<DynamicType = ()> + Clone + Send + Sync + 'static {
+pub trait IPPool:
+    Resource<DynamicType = (), Scope: super::kinds::PoolScope>
+    + kube::CustomResourceExt
+    + Serialize
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
     /// The kind, as [`super::PoolKey`] names it.
     const KIND: super::PoolKind;
     /// The spec, by shape.
     fn spec_of(&self) -> PoolSpecRef<'_>;
     /// The status, if any.
     fn pool_status(&self) -> Option<&InClusterIPPoolStatus>;
+
+    /// The kind's objects in `namespace` (`None`: every namespace); a global kind's are
+    /// cluster-wide whatever the namespace.
+    fn api(client: kube::Client, namespace: Option<&str>) -> kube::Api<Self> {
+        <Self::Scope as super::kinds::PoolScope>::api(client, namespace)
+    }
 
     /// The pool's identity.
     fn key(&self) -> super::PoolKey {

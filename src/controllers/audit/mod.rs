@@ -58,21 +58,25 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use kube::{Resource, ResourceExt};
 
-use crate::api::ObjectKey;
+use crate::api::kinds::WithPoolType;
 use crate::api::{ADDRESS_FINALIZER, IPAddress, IPAddressClaim, PoolKey};
+use crate::api::{IPPool, ObjectKey, PoolKind};
 use crate::controllers::context::Context;
 use crate::controllers::runtime::error::Error;
 use crate::controllers::runtime::finalizers::{Outcome, remove_address_protection};
 use crate::controllers::runtime::scoped;
-use crate::controllers::sources::pool_kinds::{EachKind, PoolLanes, PoolObject};
+use crate::controllers::sources::pool_kinds::watched;
 use crate::controllers::state::facts;
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of, records_claim};
 use crate::controllers::state::{Change, HoldRecord, ListedHolds, Registry};
+use crate::settings::Settings;
 
 /// How long the watches get to catch up with a list before a difference counts as drift.
 pub const SETTLE: Duration = Duration::from_secs(5);
@@ -303,9 +307,16 @@ impl Snapshot {
         let (client, settings) = (&ctx.client, &ctx.settings);
         let mut differences = Vec::new();
         // A kind this run does not serve (no CRD, no RBAC) is neither watched nor listed.
-        let mut pools = ListedPools(Vec::new());
-        PoolLanes::each_served(client, settings, &ctx.served, &mut pools).await?;
-        for listed in pools.0 {
+        for kind in PoolKind::ALL
+            .into_iter()
+            .filter(|kind| ctx.served.serves(*kind))
+        {
+            let listed = kind
+                .with_type(ListPools {
+                    client: client.clone(),
+                    settings: settings.clone(),
+                })
+                .await?;
             differences.extend(Difference::of(&ctx.registry(), |registry| {
                 registry.diff(listed)
             }));
@@ -404,21 +415,29 @@ impl Difference {
     }
 }
 
-/// A fresh list of every served pool kind, one `PoolsListed` change per kind, as a re-list of
-/// its watch tells the registry.
-struct ListedPools(Vec<Change>);
+/// A fresh list of one pool kind, as one `PoolsListed` change, as a re-list of its watch tells
+/// the registry.
+struct ListPools {
+    client: kube::Client,
+    settings: Settings,
+}
 
-impl EachKind for ListedPools {
-    type Error = Error;
+impl WithPoolType for ListPools {
+    type Output = BoxFuture<'static, Result<Change, Error>>;
 
-    async fn visit<P: PoolObject>(&mut self, api: Api<P>) -> Result<(), Error> {
-        let mut pools = Vec::new();
-        for_each_page(&api, |page: Vec<P>| {
-            pools.extend(page.iter().map(|p| (p.key(), pool_state(p))));
-        })
-        .await?;
-        self.0.push(Change::PoolsListed(P::KIND, pools));
-        Ok(())
+    fn with<P: IPPool>(self) -> Self::Output {
+        async move {
+            let mut pools = Vec::new();
+            for_each_page(
+                &watched::<P>(&self.client, &self.settings),
+                |page: Vec<P>| {
+                    pools.extend(page.iter().map(|p| (p.key(), pool_state(p))));
+                },
+            )
+            .await?;
+            Ok(Change::PoolsListed(P::KIND, pools))
+        }
+        .boxed()
     }
 }
 

@@ -11,20 +11,38 @@ pub(crate) mod status;
 
 use std::sync::Arc;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use crate::api::IPPool;
+use crate::api::kinds::WithPoolType;
 use crate::controllers::context::Context;
-use crate::controllers::sources::pool_kinds::{LaneInput, PoolInputs, PoolObject};
+use crate::controllers::sources::pool_kinds::{LaneInput, PoolInputs};
 
 /// Runs the pool controller of every served kind until the run ends.
 pub async fn run(inputs: PoolInputs, ctx: &Arc<Context>) {
-    async fn one<P: PoolObject>(ctx: &Arc<Context>, input: LaneInput<P>) {
-        if input.served {
-            status::run(ctx, input).await;
-        }
+    let controllers = inputs
+        .into_iter()
+        .filter(|input| input.served)
+        .map(|input| {
+            input.kind.with_type(PoolController {
+                ctx: ctx.clone(),
+                input,
+            })
+        });
+    futures::future::join_all(controllers).await;
+}
+
+/// The pool controller of one kind, with the kind's type.
+struct PoolController {
+    ctx: Arc<Context>,
+    input: LaneInput,
+}
+
+impl WithPoolType for PoolController {
+    type Output = BoxFuture<'static, ()>;
+
+    fn with<P: IPPool>(self) -> Self::Output {
+        async move { status::run::<P>(&self.ctx, self.input).await }.boxed()
     }
-    futures::join!(
-        one(ctx, inputs.in_cluster),
-        one(ctx, inputs.global),
-        one(ctx, inputs.in_cluster_prefix),
-        one(ctx, inputs.global_prefix),
-    );
 }

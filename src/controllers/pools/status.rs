@@ -17,7 +17,6 @@ use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::allocator::canonical;
-use crate::api::ObjectKey;
 use crate::api::PoolKey;
 use crate::api::conditions::now;
 use crate::api::{
@@ -28,6 +27,7 @@ use crate::api::{
     ConditionStatus, DesiredCondition, IPAddressesStatus, InClusterIPPoolStatus, POOL_FINALIZER,
     READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
 };
+use crate::api::{IPPool, ObjectKey};
 use crate::controllers::context::Context;
 use crate::controllers::pools::pacing::{StatusPacing, WAKE_DEBOUNCE};
 use crate::controllers::runtime::controller::{Action, Controller, Requests};
@@ -35,7 +35,7 @@ use crate::controllers::runtime::error::{self, Error};
 use crate::controllers::runtime::events::EventType;
 use crate::controllers::runtime::{MANAGER, delete_if_present, finalizers};
 use crate::controllers::sources::pool_cache::{PoolView, StatusSeen};
-use crate::controllers::sources::pool_kinds::{LaneInput, PoolObject};
+use crate::controllers::sources::pool_kinds::LaneInput;
 use crate::controllers::sources::writers::{Foreign, foreign_message};
 use crate::controllers::state::reservation::IPAddressReservation;
 use crate::controllers::state::{Holder, PreAllocationState, Unready};
@@ -46,7 +46,7 @@ const LISTED: usize = 10;
 /// The pool controller of kind `P`, fed by the kind's watch (the pools it added, changed or
 /// listed) and by the registry (wakes: pools whose status may have changed), reading the kind's
 /// pool cache. Runs until the run ends.
-pub async fn run<P: PoolObject>(ctx: &Arc<Context>, input: LaneInput<P>) {
+pub async fn run<P: IPPool>(ctx: &Arc<Context>, input: LaneInput) {
     let LaneInput {
         cache,
         changed,
@@ -69,21 +69,18 @@ pub async fn run<P: PoolObject>(ctx: &Arc<Context>, input: LaneInput<P>) {
 }
 
 #[tracing::instrument(skip_all, fields(pool = %pool.key()))]
-pub async fn reconcile<P: PoolObject>(
-    pool: Arc<PoolView>,
-    ctx: Arc<Context>,
-) -> Result<Action, Error> {
+pub async fn reconcile<P: IPPool>(pool: Arc<PoolView>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconcile("pool");
     let result = reconcile_pool::<P>(&pool, &ctx).await;
     error::settle_named("pool", pool.key().object_name(), &ctx, result)
 }
 
-async fn reconcile_pool<P: PoolObject>(pool: &PoolView, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_pool<P: IPPool>(pool: &PoolView, ctx: &Context) -> Result<Action, Error> {
     let key = pool.key();
     if pool.is_paused() {
         return Ok(Action::await_change());
     }
-    let api = P::api(ctx.client.clone(), key);
+    let api = P::api(ctx.client.clone(), key.namespace.as_deref());
     let deleting = pool.is_deleting();
     if deleting {
         free_released_addresses(ctx, key).await?;
@@ -153,7 +150,7 @@ async fn free_released_addresses(ctx: &Context, key: &PoolKey) -> Result<(), Err
 }
 
 /// Adds or removes `ProtectPool`, guarded by the resourceVersion it was computed from.
-async fn set_finalizer<P: PoolObject>(
+async fn set_finalizer<P: IPPool>(
     api: &Api<P>,
     pool: &PoolView,
     present: bool,

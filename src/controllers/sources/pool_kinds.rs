@@ -1,15 +1,13 @@
-//! The four pool kinds inpool serves, listed once: `InClusterIPPool`, `GlobalInClusterIPPool`,
-//! `InClusterPrefixPool` and `GlobalInClusterPrefixPool`.
+//! The pool kinds this run serves, each with its share of the run: a [`PoolLane`] per kind, in
+//! the order of [`PoolKind::ALL`]. The kinds' types come from the one table in
+//! [`crate::api::kinds`]; nothing here names them.
 //!
-//! Everything the run keeps per kind is a [`PoolLane`]: the kind's [`PoolCache`] (its one watch
-//! keeps it), and the channels that ask its pool controller for a reconcile: the watch's (a pool
-//! added, changed or listed) and the registry's wakes. [`PoolLanes`] holds the four, and is the
-//! only place that names them: the watches, the cache look-ups, the wake-ups, the pool
-//! controllers and the audit's lists all go through it. A kind this run does not serve (see
+//! A lane holds the kind's [`PoolCache`] (its one watch keeps it), and the channels that ask its
+//! pool controller for a reconcile: the watch's (a pool added, changed or listed) and the
+//! registry's wakes. [`PoolLanes`] holds every lane: the watches, the cache look-ups, the
+//! wake-ups and the pool controllers all go through it. A kind this run does not serve (see
 //! [`served`](super::served)) has an empty lane: no watch, a cache that counts as listed, and a
 //! controller that is not started.
-use std::fmt::Debug;
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use futures::channel::mpsc::{self, UnboundedReceiver, UnboundedSender};
@@ -19,63 +17,14 @@ use kube::api::Api;
 use super::pool_cache::{PoolCache, PoolView};
 use super::served::ServedKinds;
 use super::watch::{FeedSet, pool_watch};
-use crate::api::{
-    GlobalInClusterIPPool, GlobalInClusterPrefixPool, IPPool, InClusterIPPool, InClusterPrefixPool,
-    PoolKey, PoolKind,
-};
-use crate::controllers::runtime::scoped;
+use crate::api::kinds::WithPoolType;
+use crate::api::{IPPool, PoolKey, PoolKind};
 use crate::settings::Settings;
 
-/// What the controllers need of each pool kind besides [`IPPool`]: where its objects are read
-/// and written.
-pub(crate) trait PoolObject:
-    IPPool + serde::Serialize + serde::de::DeserializeOwned + Debug
-{
-    /// The kind's objects this run watches and lists: every namespace's, or `--namespace`'s.
-    fn watched(client: &Client, settings: &Settings) -> Api<Self>;
-
-    /// The API that writes the pool `key` names.
-    fn api(client: Client, key: &PoolKey) -> Api<Self>;
-}
-
-impl PoolObject for InClusterIPPool {
-    fn watched(client: &Client, settings: &Settings) -> Api<Self> {
-        scoped(client, settings)
-    }
-
-    fn api(client: Client, key: &PoolKey) -> Api<Self> {
-        Api::namespaced(client, key.namespace.as_deref().unwrap_or_default())
-    }
-}
-
-impl PoolObject for GlobalInClusterIPPool {
-    fn watched(client: &Client, _settings: &Settings) -> Api<Self> {
-        Api::all(client.clone())
-    }
-
-    fn api(client: Client, _key: &PoolKey) -> Api<Self> {
-        Api::all(client)
-    }
-}
-
-impl PoolObject for InClusterPrefixPool {
-    fn watched(client: &Client, settings: &Settings) -> Api<Self> {
-        scoped(client, settings)
-    }
-
-    fn api(client: Client, key: &PoolKey) -> Api<Self> {
-        Api::namespaced(client, key.namespace.as_deref().unwrap_or_default())
-    }
-}
-
-impl PoolObject for GlobalInClusterPrefixPool {
-    fn watched(client: &Client, _settings: &Settings) -> Api<Self> {
-        Api::all(client.clone())
-    }
-
-    fn api(client: Client, _key: &PoolKey) -> Api<Self> {
-        Api::all(client)
-    }
+/// The kind's objects this run watches and lists: every namespace's, or `--namespace`'s (a
+/// global kind's are cluster-wide whatever the namespace).
+pub(crate) fn watched<P: IPPool>(client: &Client, settings: &Settings) -> Api<P> {
+    P::api(client.clone(), settings.namespace.as_deref())
 }
 
 /// One pool kind's share of the run.
@@ -89,25 +38,29 @@ pub(crate) struct PoolLane {
 
 /// What one pool kind's controller takes when it starts: the kind's cache, the pools its watch
 /// changed, the wake-ups the registry sends, and whether the kind is served at all.
-pub(crate) struct LaneInput<P: PoolObject> {
+pub(crate) struct LaneInput {
+    pub kind: PoolKind,
     pub cache: PoolCache,
     pub changed: UnboundedReceiver<PoolKey>,
     pub wakes: UnboundedReceiver<PoolKey>,
     pub served: bool,
-    kind: PhantomData<fn() -> P>,
 }
 
-impl PoolLane {
-    /// Opens the watch of kind `P` in `feeds`, or an empty lane for a kind not served.
-    fn start<P: PoolObject>(
-        feeds: &mut FeedSet,
-        client: &Client,
-        settings: &Settings,
-        served: &ServedKinds,
-    ) -> (PoolLane, LaneInput<P>) {
-        let served = served.serves(P::KIND);
+/// Opens the watch of one kind in `feeds`, or an empty lane for a kind not served.
+struct StartLane<'a> {
+    feeds: &'a mut FeedSet,
+    client: &'a Client,
+    settings: &'a Settings,
+    served: &'a ServedKinds,
+}
+
+impl WithPoolType for StartLane<'_> {
+    type Output = (PoolLane, LaneInput);
+
+    fn with<P: IPPool>(self) -> (PoolLane, LaneInput) {
+        let served = self.served.serves(P::KIND);
         let cache = if served {
-            pool_watch(feeds, P::watched(client, settings));
+            pool_watch(self.feeds, watched::<P>(self.client, self.settings));
             PoolCache::default()
         } else {
             PoolCache::unwatched()
@@ -120,38 +73,22 @@ impl PoolLane {
             wakes,
         };
         let input = LaneInput {
+            kind: P::KIND,
             cache,
             changed: changed_rx,
             wakes: wake_rx,
             served,
-            kind: PhantomData,
         };
         (lane, input)
     }
 }
 
-/// The four lanes: the one list of the pool kinds.
+/// Every kind's lane, in the order of [`PoolKind::ALL`].
 #[derive(Clone)]
-pub(crate) struct PoolLanes {
-    in_cluster: Arc<PoolLane>,
-    global: Arc<PoolLane>,
-    in_cluster_prefix: Arc<PoolLane>,
-    global_prefix: Arc<PoolLane>,
-}
+pub(crate) struct PoolLanes(Arc<[PoolLane]>);
 
-/// What the four pool controllers take when they start (`pools::run`).
-pub(crate) struct PoolInputs {
-    pub(crate) in_cluster: LaneInput<InClusterIPPool>,
-    pub(crate) global: LaneInput<GlobalInClusterIPPool>,
-    pub(crate) in_cluster_prefix: LaneInput<InClusterPrefixPool>,
-    pub(crate) global_prefix: LaneInput<GlobalInClusterPrefixPool>,
-}
-
-/// Something done once per served pool kind, with the kind's type ([`PoolLanes::each_served`]).
-pub(crate) trait EachKind {
-    type Error;
-    async fn visit<P: PoolObject>(&mut self, api: Api<P>) -> Result<(), Self::Error>;
-}
+/// What the pool controllers take when they start (`pools::run`): one input per kind.
+pub(crate) type PoolInputs = [LaneInput; PoolKind::ALL.len()];
 
 impl PoolLanes {
     /// Opens a watch per served kind in `feeds`.
@@ -161,33 +98,22 @@ impl PoolLanes {
         settings: &Settings,
         served: &ServedKinds,
     ) -> (PoolLanes, PoolInputs) {
-        let (in_cluster, in_cluster_input) = PoolLane::start(feeds, client, settings, served);
-        let (global, global_input) = PoolLane::start(feeds, client, settings, served);
-        let (in_cluster_prefix, in_cluster_prefix_input) =
-            PoolLane::start(feeds, client, settings, served);
-        let (global_prefix, global_prefix_input) = PoolLane::start(feeds, client, settings, served);
-        let lanes = PoolLanes {
-            in_cluster: Arc::new(in_cluster),
-            global: Arc::new(global),
-            in_cluster_prefix: Arc::new(in_cluster_prefix),
-            global_prefix: Arc::new(global_prefix),
-        };
-        let inputs = PoolInputs {
-            in_cluster: in_cluster_input,
-            global: global_input,
-            in_cluster_prefix: in_cluster_prefix_input,
-            global_prefix: global_prefix_input,
-        };
-        (lanes, inputs)
+        let mut lanes = Vec::with_capacity(PoolKind::ALL.len());
+        let inputs = PoolKind::ALL.map(|kind| {
+            let (lane, input) = kind.with_type(StartLane {
+                feeds: &mut *feeds,
+                client,
+                settings,
+                served,
+            });
+            lanes.push(lane);
+            input
+        });
+        (PoolLanes(lanes.into()), inputs)
     }
 
     fn lane(&self, kind: PoolKind) -> &PoolLane {
-        match kind {
-            PoolKind::InCluster => &self.in_cluster,
-            PoolKind::Global => &self.global,
-            PoolKind::InClusterPrefix => &self.in_cluster_prefix,
-            PoolKind::GlobalPrefix => &self.global_prefix,
-        }
+        &self.0[kind.index()]
     }
 
     /// The cache of pools of `kind`.
@@ -217,37 +143,8 @@ impl PoolLanes {
 
     /// Waits until every kind's cache has seen its first list.
     pub async fn wait_until_listed(&self) {
-        for lane in [
-            &self.in_cluster,
-            &self.global,
-            &self.in_cluster_prefix,
-            &self.global_prefix,
-        ] {
+        for lane in self.0.iter() {
             lane.cache.wait_until_listed().await;
         }
-    }
-
-    /// Runs `each` for every kind this run serves, with the API its watch reads.
-    pub async fn each_served<E: EachKind>(
-        client: &Client,
-        settings: &Settings,
-        served: &ServedKinds,
-        each: &mut E,
-    ) -> Result<(), E::Error> {
-        async fn one<P: PoolObject, E: EachKind>(
-            client: &Client,
-            settings: &Settings,
-            served: &ServedKinds,
-            each: &mut E,
-        ) -> Result<(), E::Error> {
-            if served.serves(P::KIND) {
-                each.visit(P::watched(client, settings)).await?;
-            }
-            Ok(())
-        }
-        one::<InClusterIPPool, E>(client, settings, served, each).await?;
-        one::<GlobalInClusterIPPool, E>(client, settings, served, each).await?;
-        one::<InClusterPrefixPool, E>(client, settings, served, each).await?;
-        one::<GlobalInClusterPrefixPool, E>(client, settings, served, each).await
     }
 }

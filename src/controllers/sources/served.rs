@@ -7,12 +7,10 @@
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
+use kube::Client;
 use kube::api::{Api, PostParams};
-use kube::{Client, Resource};
 
-use crate::api::{
-    GlobalInClusterPrefixPool, IPAM_GROUP, InClusterPrefixPool, POOL_VERSION, PoolKind,
-};
+use crate::api::{IPAM_GROUP, POOL_VERSION, PoolKind};
 use crate::controllers::runtime::error::backoff;
 use crate::settings::Settings;
 use crate::telemetry::Metrics;
@@ -96,8 +94,8 @@ pub async fn discover(
         .await
         .map_err(|e| anyhow::anyhow!("discovering {group_version}: {e}"))?;
     let mut served = Vec::new();
-    for kind in [PoolKind::InClusterPrefix, PoolKind::GlobalPrefix] {
-        let plural = plural(kind);
+    for kind in PoolKind::ALL.into_iter().filter(|kind| kind.is_prefix()) {
+        let plural = kind.plural();
         let namespace = if kind.is_namespaced() {
             settings.namespace.as_deref()
         } else {
@@ -148,16 +146,6 @@ fn failed_on_the_way(error: &kube::Error) -> bool {
     match error {
         kube::Error::Api(status) => status.code == 429 || status.code >= 500,
         _ => true,
-    }
-}
-
-/// The resource (plural) name of a prefix kind.
-fn plural(kind: PoolKind) -> String {
-    match kind {
-        PoolKind::InClusterPrefix => InClusterPrefixPool::plural(&()).into_owned(),
-        PoolKind::GlobalPrefix => GlobalInClusterPrefixPool::plural(&()).into_owned(),
-        PoolKind::InCluster => crate::api::InClusterIPPool::plural(&()).into_owned(),
-        PoolKind::Global => crate::api::GlobalInClusterIPPool::plural(&()).into_owned(),
     }
 }
 

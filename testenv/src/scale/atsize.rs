@@ -22,7 +22,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use inpool::api::{IN_CLUSTER_IP_POOL_KIND, IPAM_GROUP, IPAddress, IPAddressClaim};
+use inpool::api::{IPAM_GROUP, IPAddress, IPAddressClaim, PoolKind};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
@@ -585,7 +585,7 @@ fn extra_claim(name: &str) -> IPAddressClaim {
     let mut claim = harness::claim_object(
         name,
         IPAM_GROUP,
-        IN_CLUSTER_IP_POOL_KIND,
+        PoolKind::InCluster.name(),
         &harness::pool_name(0),
         false,
     );

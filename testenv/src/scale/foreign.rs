@@ -14,9 +14,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use inpool::api::{
-    IN_CLUSTER_IP_POOL_KIND, IPAM_GROUP, IPAddress, IPAddressClaim, InClusterIPPool,
-};
+use inpool::api::{IPAM_GROUP, IPAddress, IPAddressClaim, InClusterIPPool, PoolKind};
 use ipnet::IpNet;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -175,7 +173,7 @@ async fn realise_sentinel(
     name: &str,
     process: &mut ProviderProcess,
 ) -> anyhow::Result<()> {
-    let claim = harness::claim_object(name, IPAM_GROUP, IN_CLUSTER_IP_POOL_KIND, POOL, false);
+    let claim = harness::claim_object(name, IPAM_GROUP, PoolKind::InCluster.name(), POOL, false);
     claims
         .create(&PostParams::default(), &claim)
         .await

@@ -13,12 +13,11 @@ use anyhow::{Context as _, bail};
 use futures::StreamExt;
 use inpool::api::reservation::{IPAddressReservation, IPAddressReservationSpec};
 use inpool::api::{
-    ADDRESS_FINALIZER, CLAIM_FINALIZER, ConditionStatus, DesiredCondition,
-    GLOBAL_IN_CLUSTER_IP_POOL_KIND, GlobalInClusterIPPool, GlobalInClusterIPPoolSpec,
-    IN_CLUSTER_IP_POOL_KIND, IN_CLUSTER_PREFIX_POOL_KIND, IPAM_GROUP, IPAddress, IPAddressClaim,
-    IPAddressClaimReference, IPAddressClaimSpec, IPAddressSpec, IPPool, IPPoolReference,
-    InClusterIPPool, InClusterIPPoolSpec, InClusterPrefixPool, InClusterPrefixPoolSpec,
-    MAX_PRE_ALLOCATIONS, POOL_VERSION, PreAllocation, READY_CONDITION, REASON_ADDRESS_ALLOCATED,
+    ADDRESS_FINALIZER, CLAIM_FINALIZER, ConditionStatus, DesiredCondition, GlobalInClusterIPPool,
+    GlobalInClusterIPPoolSpec, IPAM_GROUP, IPAddress, IPAddressClaim, IPAddressClaimReference,
+    IPAddressClaimSpec, IPAddressSpec, IPPool, IPPoolReference, InClusterIPPool,
+    InClusterIPPoolSpec, InClusterPrefixPool, InClusterPrefixPoolSpec, MAX_PRE_ALLOCATIONS,
+    POOL_VERSION, PoolKind, PreAllocation, READY_CONDITION, REASON_ADDRESS_ALLOCATED,
     claim_status_patch, claim_status_with_ready,
 };
 use ipnet::IpNet;
@@ -98,9 +97,9 @@ impl Scenario {
     /// The kind of the scenario's pools, as its claims name it.
     fn pool_kind(&self) -> &'static str {
         match (self.sub_prefixes, self.shared_by_namespaces) {
-            (Some(_), _) => IN_CLUSTER_PREFIX_POOL_KIND,
-            (None, Some(_)) => GLOBAL_IN_CLUSTER_IP_POOL_KIND,
-            (None, None) => IN_CLUSTER_IP_POOL_KIND,
+            (Some(_), _) => PoolKind::InClusterPrefix.name(),
+            (None, Some(_)) => PoolKind::Global.name(),
+            (None, None) => PoolKind::InCluster.name(),
         }
     }
 
@@ -1067,7 +1066,7 @@ async fn ideal_realise(
         &reservation_name(ip, ns),
         IPAddressReservationSpec {
             address: ip.to_string(),
-            pool_kind: IN_CLUSTER_IP_POOL_KIND.into(),
+            pool_kind: PoolKind::InCluster.name().into(),
             pool_namespace: Some(ns.into()),
             pool_name: "floor".into(),
             claim_namespace: ns.into(),
@@ -1121,7 +1120,7 @@ async fn ideal_realise(
         },
         OwnerReference {
             api_version: format!("{IPAM_GROUP}/{POOL_VERSION}"),
-            kind: IN_CLUSTER_IP_POOL_KIND.into(),
+            kind: PoolKind::InCluster.name().into(),
             name: "floor".into(),
             uid: pool_uid.into(),
             controller: Some(false),
@@ -1272,7 +1271,7 @@ pub async fn run_scenario(
             &claim_object(
                 "canary",
                 IPAM_GROUP,
-                IN_CLUSTER_IP_POOL_KIND,
+                PoolKind::InCluster.name(),
                 "canary",
                 false,
             ),
