@@ -1,7 +1,11 @@
-//! The feed: what the watches of `sources` saw, applied to the shared [`Context`]. Each pool
-//! kind's views go into its pool cache, every hold and pool into the registry (a fresh list as
-//! the corrections it differs by), Clusters' pauses into their own map; then the claims a change
-//! can serve are woken, and the pool controllers told which pools changed.
+//! The feed: what the watches of `sources` saw, applied to the shared [`Context`]. A watch hands
+//! on its kind's [`Update`] ([`Seen`]); here it becomes the [`Change`] the registry is told (a
+//! fresh list as the corrections it differs by), and each kind's extras: a pool's view goes into
+//! its pool cache first, Clusters' pauses into their own record, who wrote each `IPAddress` into
+//! the foreign-address record. Then the claims a change can serve are woken, the pool
+//! controllers told which pools changed, and the reuse-grace controller handed the released
+//! reservations: all of it only once the registry has the change, so that a controller woken by
+//! an update reads a registry that already knows it.
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -9,21 +13,18 @@ use futures::StreamExt;
 use super::claims::cache::ClaimCache;
 use super::context::Context;
 use super::runtime::error;
-use super::sources::watch::{Fed, Feeds, Handed, Update};
-use super::state::Change;
-use crate::api::ObjectKey;
+use super::sources::pool_cache::PoolView;
+use super::sources::watch::{AddressFacts, Feeds, PoolFacts, Seen, Update};
+use super::sources::writers::Creator;
+use super::state::{Change, HoldRecord};
+use crate::api::{ObjectKey, PoolKind};
 
-/// Applies every change to the registry and wakes the claims it can serve. Runs until a watch
-/// fails for good (the default backoff retries transient errors).
+/// Applies every update the watches see. Runs until a watch fails for good (the default backoff
+/// retries transient errors).
 pub async fn feed(ctx: Arc<Context>, Feeds(mut feeds): Feeds) -> anyhow::Result<()> {
-    while let Some(handed) = feeds.next().await {
-        match handed {
-            Ok(Handed { fed, triggers }) => {
-                apply(&ctx, fed);
-                if let Some(send) = triggers {
-                    send();
-                }
-            }
+    while let Some(seen) = feeds.next().await {
+        match seen {
+            Ok(seen) => apply(&ctx, seen),
             Err(e) => {
                 ctx.stores.interruptions.record();
                 error::watch_failed(&ctx, "feed", &e);
@@ -33,9 +34,10 @@ pub async fn feed(ctx: Arc<Context>, Feeds(mut feeds): Feeds) -> anyhow::Result<
     Ok(())
 }
 
-fn apply(ctx: &Context, fed: Fed) {
-    let (change, relisted) = match fed {
-        Fed::Clusters { seen, complete } => {
+fn apply(ctx: &Context, seen: Seen) {
+    match seen {
+        Seen::Clusters(update) => {
+            let (seen, complete) = cluster_pauses(update);
             let woken = ctx
                 .stores
                 .cluster_pauses
@@ -44,15 +46,9 @@ fn apply(ctx: &Context, fed: Fed) {
                 .flat_map(|c| claims_of_cluster(&ctx.stores.claims, c))
                 .collect::<Vec<_>>();
             ctx.wake(woken);
-            return;
         }
-        Fed::Registry { change, relisted } => (change, relisted),
-        Fed::Pools {
-            kind,
-            views,
-            change,
-            relisted,
-        } => {
+        Seen::Pools { kind, update } => {
+            let (views, change, relisted) = pool_change(kind, update);
             // The views first: a claim the registry change wakes reads the pool's view.
             let pools = &ctx.stores.pools;
             let cache = pools.cache(kind);
@@ -72,25 +68,34 @@ fn apply(ctx: &Context, fed: Fed) {
                     (keys, true)
                 }
             };
-            apply(ctx, Fed::Registry { change, relisted });
+            apply_to_registry(ctx, change, relisted);
             // Listed once the registry has the list too: the claims wait for both.
             if listed {
                 cache.mark_listed();
             }
             pools.changed(kind, changed);
-            return;
         }
-        Fed::Addresses {
-            change,
-            relisted,
-            creators,
-        } => {
-            apply(ctx, Fed::Registry { change, relisted });
+        Seen::Reservations { update, released } => {
+            let (change, relisted) = reservation_change(update);
+            apply_to_registry(ctx, change, relisted);
+            for reservation in released {
+                // The controller is gone only when the whole run is ending.
+                let _ = ctx.stores.released.unbounded_send(reservation);
+            }
+        }
+        Seen::Addresses(update) => {
+            let (holds, creators) = split_creators(update);
+            let (change, relisted) = address_change(holds);
+            apply_to_registry(ctx, change, relisted);
             ctx.writers
                 .observe(&ctx.stores, &ctx.metrics, &ctx.events, creators);
-            return;
         }
-    };
+    }
+}
+
+/// Applies a change; a whole list (`relisted` when it is not the watch's first) as the
+/// corrections the registry differs from it by.
+fn apply_to_registry(ctx: &Context, change: Change, relisted: bool) {
     let listed = match &change {
         Change::ReservationsListed(_) => Some(&ctx.stores.holds_listed.reservations),
         Change::AddressesListed(_) => Some(&ctx.stores.holds_listed.addresses),
@@ -126,4 +131,117 @@ fn claims_of_cluster(claims: &ClaimCache, cluster: &ObjectKey) -> Vec<ObjectKey>
     claims.keys_where(|c| {
         c.namespace() == &*cluster.namespace && c.cluster_name() == Some(&*cluster.name)
     })
+}
+
+/// The pool cache's and the registry's changes for a pool update, and whether it is a re-list.
+fn pool_change(kind: PoolKind, update: Update<PoolFacts>) -> (Update<Arc<PoolView>>, Change, bool) {
+    match update {
+        Update::Applied((key, state, view)) => {
+            (Update::Applied(view), Change::Pool(key, state), false)
+        }
+        Update::Deleted((key, _, view)) => (Update::Deleted(view), Change::PoolGone(key), false),
+        Update::Listed { items, first } => {
+            let (states, views) = items
+                .into_iter()
+                .map(|(key, state, view)| ((key, state), view))
+                .unzip();
+            (
+                Update::Listed {
+                    items: views,
+                    first,
+                },
+                Change::PoolsListed(kind, states),
+                !first,
+            )
+        }
+    }
+}
+
+/// The Clusters a Clusters' update tells of, each with whether it is paused (`None`: deleted),
+/// and whether they are all of them (a list).
+fn cluster_pauses(update: Update<(ObjectKey, bool)>) -> (Vec<(ObjectKey, Option<bool>)>, bool) {
+    match update {
+        Update::Applied((key, paused)) => (vec![(key, Some(paused))], false),
+        Update::Deleted((key, _)) => (vec![(key, None)], false),
+        Update::Listed { items, .. } => (
+            items
+                .into_iter()
+                .map(|(key, paused)| (key, Some(paused)))
+                .collect(),
+            true,
+        ),
+    }
+}
+
+/// The registry change for a reservation update, and whether it is a re-list.
+fn reservation_change(update: Update<(String, Option<HoldRecord>)>) -> (Change, bool) {
+    match update {
+        Update::Applied((name, Some(hold))) => (Change::Reservation(name, hold), false),
+        Update::Applied((name, None)) | Update::Deleted((name, _)) => {
+            (Change::ReservationGone(name), false)
+        }
+        Update::Listed { items, first } => (
+            Change::ReservationsListed(
+                items
+                    .into_iter()
+                    .filter_map(|(name, hold)| Some((name, hold?)))
+                    .collect(),
+            ),
+            !first,
+        ),
+    }
+}
+
+/// Who wrote each `IPAddress` an update names, when that was not inpool.
+type AddressCreators = Update<(ObjectKey, Option<Creator>)>;
+
+/// An `IPAddress` update as what it holds, and who wrote the objects it names.
+fn split_creators(
+    update: Update<AddressFacts>,
+) -> (Update<(ObjectKey, Option<HoldRecord>)>, AddressCreators) {
+    match update {
+        Update::Applied((key, hold, creator)) => (
+            Update::Applied((key.clone(), hold)),
+            Update::Applied((key, creator)),
+        ),
+        Update::Deleted((key, hold, creator)) => (
+            Update::Deleted((key.clone(), hold)),
+            Update::Deleted((key, creator)),
+        ),
+        Update::Listed { items, first } => {
+            let (holds, creators) = items
+                .into_iter()
+                .map(|(key, hold, creator)| ((key.clone(), hold), (key, creator)))
+                .unzip();
+            (
+                Update::Listed {
+                    items: holds,
+                    first,
+                },
+                Update::Listed {
+                    items: creators,
+                    first,
+                },
+            )
+        }
+    }
+}
+
+/// The registry change for an `IPAddress` update, and whether it is a re-list.
+fn address_change(update: Update<(ObjectKey, Option<HoldRecord>)>) -> (Change, bool) {
+    match update {
+        Update::Applied((key, Some(hold))) => (Change::Address(key, hold), false),
+        Update::Applied((key, None)) | Update::Deleted((key, _)) => {
+            (Change::AddressGone(key), false)
+        }
+        Update::Listed { items, first } => (
+            Change::AddressesListed(
+                items
+                    .into_iter()
+                    .filter_map(|(key, hold)| Some((key, hold?)))
+                    .collect(),
+            ),
+            !first,
+        ),
+    }
 }

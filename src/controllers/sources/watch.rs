@@ -1,7 +1,8 @@
 //! The watches: one per kind, each shared by everything that reads that kind. They keep the
-//! stores the reconcilers read (pools, Clusters, claims), feed the
-//! [`Registry`](crate::controllers::state::Registry) from pools, reservations and `IPAddress`es,
-//! wake the claims that a change can serve, and trigger the pool and reuse-grace controllers.
+//! stores the reconcilers read (pools, Clusters, claims) and hand each [`Update`] of their kind
+//! to the feed (`controllers::feed`), which tells the
+//! [`Registry`](crate::controllers::state::Registry), wakes the claims that a change can serve,
+//! and triggers the pool and reuse-grace controllers.
 //! Event-driven: nothing here polls.
 //!
 //! Who reads each watch:
@@ -61,7 +62,7 @@ use crate::controllers::runtime::controller::Requests;
 use crate::controllers::runtime::scoped;
 use crate::controllers::state::facts::{address_hold, address_key, pool_state};
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of};
-use crate::controllers::state::{Change, HoldRecord, Unready};
+use crate::controllers::state::{HoldRecord, Unready};
 use crate::settings::Settings;
 
 /// How long the API server keeps one watch open (its `timeoutSeconds`) before the watcher
@@ -108,6 +109,9 @@ pub struct Stores {
     /// When a watch of the feed last failed: the audit does not call a difference drift while
     /// a watch may still be catching up.
     pub interruptions: Arc<Interruptions>,
+    /// Where the feed hands the reuse-grace controller the released reservations, once the
+    /// registry has them.
+    pub(crate) released: mpsc::UnboundedSender<Arc<IPAddressReservation>>,
 }
 
 impl Stores {
@@ -252,30 +256,21 @@ fn project_event<K, T>(event: Event<K>, project: impl Fn(&K) -> T) -> Event<T> {
     }
 }
 
-/// What the feed hands on: a change for the registry, or Clusters whose claims may need waking.
-pub(crate) enum Fed {
-    /// A change for the registry; `relisted` when it is a whole list that is not the watch's
-    /// first (the audit then checks soon that the registry agrees with the API).
-    Registry { change: Change, relisted: bool },
-    /// A pool update of `kind`: the views for its pool cache, then its registry change.
+/// What one watch saw, re-lists folded in: its kind's [`Update`] of the facts it keeps, and for
+/// the reservations, the released ones the reuse-grace controller is to be handed. The feed
+/// (`controllers::feed`) turns it into what the registry, the pool caches and the controllers
+/// are told.
+pub(crate) enum Seen {
     Pools {
         kind: PoolKind,
-        views: Update<Arc<PoolView>>,
-        change: Change,
-        relisted: bool,
+        update: Update<PoolFacts>,
     },
-    /// Clusters and whether each is paused (`None`: deleted); `complete` when this is a whole
-    /// (re-)list, so that a Cluster missing from it is gone.
-    Clusters {
-        seen: Vec<(ObjectKey, Option<bool>)>,
-        complete: bool,
+    Clusters(Update<(ObjectKey, bool)>),
+    Reservations {
+        update: Update<(String, Option<HoldRecord>)>,
+        released: Vec<Arc<IPAddressReservation>>,
     },
-    /// An `IPAddress` update: its registry change, then who wrote each object it names.
-    Addresses {
-        change: Change,
-        relisted: bool,
-        creators: Update<(ObjectKey, Option<Creator>)>,
-    },
+    Addresses(Update<AddressFacts>),
 }
 
 /// The pause state of every Cluster as last seen, so that claims are woken only when it changes:
@@ -324,20 +319,11 @@ fn cluster_paused(cluster: &Cluster) -> bool {
     cluster.is_paused() || cluster.annotations().contains_key(PAUSED_ANNOTATION)
 }
 
-/// What one update of a watch hands to the feed (`controllers::feed`): what it tells the registry
-/// (or the Cluster pause record), then the controller triggers it makes, sent only once that is
-/// applied, so that a pool controller woken by a pool's update counts from a registry that already
-/// has it.
-pub(crate) struct Handed {
-    pub(crate) fed: Fed,
-    pub(crate) triggers: Option<Box<dyn FnOnce() + Send>>,
-}
-
 /// The watches, one per kind, merged; the feed (`controllers::feed`) drives them.
 pub struct Feeds(pub(crate) FeedSet);
 
 /// The watches being opened (see [`start`]).
-pub(crate) type FeedSet = SelectAll<BoxStream<'static, Result<Handed, watcher::Error>>>;
+pub(crate) type FeedSet = SelectAll<BoxStream<'static, Result<Seen, watcher::Error>>>;
 
 /// A controller's share of a kind's one watch: the store it reconciles from, and the objects the
 /// watch applied or (re-)listed, as triggers. It never opens a watch of its own.
@@ -364,13 +350,13 @@ where
     }
 }
 
-/// The watch's side of a [`Subscription`].
+/// The watch's side of a [`Subscription`]: it keeps the controller's store, and picks the
+/// objects to trigger, which the feed sends once the registry has them.
 struct Subscriber<K: Resource<DynamicType = ()> + Clone + 'static> {
     /// The objects the controller reconciles.
     selects: fn(&K) -> bool,
     /// The controller's own store of the selected objects.
     store: Writer<K>,
-    triggers: mpsc::UnboundedSender<Arc<K>>,
     /// The selected objects of a list under way, triggered once it is done.
     listed: Vec<Arc<K>>,
 }
@@ -379,29 +365,35 @@ impl<K> Subscriber<K>
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    /// A controller of the objects `selects` picks, with a store of just those.
-    fn only(selects: fn(&K) -> bool) -> (Subscriber<K>, Subscription<K>) {
+    /// A controller of the objects `selects` picks, with a store of just those; the sender is
+    /// where the feed hands it the objects [`Subscriber::take`] picks.
+    fn only(
+        selects: fn(&K) -> bool,
+    ) -> (
+        Subscriber<K>,
+        Subscription<K>,
+        mpsc::UnboundedSender<Arc<K>>,
+    ) {
         let writer = Writer::default();
         let store = writer.as_reader();
         let (triggers, rx) = mpsc::unbounded();
         let subscriber = Subscriber {
             selects,
             store: writer,
-            triggers,
             listed: Vec::new(),
         };
         let subscription = Subscription {
             store,
             triggers: rx,
         };
-        (subscriber, subscription)
+        (subscriber, subscription, triggers)
     }
 
-    /// Brings the controller's own store up to date with `event`; returns what sends the
-    /// triggers, if any: the selected object applied, or every selected object of a list once it
-    /// is done (as the watch of a `Controller::new` would). Only the selected objects of a list
-    /// are kept meanwhile.
-    fn take(&mut self, event: &Event<K>) -> Option<Box<dyn FnOnce() + Send>> {
+    /// Brings the controller's own store up to date with `event`; returns the objects to
+    /// trigger: the selected object applied, or every selected object of a list once it is done
+    /// (as the watch of a `Controller::new` would). Only the selected objects of a list are kept
+    /// meanwhile.
+    fn take(&mut self, event: &Event<K>) -> Vec<Arc<K>> {
         let selects = self.selects;
         let store = &mut self.store;
         let was_kept = |o: &K| store.as_reader().get(&ObjectRef::from_obj(o)).is_some();
@@ -414,53 +406,43 @@ where
             Event::InitApply(o) if !selects(o) => {}
             Event::Init | Event::InitApply(_) | Event::InitDone => store.apply_watcher_event(event),
         }
-        let selected: Vec<Arc<K>> = match event {
+        match event {
             Event::Init => {
                 self.listed.clear();
-                return None;
+                Vec::new()
             }
             Event::InitApply(o) => {
                 if selects(o) {
                     self.listed.push(Arc::new(o.clone()));
                 }
-                return None;
+                Vec::new()
             }
             Event::InitDone => std::mem::take(&mut self.listed),
             Event::Apply(o) if selects(o) => vec![Arc::new(o.clone())],
             Event::Apply(_) | Event::Delete(_) => Vec::new(),
-        };
-        if selected.is_empty() {
-            return None;
         }
-        let triggers = self.triggers.clone();
-        Some(Box::new(move || {
-            for object in selected {
-                // The controller is gone only when the whole run is ending.
-                let _ = triggers.unbounded_send(object);
-            }
-        }))
     }
 }
 
-/// The one watch of kind `K`: kept in `store` (if any) and handed to the `subscriber`'s
-/// controller; then each object is cut down to what `project` keeps of it, before any list is
-/// buffered (at 10,000 `IPAddress`es, whole objects buffered until a list is done were tens of
-/// MiB), and the [`Update`]s of those facts are what `fed` turns into what the registry is told.
+/// The one watch of kind `K`: kept in `store` (if any) and in the `subscriber`'s store; then
+/// each object is cut down to what `project` keeps of it, before any list is buffered (at 10,000
+/// `IPAddress`es, whole objects buffered until a list is done were tens of MiB), and `seen` tags
+/// the [`Update`]s of those facts, with the subscriber's objects to trigger, for the feed.
 fn watch<K, T>(
     api: Api<K>,
     config: watcher::Config,
     store: Option<Writer<K>>,
     mut subscriber: Option<Subscriber<K>>,
     project: fn(&K) -> T,
-    fed: fn(Update<T>) -> Fed,
-) -> BoxStream<'static, Result<Handed, watcher::Error>>
+    seen: fn(Update<T>, Vec<Arc<K>>) -> Seen,
+) -> BoxStream<'static, Result<Seen, watcher::Error>>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync,
     K: serde::de::DeserializeOwned + 'static,
     T: Send + 'static,
 {
-    // Kept objects lose the fields no reader reads; a watch that keeps only the facts `project` takes
-    // hands it the whole object (who wrote an `IPAddress` is read from them).
+    // Kept objects lose the fields no reader reads; a watch that keeps only the facts `project`
+    // takes hands it the whole object (who wrote an `IPAddress` is read from them).
     let keeps_objects = store.is_some() || subscriber.is_some();
     let events = watcher::watcher(api, config)
         .default_backoff()
@@ -476,60 +458,25 @@ where
     let mut lists = Lists::default();
     events
         .try_filter_map(move |event| {
-            let triggers = subscriber.as_mut().and_then(|s| s.take(&event));
-            let handed = lists
-                .fold(project_event(event, project))
-                .map(|update| Handed {
-                    fed: fed(update),
-                    triggers,
-                });
-            futures::future::ready(Ok(handed))
+            // Objects are picked only by events that fold into an update (`InitDone`, `Apply`).
+            let triggered = subscriber
+                .as_mut()
+                .map(|s| s.take(&event))
+                .unwrap_or_default();
+            let update = lists.fold(project_event(event, project));
+            futures::future::ready(Ok(update.map(|update| seen(update, triggered))))
         })
         .boxed()
 }
 
 /// What is kept of a pool: its key and state for the registry, and its view for the pool cache
 /// (which says whether the spec is valid from the same parse).
-type PoolFacts = (PoolKey, Result<ParsedSpec, Unready>, Arc<PoolView>);
+pub(crate) type PoolFacts = (PoolKey, Result<ParsedSpec, Unready>, Arc<PoolView>);
 
 fn pool_facts<P: IPPool>(pool: &P) -> PoolFacts {
     let state = pool_state(pool);
     let view = PoolView::of(pool, &state);
     (pool.key(), state, Arc::new(view))
-}
-
-/// The pool cache's and the registry's changes for a pool update.
-fn pool_change<P: IPPool>(update: Update<PoolFacts>) -> Fed {
-    let (views, change, relisted) = match update {
-        Update::Applied((key, state, view)) => {
-            (Update::Applied(view), Change::Pool(key, state), false)
-        }
-        Update::Deleted((key, _, view)) => (Update::Deleted(view), Change::PoolGone(key), false),
-        Update::Listed { items, first } => {
-            let (states, views) = items
-                .into_iter()
-                .map(|(key, state, view)| ((key, state), view))
-                .unzip();
-            (
-                Update::Listed {
-                    items: views,
-                    first,
-                },
-                Change::PoolsListed(P::KIND, states),
-                !first,
-            )
-        }
-    };
-    Fed::Pools {
-        kind: P::KIND,
-        views,
-        change,
-        relisted,
-    }
-}
-
-fn registry((change, relisted): (Change, bool)) -> Fed {
-    Fed::Registry { change, relisted }
 }
 
 /// What the Clusters' watch keeps of a Cluster: its key and whether it is paused.
@@ -541,54 +488,14 @@ fn cluster_facts(cluster: &Cluster) -> (ObjectKey, bool) {
     (key, cluster_paused(cluster))
 }
 
-/// What the Clusters' watch tells: whether each is paused.
-fn cluster_pauses(update: Update<(ObjectKey, bool)>) -> Fed {
-    match update {
-        Update::Applied((key, paused)) => Fed::Clusters {
-            seen: vec![(key, Some(paused))],
-            complete: false,
-        },
-        Update::Deleted((key, _)) => Fed::Clusters {
-            seen: vec![(key, None)],
-            complete: false,
-        },
-        Update::Listed { items, .. } => Fed::Clusters {
-            seen: items
-                .into_iter()
-                .map(|(key, paused)| (key, Some(paused)))
-                .collect(),
-            complete: true,
-        },
-    }
-}
-
 /// What the registry keeps of a reservation: its name and what it holds, if anything.
 fn reservation_facts(reservation: &IPAddressReservation) -> (String, Option<HoldRecord>) {
     (reservation.name_any(), hold_of(reservation))
 }
 
-/// The registry change for a reservation update.
-fn reservation_change(update: Update<(String, Option<HoldRecord>)>) -> Fed {
-    registry(match update {
-        Update::Applied((name, Some(hold))) => (Change::Reservation(name, hold), false),
-        Update::Applied((name, None)) | Update::Deleted((name, _)) => {
-            (Change::ReservationGone(name), false)
-        }
-        Update::Listed { items, first } => (
-            Change::ReservationsListed(
-                items
-                    .into_iter()
-                    .filter_map(|(name, hold)| Some((name, hold?)))
-                    .collect(),
-            ),
-            !first,
-        ),
-    })
-}
-
 /// What is kept of an `IPAddress`: its key, what it holds, if anything, and who wrote it when
 /// that was not inpool.
-type AddressFacts = (ObjectKey, Option<HoldRecord>, Option<Creator>);
+pub(crate) type AddressFacts = (ObjectKey, Option<HoldRecord>, Option<Creator>);
 
 fn address_facts(address: &IPAddress) -> AddressFacts {
     (
@@ -596,61 +503,6 @@ fn address_facts(address: &IPAddress) -> AddressFacts {
         address_hold(address),
         creator(address),
     )
-}
-
-/// The registry change for an `IPAddress` update, and who wrote the objects it names.
-fn address_change(update: Update<AddressFacts>) -> Fed {
-    let (holds, creators) = match update {
-        Update::Applied((key, hold, creator)) => (
-            Update::Applied((key.clone(), hold)),
-            Update::Applied((key, creator)),
-        ),
-        Update::Deleted((key, hold, creator)) => (
-            Update::Deleted((key.clone(), hold)),
-            Update::Deleted((key, creator)),
-        ),
-        Update::Listed { items, first } => {
-            let (holds, creators) = items
-                .into_iter()
-                .map(|(key, hold, creator)| ((key.clone(), hold), (key, creator)))
-                .unzip();
-            (
-                Update::Listed {
-                    items: holds,
-                    first,
-                },
-                Update::Listed {
-                    items: creators,
-                    first,
-                },
-            )
-        }
-    };
-    let (change, relisted) = address_hold_change(holds);
-    Fed::Addresses {
-        change,
-        relisted,
-        creators,
-    }
-}
-
-/// The registry change for an `IPAddress` update.
-fn address_hold_change(update: Update<(ObjectKey, Option<HoldRecord>)>) -> (Change, bool) {
-    match update {
-        Update::Applied((key, Some(hold))) => (Change::Address(key, hold), false),
-        Update::Applied((key, None)) | Update::Deleted((key, _)) => {
-            (Change::AddressGone(key), false)
-        }
-        Update::Listed { items, first } => (
-            Change::AddressesListed(
-                items
-                    .into_iter()
-                    .filter_map(|(key, hold)| Some((key, hold?)))
-                    .collect(),
-            ),
-            !first,
-        ),
-    }
 }
 
 /// The controllers that share the watches instead of opening their own.
@@ -680,17 +532,18 @@ pub fn start(
         Some(writer),
         None,
         cluster_facts,
-        cluster_pauses,
+        |update, _| Seen::Clusters(update),
     ));
 
-    let (subscriber, released) = Subscriber::only(IPAddressReservation::is_released);
+    let (subscriber, released, released_triggers) =
+        Subscriber::only(IPAddressReservation::is_released);
     feeds.push(watch(
         Api::<IPAddressReservation>::all(client.clone()),
         watch_config(),
         None,
         Some(subscriber),
         reservation_facts,
-        reservation_change,
+        |update, released| Seen::Reservations { update, released },
     ));
 
     feeds.push(watch(
@@ -699,7 +552,7 @@ pub fn start(
         None,
         None,
         address_facts,
-        address_change,
+        |update, _| Seen::Addresses(update),
     ));
 
     let stores = Stores {
@@ -710,6 +563,7 @@ pub fn start(
         cluster_pauses: Arc::new(ClusterPauses::default()),
         relisted: Arc::new(Notify::new()),
         interruptions: Arc::new(Interruptions::default()),
+        released: released_triggers,
     };
     let subscriptions = Subscriptions {
         pools: pool_inputs,
@@ -730,7 +584,10 @@ where
         None,
         None,
         pool_facts::<P>,
-        pool_change::<P>,
+        |update, _| Seen::Pools {
+            kind: P::KIND,
+            update,
+        },
     ));
 }
 
@@ -777,16 +634,16 @@ mod tests {
 
     #[test]
     fn a_subscriber_keeps_and_triggers_only_what_it_selects() {
-        let (mut subscriber, mut subscription) =
+        let (mut subscriber, subscription, _) =
             Subscriber::only(|m: &k8s_openapi::api::core::v1::ConfigMap| {
                 m.labels().contains_key("released")
             });
         let mut step = |events: Vec<Event<k8s_openapi::api::core::v1::ConfigMap>>| {
-            for event in &events {
-                if let Some(send) = subscriber.take(event) {
-                    send();
-                }
-            }
+            let triggered: Vec<String> = events
+                .iter()
+                .flat_map(|event| subscriber.take(event))
+                .map(|m| m.name_any())
+                .collect();
             let mut kept: Vec<String> = subscription
                 .store
                 .state()
@@ -794,10 +651,6 @@ mod tests {
                 .map(|m| m.name_any())
                 .collect();
             kept.sort();
-            let mut triggered = Vec::new();
-            while let Ok(m) = subscription.triggers.try_recv() {
-                triggered.push(m.name_any());
-            }
             (kept, triggered)
         };
         let list = |maps: Vec<k8s_openapi::api::core::v1::ConfigMap>| {
