@@ -1,5 +1,5 @@
 //! inpool's test bench, a crate of its own so that the `inpool` binary never builds it; only the
-//! integration tests, the demo and the scale harness depend on it.
+//! integration tests depend on it, and the demo and the scale and soak harnesses are its binaries.
 //!
 //! - This module: the local control plane (etcd + kube-apiserver + the garbage-collector and
 //!   namespace controllers) built from the Go sources beside this crate.
@@ -14,8 +14,10 @@
 //!   in-process controller and the `inpool` binary as a process.
 //! - [`fault_proxy`]: an HTTPS proxy in front of the API server that injects HTTP-level faults
 //!   (throttling, errors, resets, delays, blackholes) on command, for the fault suite.
-//! - [`scale`]: the scale harness's engine (the example `scale` in the root package runs it).
+//! - [`scale`]: the scale harness's engine.
 //! - `src/bin/demo.rs`: the demo (`cargo run --bin demo`).
+//! - `src/bin/scale/`, `src/bin/scale_slope.rs`, `src/bin/soak.rs`: the scale harness
+//!   (`cargo run --release --bin scale`), its slope picture and the soak run (docs/performance.md).
 //!
 //! - [`testenv_binary`] builds `target/testenv/inpool-testenv` with the Go toolchain, once per
 //!   process; a file lock makes concurrent processes wait for one build, and Go's build cache

@@ -21,9 +21,8 @@ use inpool_testenv::fault_proxy::{Fault, FaultProxy, Match, Rule, Seen};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
-use super::proxy::proxy_for;
 use super::{
-    Scenario, create_claims_in_background, delete_claims_in_background, force_delete,
+    Scenario, create_claims_in_background, delete_claims_in_background, force_delete, proxy_for,
     realised_and_waiting, start_provider,
 };
 

@@ -17,14 +17,13 @@ use std::time::{Duration, Instant};
 
 use inpool::api::reservation::IPAddressReservation;
 use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool};
-use inpool_testenv::fault_proxy::{Fault, Match, Rule};
+use inpool_testenv::fault_proxy::{Fault, FaultProxy, Match, Rule};
 use inpool_testenv::{common, support};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
 mod http;
-mod proxy;
 
 use common::{
     Inpool, assert_invariants, claim, create, pool, ready_of, signal, wait_for, wait_reason,
@@ -155,6 +154,14 @@ impl Moments {
 
 async fn client(kubeconfig: &Path) -> Client {
     support::client_from_kubeconfig(kubeconfig, None).await
+}
+
+/// A fault proxy in front of the control plane whose kubeconfig is `kubeconfig` (its PKI
+/// directory beside it).
+async fn proxy_for(kubeconfig: &Path) -> FaultProxy {
+    FaultProxy::start(kubeconfig, &kubeconfig.with_file_name("pki"))
+        .await
+        .expect("start the fault proxy")
 }
 
 /// What every fault test starts from: its turn, the control plane, a fresh namespace.
@@ -433,8 +440,8 @@ async fn two_providers_with_one_killed_mid_burst_leave_no_stray_reservation() {
 
 /// A fault proxy that holds every `IPAddress` create: a provider behind it stops between its
 /// reservation and its `IPAddress`.
-async fn holding_ipaddress_creates(kubeconfig: &Path) -> inpool_testenv::fault_proxy::FaultProxy {
-    let proxy = proxy::proxy_for(kubeconfig).await;
+async fn holding_ipaddress_creates(kubeconfig: &Path) -> FaultProxy {
+    let proxy = proxy_for(kubeconfig).await;
     proxy.set(Rule::new(
         Match::all().method("POST").path("/ipaddresses"),
         Fault::Blackhole,
@@ -446,7 +453,7 @@ async fn holding_ipaddress_creates(kubeconfig: &Path) -> inpool_testenv::fault_p
 /// two writes: it creates an `IPAddress` right after each reservation it creates, so once it has
 /// created one and as many of its `IPAddress` creates are held, it is. Returns how many
 /// reservations it created.
-async fn between_its_two_writes(proxy: &inpool_testenv::fault_proxy::FaultProxy) -> usize {
+async fn between_its_two_writes(proxy: &FaultProxy) -> usize {
     wait_for(
         "B holds a reservation whose IPAddress create is held",
         Duration::from_secs(60),
@@ -459,7 +466,7 @@ async fn between_its_two_writes(proxy: &inpool_testenv::fault_proxy::FaultProxy)
 }
 
 /// Reservations created through the proxy (answered 201).
-fn reservations_created(proxy: &inpool_testenv::fault_proxy::FaultProxy) -> usize {
+fn reservations_created(proxy: &FaultProxy) -> usize {
     proxy
         .requests()
         .iter()

@@ -6,7 +6,7 @@
 //! deleted — and counts of writes per claim, never timing. Before
 //! the release it restarts the provider (the harness's `restart` scenario) and asserts that the new
 //! process writes nothing while it catches up and reconciles each existing claim at most once.
-//! The full run with timings is `cargo run --release --example scale`.
+//! The full run with timings is `cargo run --release --bin scale`.
 //!
 //! It runs the global-pools scenario small too: 120 claims from 3 namespaces over 4
 //! `GlobalInClusterIPPool`s, with the same end-state checks.

@@ -1,6 +1,6 @@
 //! The scale harness's engine: the floor (an ideal provider that only writes), the provider
 //! scenarios (N claims in M pools against a provider process), the Ready tracker (a watch, not
-//! polling), and the end-of-run correctness check. Used by `examples/scale.rs` (the full run)
+//! polling), and the end-of-run correctness check. Used by `src/bin/scale/` (the full run)
 //! and `tests/scale/main.rs` (N = 200, correctness only).
 
 use std::collections::{BTreeMap, HashMap, HashSet};

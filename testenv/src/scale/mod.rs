@@ -1,6 +1,6 @@
-//! The scale harness (`cargo run --release --example scale`) and its correctness check at a small
+//! The scale harness (`cargo run --release --bin scale`) and its correctness check at a small
 //! size (`tests/`): the engine, the scenarios at size, the API server's request counts and the
-//! provider as a process. The example adds the command line and the report.
+//! provider as a process. The binary (`src/bin/scale/`) adds the command line and the report.
 //!
 //! - [`harness`]: the floor (an ideal provider that only writes), the provider scenarios (N
 //!   claims in M pools against a provider process), the Ready tracker and the end-of-run check;
@@ -8,7 +8,7 @@
 //! - [`foreign`]: what claims of another provider's pools cost inpool;
 //! - [`apimetrics`]: requests counted from the API server's own `/metrics`;
 //! - [`process`]: the provider under test as a process, with its resource use from `/proc`;
-//! - [`soak`]: what the soak run (`examples/soak.rs`) computes: slopes, duplicates, its picture.
+//! - [`soak`]: what the soak run (`src/bin/soak.rs`) computes: slopes, duplicates, its picture.
 
 pub mod apimetrics;
 pub mod atsize;
@@ -17,7 +17,7 @@ pub mod harness;
 pub mod process;
 pub mod soak;
 
-/// The examples' `main`: runs `run` on a multi-threaded runtime; success when it returns
+/// The harness binaries' `main`: runs `run` on a multi-threaded runtime; success when it returns
 /// `Ok(true)`, failure (with the error printed) otherwise.
 pub fn main(
     run: impl std::future::Future<Output = anyhow::Result<bool>>,

@@ -1,4 +1,4 @@
-//! What the soak run (`examples/soak.rs`) computes from its samples: the slope of a series after
+//! What the soak run (`src/bin/soak.rs`) computes from its samples: the slope of a series after
 //! warm-up, the duplicate check that holds at any moment of churn, and the picture (a small SVG
 //! written by hand: a few panels of lines, with the kills and restarts marked).
 

@@ -2,7 +2,7 @@
 //! control plane, side by side with the floor that control plane allows.
 //!
 //! ```text
-//! cargo run --release --example scale -- [--claims 10000] [--pre-allocations 1000]
+//! cargo run --release --bin scale -- [--claims 10000] [--pre-allocations 1000]
 //!     [--pools 10 --claims-per-pool 100]
 //!     [--global-pools 200 --global-namespaces 50] [--prefix-claims 1000] [--foreign-claims 100000]
 //!     [--skip-floor] [--provider-command "CMD"] [--provider-name NAME] [--json PATH]
@@ -38,7 +38,6 @@
 //! `--keep-claims`). It prints one
 //! Markdown table and writes the same figures as JSON. Linux only (`/proc`).
 
-#[path = "scale/report.rs"]
 mod report;
 
 use std::path::{Path, PathBuf};
@@ -182,7 +181,7 @@ fn crd_files() -> Vec<PathBuf> {
     support::crd_files()
 }
 
-/// `cargo build --release --bin inpool`, with the cargo that runs this example.
+/// `cargo build --release --bin inpool`, with the cargo that runs this harness.
 fn build_inpool() -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("building inpool (cargo build --release --bin inpool)");

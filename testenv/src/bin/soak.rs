@@ -2,8 +2,8 @@
 //! restarts and HTTP faults, sampled as it goes. Not a test and not in CI: it runs for hours.
 //!
 //! ```text
-//! cargo build --release --bin inpool --example soak
-//! nice -n 10 target/release/examples/soak [--minutes 60] [--claims 10000] [--spare 20]
+//! cargo build --release --bin inpool --bin soak
+//! nice -n 10 target/release/soak [--minutes 60] [--claims 10000] [--spare 20]
 //!     [--churn-batch 50] [--churn-seconds 10] [--kill-minutes 12] [--restart-minutes 20]
 //!     [--check-minutes 10] [--warm-up-minutes 10] [--sample-seconds 30] [--seed N]
 //! ```

@@ -9,15 +9,14 @@ use futures::StreamExt;
 use inpool::api::IPAddressClaim;
 use inpool_testenv::common::{claim, wait_for};
 use inpool_testenv::fault_proxy::{Fault, FaultProxy, Match, Rule};
+use inpool_testenv::support;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 use tokio::io::AsyncWriteExt;
 use tokio_rustls::rustls;
 
-use super::Scenario;
-
 /// A fault proxy in front of the control plane whose kubeconfig is `kubeconfig` (its PKI
 /// directory beside it).
-pub async fn proxy_for(kubeconfig: &std::path::Path) -> FaultProxy {
+async fn proxy_for(kubeconfig: &std::path::Path) -> FaultProxy {
     FaultProxy::start(kubeconfig, &kubeconfig.with_file_name("pki"))
         .await
         .expect("start the fault proxy")
@@ -25,15 +24,11 @@ pub async fn proxy_for(kubeconfig: &std::path::Path) -> FaultProxy {
 
 #[tokio::test]
 async fn the_fault_proxy_holds_a_request_and_drops_it_when_its_client_is_gone() {
-    let Scenario {
-        _turn,
-        kubeconfig,
-        client,
-        ns,
-        ..
-    } = Scenario::start().await;
-    let proxy = proxy_for(&kubeconfig).await;
-    let proxied = super::client(proxy.kubeconfig()).await;
+    let env = support::env();
+    let kubeconfig = env.kubeconfig();
+    let (client, ns) = env.namespace().await;
+    let proxy = proxy_for(kubeconfig).await;
+    let proxied = support::client_from_kubeconfig(proxy.kubeconfig(), None).await;
     let direct: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
     let through: Api<IPAddressClaim> = Api::namespaced(proxied.clone(), &ns);
     through

@@ -2,7 +2,7 @@
 //! in one pool, each from one run of the scale harness, drawn with the soak run's panels.
 //!
 //! ```text
-//! cargo run --release --example scale_slope -- --out docs/scale-slope.svg \
+//! cargo run --release --bin scale_slope -- --out docs/scale-slope.svg \
 //!     --point CLAIMS:SECONDS:FLOOR_SECONDS:PEAK_MIB ...
 //! ```
 //!
