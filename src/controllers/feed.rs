@@ -76,7 +76,12 @@ fn apply(ctx: &Context, seen: Seen) {
             pools.changed(kind, changed);
         }
         Seen::Reservations { update, released } => {
-            let (change, relisted) = reservation_change(update);
+            let (change, relisted) = hold_change(
+                update,
+                Change::Reservation,
+                Change::ReservationGone,
+                Change::ReservationsListed,
+            );
             apply_to_registry(ctx, change, relisted);
             for reservation in released {
                 // The controller is gone only when the whole run is ending.
@@ -85,7 +90,12 @@ fn apply(ctx: &Context, seen: Seen) {
         }
         Seen::Addresses(update) => {
             let (holds, creators) = split_creators(update);
-            let (change, relisted) = address_change(holds);
+            let (change, relisted) = hold_change(
+                holds,
+                Change::Address,
+                Change::AddressGone,
+                Change::AddressesListed,
+            );
             apply_to_registry(ctx, change, relisted);
             ctx.writers
                 .observe(&ctx.stores, &ctx.metrics, &ctx.events, creators);
@@ -173,25 +183,6 @@ fn cluster_pauses(update: Update<(ObjectKey, bool)>) -> (Vec<(ObjectKey, Option<
     }
 }
 
-/// The registry change for a reservation update, and whether it is a re-list.
-fn reservation_change(update: Update<(String, Option<HoldRecord>)>) -> (Change, bool) {
-    match update {
-        Update::Applied((name, Some(hold))) => (Change::Reservation(name, hold), false),
-        Update::Applied((name, None)) | Update::Deleted((name, _)) => {
-            (Change::ReservationGone(name), false)
-        }
-        Update::Listed { items, first } => (
-            Change::ReservationsListed(
-                items
-                    .into_iter()
-                    .filter_map(|(name, hold)| Some((name, hold?)))
-                    .collect(),
-            ),
-            !first,
-        ),
-    }
-}
-
 /// Who wrote each `IPAddress` an update names, when that was not inpool.
 type AddressCreators = Update<(ObjectKey, Option<Creator>)>;
 
@@ -227,15 +218,20 @@ fn split_creators(
     }
 }
 
-/// The registry change for an `IPAddress` update, and whether it is a re-list.
-fn address_change(update: Update<(ObjectKey, Option<HoldRecord>)>) -> (Change, bool) {
+/// The registry change for an update of objects keyed by `K` that may hold an address (a
+/// reservation, an `IPAddress`), and whether it is a re-list: `held` for one that holds, `gone`
+/// for one that holds nothing or is deleted, `listed` for a whole list of those that hold.
+fn hold_change<K>(
+    update: Update<(K, Option<HoldRecord>)>,
+    held: fn(K, HoldRecord) -> Change,
+    gone: fn(K) -> Change,
+    listed: fn(Vec<(K, HoldRecord)>) -> Change,
+) -> (Change, bool) {
     match update {
-        Update::Applied((key, Some(hold))) => (Change::Address(key, hold), false),
-        Update::Applied((key, None)) | Update::Deleted((key, _)) => {
-            (Change::AddressGone(key), false)
-        }
+        Update::Applied((key, Some(hold))) => (held(key, hold), false),
+        Update::Applied((key, None)) | Update::Deleted((key, _)) => (gone(key), false),
         Update::Listed { items, first } => (
-            Change::AddressesListed(
+            listed(
                 items
                     .into_iter()
                     .filter_map(|(key, hold)| Some((key, hold?)))

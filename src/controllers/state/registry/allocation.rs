@@ -166,6 +166,18 @@ impl Registry {
     /// the pool (one address while the pool is not ready).
     pub fn hold_in_flight(&mut self, pool: &PoolKey, claim: &ObjectKey, ip: IpAddr) -> InFlight {
         self.dirty.insert(pool.clone());
+        self.hold_for(pool, claim, ip, pool.scope())
+    }
+
+    /// Takes `claim` out of `pool`'s queue and holds `ip` in flight for it, to be reserved in
+    /// `scope`: one unit of the pool (one address while the pool is not ready).
+    pub(super) fn hold_for(
+        &mut self,
+        pool: &PoolKey,
+        claim: &ObjectKey,
+        ip: IpAddr,
+        scope: Scope,
+    ) -> InFlight {
         let entry = self.pool_entry(pool);
         let left = entry.unqueue_where(|queued| queued == claim);
         let length = entry
@@ -177,7 +189,7 @@ impl Registry {
             ip,
             length,
             holder: Holder::Claim(claim.clone()),
-            scope: pool.scope(),
+            scope,
         })
     }
 

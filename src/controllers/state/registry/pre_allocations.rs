@@ -214,20 +214,8 @@ impl Registry {
         if let Some(conflict) = self.pre_allocation_conflict(pool, claim, ip) {
             return Allocation::PreAllocationConflict { ip, conflict };
         }
-        let entry = self.pool_entry(pool);
-        let left = entry.unqueue_where(|queued| queued == claim);
-        let length = entry
-            .unit_length()
-            .unwrap_or_else(|| HoldRecord::address_length(ip));
-        self.waiting_claims -= left;
         let scope = self.reservation_scope(pool, ip);
-        let held = self.start_in_flight(HoldRecord {
-            pool: pool.clone(),
-            ip,
-            length,
-            holder: Holder::Claim(claim.clone()),
-            scope: scope.clone(),
-        });
+        let held = self.hold_for(pool, claim, ip, scope.clone());
         Allocation::Reserve { held, scope }
     }
 
