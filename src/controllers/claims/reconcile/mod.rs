@@ -194,3 +194,6 @@ async fn realise(
     // this process's watch shortly.
     Ok(Action::requeue(Duration::from_millis(200)))
 }
+
+#[cfg(test)]
+mod tests;
