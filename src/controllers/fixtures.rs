@@ -4,6 +4,7 @@
 //! `fixtures.rs` scenarios, on kube's own mock, `tower_test::mock`). Its rule: a scenario fails on
 //! a request out of order, a request too many, or one that never comes.
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use futures::channel::mpsc;
 use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
 use kube::runtime::{reflector, watcher};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use super::claims::cache::{CacheWriter, ClaimCache};
@@ -22,12 +23,18 @@ use super::sources::pool_kinds::PoolObject;
 use super::sources::{served, watch};
 use super::state::Change;
 use super::state::facts::pool_state;
-use crate::api::{Cluster, IPAddressClaim};
+use super::state::reservation::{IPAddressReservation, hold_of, new_reservation};
+use crate::api::{
+    Cluster, IPAddressClaim, InClusterIPPool, InClusterIPPoolSpec, ObjectKey, PoolKey, PoolKind,
+    Scope,
+};
 use crate::settings::Settings;
 use crate::telemetry::Metrics;
 
-/// How long a scenario waits for a request, or for the step to end once its script is played.
-const PATIENCE: Duration = Duration::from_secs(2);
+/// How long a scenario waits for a request, or for the step to end once its script is played:
+/// longer than any wait of a step (the audit's 5 s settle), so that a test in paused time, where
+/// the clock jumps to the next timer, sees the step's timers first.
+const PATIENCE: Duration = Duration::from_secs(10);
 
 /// The mock API server's end: the requests the client sends, each waiting for its answer.
 pub(crate) type Server = tower_test::mock::Handle<Request<Body>, Response<Body>>;
@@ -85,6 +92,13 @@ impl Mock {
         let requests = writer.apply(watcher::Event::Apply(WatchedClaim::from(claim)));
         let (key, _) = requests.first().expect("a claim of a served pool kind");
         self.ctx.stores.claim(key).expect("the claim just cached")
+    }
+
+    /// Tells the registry of `reservation`, as its watch event would.
+    pub(crate) fn learn(&self, reservation: &IPAddressReservation) {
+        let hold = hold_of(reservation).expect("a reservation of a pool");
+        self.ctx
+            .apply(Change::Reservation(reservation.name_any(), hold));
     }
 
     /// Puts `cluster` into the Cluster store.
@@ -246,4 +260,30 @@ pub(crate) fn stored<K: Resource>(mut object: K, uid: &str, version: &str) -> K 
     object.meta_mut().uid = Some(uid.to_string());
     object.meta_mut().resource_version = Some(version.to_string());
     object
+}
+
+/// `InClusterIPPool` `ns/p` of `addresses`, /24, gateway 10.0.0.1, as the API server keeps it
+/// (UID `pool-uid`, resourceVersion 1).
+pub(crate) fn ip_pool(addresses: &[&str]) -> InClusterIPPool {
+    let mut spec = InClusterIPPoolSpec::new(addresses.iter().copied(), 24);
+    spec.gateway = Some("10.0.0.1".into());
+    let mut pool = InClusterIPPool::new("p", spec);
+    pool.metadata.namespace = Some("ns".into());
+    stored(pool, "pool-uid", "1")
+}
+
+/// The key of [`ip_pool`].
+pub(crate) fn pool_key() -> PoolKey {
+    PoolKey::of_kind(PoolKind::InCluster, Some("ns"), "p").expect("a pool key")
+}
+
+/// The reservation inpool makes of `ip` of [`ip_pool`] for claim `ns/claim` (of UID
+/// `claim-uid`), as the API server keeps it.
+pub(crate) fn reservation(claim: &str, ip: &str) -> IPAddressReservation {
+    let ip: IpAddr = ip.parse().expect("an IP address");
+    let scope = Scope::Namespace("ns".into());
+    let claim_key = ObjectKey::new("ns", claim);
+    let uid = Some(format!("{claim}-uid"));
+    let reservation = new_reservation(&scope, &pool_key(), &claim_key, uid, ip, 32);
+    stored(reservation, "reservation-uid", "5")
 }

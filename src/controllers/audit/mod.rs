@@ -216,3 +216,58 @@ pub async fn audit(ctx: &Context) -> Result<Found, Error> {
     forget_what_is_gone(ctx);
     Ok(found)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::InClusterIPPool;
+    use crate::controllers::fixtures::{Expect, Mock, ip_pool, pool_key, reservation, scenario};
+
+    /// The lists of one audit, answered with `pool` and nothing else.
+    fn lists(pool: &InClusterIPPool) -> Vec<Expect> {
+        let list = |path: &str, items: Vec<serde_json::Value>| {
+            Expect::get(format!("{path}?&limit=500")).answer(&serde_json::json!({
+                "apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "9"},
+                "items": items,
+            }))
+        };
+        let pools = "/apis/ipam.cluster.x-k8s.io/v1alpha2";
+        vec![
+            list(
+                &format!("{pools}/inclusterippools"),
+                vec![serde_json::to_value(pool).unwrap()],
+            ),
+            list(&format!("{pools}/globalinclusterippools"), Vec::new()),
+            list(&format!("{pools}/inclusterprefixpools"), Vec::new()),
+            list(&format!("{pools}/globalinclusterprefixpools"), Vec::new()),
+            list(
+                "/apis/ipam.cluster.x-k8s.io/v1beta2/ipaddresses",
+                Vec::new(),
+            ),
+            list(
+                "/apis/ipam.inpool.dev/v1alpha1/ipaddressreservations",
+                Vec::new(),
+            ),
+        ]
+    }
+
+    /// A reservation the registry holds and the API server lists no more, twice, is drift: the
+    /// registry lets go of it. The audit only lists: the correction sends nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_reservation_gone_from_both_lists_is_drift_and_corrected() {
+        let mut mock = Mock::new();
+        let pool = ip_pool(&["10.0.0.10-10.0.0.11"]);
+        mock.pool(&pool);
+        mock.learn(&reservation("c1", "10.0.0.10"));
+        let ctx = mock.ctx.clone();
+        let audited = async move { audit(&ctx).await };
+        let script = lists(&pool).into_iter().chain(lists(&pool)).collect();
+        let found = scenario(&mut mock.server, audited, script).await.unwrap();
+        let drift = Found {
+            drift: 1,
+            ..Found::default()
+        };
+        assert_eq!(found, drift);
+        assert!(mock.ctx.registry().reservations_in(&pool_key()).is_empty());
+    }
+}

@@ -1,26 +1,26 @@
 //! The claim reconcile against a mock API server: for each step, every request it sends, in
 //! order, with the fields of its body that carry the step's meaning, and nothing else.
-use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use serde_json::json;
 
 use super::{error_policy, reconcile};
 use crate::api::conditions::now;
 use crate::api::{
     ADDRESS_FINALIZER, CLAIM_FINALIZER, IPAM_GROUP, IPAddress, IPAddressClaim,
-    IPAddressClaimReference, IPAddressClaimSpec, IPAddressSpec, IPPoolReference, InClusterIPPool,
-    InClusterIPPoolSpec, ObjectKey, PAUSED_ANNOTATION, PoolKey, PoolKind, REASON_ADDRESS_ALLOCATED,
-    REASON_ALLOCATION_FAILED, REASON_POOL_EXHAUSTED, REASON_POOL_NOT_READY,
+    IPAddressClaimReference, IPAddressClaimSpec, IPAddressSpec, IPPoolReference, ObjectKey,
+    PAUSED_ANNOTATION, REASON_ADDRESS_ALLOCATED, REASON_ALLOCATION_FAILED, REASON_POOL_EXHAUSTED,
+    REASON_POOL_NOT_READY,
 };
 use crate::controllers::claims::cached_claim::CachedClaim;
-use crate::controllers::fixtures::{Expect, Mock, scenario, stored};
+use crate::controllers::fixtures::{
+    Expect, Mock, ip_pool, pool_key, reservation, scenario, stored,
+};
 use crate::controllers::runtime::controller::Action;
 use crate::controllers::runtime::error::Error;
 use crate::controllers::state::Change;
 use crate::controllers::state::facts::{address_hold, address_key};
-use crate::controllers::state::reservation::{IPAddressReservation, hold_of, new_reservation};
-use serde_json::json;
 
 const ADDRESSES: &str = "/apis/ipam.cluster.x-k8s.io/v1beta2/namespaces/ns/ipaddresses";
 const RESERVATIONS: &str = "/apis/ipam.inpool.dev/v1alpha1/ipaddressreservations";
@@ -28,19 +28,6 @@ const CLAIMS: &str = "/apis/ipam.cluster.x-k8s.io/v1beta2/namespaces/ns/ipaddres
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ns/events";
 /// The query of every create inpool makes.
 const CREATE: &str = "?&fieldManager=inpool";
-
-/// `InClusterIPPool` `ns/p` of `addresses`, /24, gateway 10.0.0.1, as the API server keeps it.
-fn pool(addresses: &[&str]) -> InClusterIPPool {
-    let mut spec = InClusterIPPoolSpec::new(addresses.iter().copied(), 24);
-    spec.gateway = Some("10.0.0.1".into());
-    let mut pool = InClusterIPPool::new("p", spec);
-    pool.metadata.namespace = Some("ns".into());
-    stored(pool, "pool-uid", "1")
-}
-
-fn pool_key() -> PoolKey {
-    PoolKey::of_kind(PoolKind::InCluster, Some("ns"), "p").unwrap()
-}
 
 /// Claim `ns/name` on pool `ns/p`, as the API server keeps it, with inpool's finalizer.
 fn claim(name: &str) -> IPAddressClaim {
@@ -61,7 +48,7 @@ fn claim(name: &str) -> IPAddressClaim {
 /// A mock API server and a Context that knows pool `ns/p` of 10.0.0.10 and 10.0.0.11.
 fn world() -> Mock {
     let mock = Mock::new();
-    mock.pool(&pool(&["10.0.0.10-10.0.0.11"]));
+    mock.pool(&ip_pool(&["10.0.0.10-10.0.0.11"]));
     mock
 }
 
@@ -79,15 +66,6 @@ async fn reconcile_claim(
         script,
     )
     .await
-}
-
-/// Tells the registry of `reservation`, as its watch event would.
-fn learn(mock: &Mock, reservation: &IPAddressReservation) {
-    let hold = hold_of(reservation).expect("a reservation of a pool");
-    mock.ctx.apply(Change::Reservation(
-        reservation.metadata.name.clone().unwrap(),
-        hold,
-    ));
 }
 
 /// The `IPAddress` inpool writes for claim `ns/name` (of UID `name-uid`) holding `ip`.
@@ -116,22 +94,6 @@ fn address(name: &str, ip: &str) -> IPAddress {
         owner("InClusterIPPool", "p", "pool-uid".into(), false),
     ]);
     stored(address, "address-uid", "7")
-}
-
-/// The reservation inpool makes of `ip` in namespace `ns` for claim `ns/name`.
-fn reservation(name: &str, ip: &str) -> IPAddressReservation {
-    let ip: IpAddr = ip.parse().unwrap();
-    let scope = crate::api::Scope::Namespace("ns".into());
-    let claim = ObjectKey::new("ns", name);
-    let reservation = new_reservation(
-        &scope,
-        &pool_key(),
-        &claim,
-        Some(format!("{name}-uid")),
-        ip,
-        32,
-    );
-    stored(reservation, "reservation-uid", "5")
 }
 
 /// The look-up of an existing `IPAddress` named after the claim, answered "none".
@@ -228,6 +190,19 @@ async fn a_new_claim_reserves_then_creates_its_address_then_says_ready() {
 }
 
 #[tokio::test]
+async fn a_claim_without_inpools_finalizer_gets_it_before_anything_else() {
+    let mut mock = world();
+    let mut c1 = claim("c1");
+    c1.metadata.finalizers = None;
+    let finalizer = Expect::patch(format!("{CLAIMS}/c1?&fieldManager=inpool"))
+        .with("/metadata/resourceVersion", "1")
+        .with("/metadata/finalizers", json!([CLAIM_FINALIZER]))
+        .answer(&stored(claim("c1"), "c1-uid", "2"));
+    let script = [finalizer].into_iter().chain(allocation("c1", "10.0.0.10"));
+    allocates(&mut mock, &c1, script).await;
+}
+
+#[tokio::test]
 async fn an_existing_address_of_the_claim_is_adopted_with_its_reservation() {
     let mut mock = world();
     let c1 = claim("c1");
@@ -244,7 +219,7 @@ async fn a_deleting_claim_releases_its_address_and_reservation_then_its_finalize
     let mut held = address("c1", "10.0.0.10");
     held.metadata.finalizers = Some(vec![ADDRESS_FINALIZER.into()]);
     let reserved = reservation("c1", "10.0.0.10");
-    learn(&mock, &reserved);
+    mock.learn(&reserved);
     let hold = address_hold(&held).unwrap();
     mock.ctx.apply(Change::Address(address_key(&held), hold));
     let mut c1 = claim("c1");
@@ -280,8 +255,8 @@ async fn waits_for(mut mock: Mock, reason: &str) {
 #[tokio::test]
 async fn a_claim_of_an_exhausted_pool_says_so_and_waits() {
     let mock = Mock::new();
-    mock.pool(&pool(&["10.0.0.10"]));
-    learn(&mock, &reservation("c0", "10.0.0.10"));
+    mock.pool(&ip_pool(&["10.0.0.10"]));
+    mock.learn(&reservation("c0", "10.0.0.10"));
     waits_for(mock, REASON_POOL_EXHAUSTED).await;
 }
 
