@@ -1,6 +1,7 @@
 //! What the flags come to: the controllers' [`Settings`], the leader election's
 //! [`LeaseSettings`], the diagnostics server's settings, the log filter, and the caveats the
-//! binary logs at start for flags it accepts but cannot honour as asked.
+//! binary logs at start for flags it accepts but cannot honour as asked. Nothing here fails on
+//! flags [`Args::check`](super::Args) accepted: what cannot be honoured is a caveat.
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

@@ -1,5 +1,6 @@
 //! Memory: lets go of what is kept for objects that are gone (pools no longer referred to,
-//! claims that no longer wait, records of own writes and of status-write times).
+//! claims that no longer wait, records of own writes and of status-write times). What a live
+//! claim or a known pool may still need is kept.
 use std::collections::HashSet;
 
 use crate::api::ObjectKey;

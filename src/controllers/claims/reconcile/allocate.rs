@@ -1,6 +1,6 @@
 //! Allocation: recover a reservation the claim already holds, or reserve an address, then create
-//! the claim's `IPAddress` for it. Every answer the API server gives is learnt by the registry
-//! before the watch brings it.
+//! the claim's `IPAddress` for it. What the API server answers about a hold (a reservation
+//! created or found taken, an `IPAddress`) is learnt by the registry before the watch brings it.
 use std::net::IpAddr;
 use std::time::Duration;
 

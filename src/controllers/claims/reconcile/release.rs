@@ -1,5 +1,6 @@
 //! Release: a deleted claim gives its `IPAddress` and reservations back (at once, or kept
-//! released for the pool's reuse grace period), then inpool lets go of the claim's finalizer.
+//! released for the pool's reuse grace period), then inpool lets go of the claim's finalizer. A
+//! paused claim waits; a claim on the move (`clusterctl move`) leaves its address to the target.
 use std::time::Duration;
 
 use kube::ResourceExt;
