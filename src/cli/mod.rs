@@ -19,8 +19,8 @@
 //!   A flag nobody knows fails, naming it.
 //! - Durations in Go's syntax (`1m30s`, `500ms`), or a plain number of seconds.
 //!
-//! One concern per file: [`args`] (the flags), [`values`] (parsing one flag's value),
-//! [`settings`] (what the flags come to).
+//! One concern per file: `args` (the flags), `values` (parsing one flag's value),
+//! `settings` (what the flags come to).
 
 mod args;
 mod settings;

@@ -13,9 +13,10 @@
 //!   the reservations [`plan::release`] names, then of the claim's finalizer.
 //!
 //! One concern per file: [`lifecycle`] (pause and Cluster gates, the claim's finalizer),
-//! [`allocate`] (recover or reserve an address, then create its `IPAddress`), [`adopt`] (an
-//! existing `IPAddress`), [`release`] (a deleted claim), [`conditions`] (`Ready` and the Events
-//! that go with it). This file runs them in order; the files beside it call only each other.
+//! [`allocate`] (recover or reserve an address, then create its `IPAddress`),
+//! [`adopt`](mod@adopt) (an existing `IPAddress`), [`release`](mod@release) (a deleted claim),
+//! [`conditions`] (`Ready` and the Events that go with it). This file runs them in order; what
+//! they hold is called from this folder only.
 mod adopt;
 mod allocate;
 mod conditions;
