@@ -1,7 +1,12 @@
 //! The parser's tests: defaults, environment, values, and the flags Cluster API's tooling writes.
 
 use super::*;
+use crate::telemetry::tls::{self, TlsPolicy};
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
 const CHILD_MARKER: &str = "INPOOL_CLI_TEST_CHILD_ARGS";
 

@@ -15,7 +15,7 @@ use kube::{Client, Resource};
 use super::audit::evidence::{StrayChecks, look_for_strays};
 use super::claims::own_writes::OwnWrites;
 use super::pools::pacing::StatusPacing;
-use super::runtime::{ControllerContext, error, events};
+use super::runtime::{ControllerContext, MANAGER, error, events};
 use super::sources::{served, watch, writers};
 use super::state::{Change, InFlight, Registry, Ticket, Unready};
 use crate::api::{ObjectKey, PoolKey};
@@ -81,6 +81,33 @@ impl std::ops::Deref for RegistryRead<'_> {
 }
 
 impl Context {
+    /// The context of one run: an empty registry beside the `stores` the watches keep, the pool
+    /// kinds `served`, and `wake` for the claims to reconcile.
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        metrics: Metrics,
+        stores: watch::Stores,
+        served: served::ServedKinds,
+        wake: mpsc::UnboundedSender<ObjectKey>,
+    ) -> Context {
+        Context {
+            events: events::Events::new(client.clone(), MANAGER),
+            client,
+            writers: writers::Writers::new(settings.ignore_reference_provider_lease),
+            settings,
+            registry: Mutex::new(Registry::default()),
+            stores,
+            metrics,
+            wake,
+            pool_writes: Mutex::default(),
+            own_writes: Mutex::default(),
+            retries: error::Retries::default(),
+            served,
+            strays: StrayChecks::default(),
+        }
+    }
+
     /// Locks the registry for reading (never held across an await).
     pub fn registry(&self) -> RegistryRead<'_> {
         RegistryRead(self.registry.lock().expect("registry lock"))

@@ -26,6 +26,8 @@ pub(crate) mod audit;
 pub(crate) mod claims;
 pub(crate) mod context;
 pub(crate) mod feed;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod footprint;
 pub(crate) mod pools;
 mod run;

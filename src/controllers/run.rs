@@ -1,18 +1,15 @@
 //! [`run`]: the wiring of the watches, the feed, the reconcilers and the audit around one
 //! [`Context`], for as long as this process leads.
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::channel::mpsc;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 
-use super::audit::evidence::StrayChecks;
 use super::claims::cache::{CacheWriter, ClaimCache};
 use super::context::Context;
 use super::runtime::controller::Controller;
-use super::runtime::{MANAGER, error, events};
 use super::sources::{claim_watch, served, watch, writers};
-use super::state::Registry;
 use super::{audit, claims, feed, pools};
 use crate::settings::Settings;
 use crate::telemetry::{HealthState, Metrics};
@@ -34,21 +31,9 @@ pub async fn run(
     // A prefix kind without its CRD or RBAC is skipped, not watched in vain (see `served`).
     let served = served::discover(&client, &settings, &metrics).await?;
     let (stores, feeds, subscriptions) = watch::start(&client, &settings, claim_cache, &served);
-    let ctx = Arc::new(Context {
-        events: events::Events::new(client.clone(), MANAGER),
-        client: client.clone(),
-        settings: settings.clone(),
-        registry: Mutex::new(Registry::default()),
-        stores,
-        metrics,
-        wake: wake_tx,
-        pool_writes: Mutex::default(),
-        own_writes: Mutex::default(),
-        retries: error::Retries::default(),
-        served,
-        strays: StrayChecks::default(),
-        writers: writers::Writers::new(settings.ignore_reference_provider_lease),
-    });
+    let ctx = Arc::new(Context::new(
+        client, settings, metrics, stores, served, wake_tx,
+    ));
     // The feed is part of this future, not a detached task: when the future is dropped (lease
     // lost), the watches and the registry go with it.
     let feeding = feed::feed(ctx.clone(), feeds);

@@ -136,16 +136,34 @@ fn module_of(file: &str) -> Vec<String> {
     segments
 }
 
-/// The code of a file without its comments and its unit tests (everything from its
-/// `#[cfg(test)] mod tests` on).
+/// The code of a file without its comments and its inline unit tests: each `#[cfg(test)]` item
+/// that opens a block (`mod tests { ... }`) is cut to its closing brace; everything around it,
+/// before or after, stays.
 fn code(text: &str) -> String {
-    let text = text
-        .split_once("#[cfg(test)]\nmod tests")
-        .map_or(text, |(code, _)| code);
-    text.lines()
+    let lines: Vec<&str> = text
+        .lines()
         .filter(|line| !line.trim_start().starts_with("//"))
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect();
+    let mut kept = Vec::new();
+    let mut lines = lines.into_iter();
+    while let Some(line) = lines.next() {
+        if line.trim() != "#[cfg(test)]" {
+            kept.push(line);
+            continue;
+        }
+        let Some(item) = lines.next() else { break };
+        if !item.trim_end().ends_with('{') {
+            continue; // `mod tests;`, a test-only `use` or function signature on one line
+        }
+        let mut depth = 1i32;
+        for inner in lines.by_ref() {
+            depth += inner.matches('{').count() as i32 - inner.matches('}').count() as i32;
+            if depth <= 0 {
+                break;
+            }
+        }
+    }
+    kept.join("\n")
 }
 
 /// `a::{b, c::{d, e}}` as `a::b`, `a::c::d`, `a::c::e`.
@@ -403,6 +421,14 @@ fn the_layering_check_catches_a_planted_wrong_import() {
     assert_eq!(
         planted("telemetry/metrics.rs", "use crate::cli::Args;"),
         ["telemetry/metrics imports cli, a layer above it"]
+    );
+    // A unit-test module declared above the code hides none of it.
+    assert_eq!(
+        planted(
+            "telemetry/metrics.rs",
+            "#[cfg(test)]\nmod tests;\n#[cfg(test)]\nmod more {\n    use crate::cli::Args;\n}\nuse crate::inspect::Snapshot;"
+        ),
+        ["telemetry/metrics imports inspect, a layer above it"]
     );
     let faults = planted(
         "controllers/runtime/queue.rs",

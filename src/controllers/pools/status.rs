@@ -542,6 +542,39 @@ mod tests {
     use super::*;
     use crate::api::ObjectKey;
     use crate::api::PoolKind;
+    use crate::api::{InClusterIPPool, POOL_FINALIZER};
+    use crate::controllers::fixtures::{Expect, Mock, ip_pool, pool_key, reservation, scenario};
+
+    /// A pool new to inpool gets `ProtectPool` (guarded by the version read), then its status:
+    /// the counts of what the registry holds, and its conditions; nothing else is sent.
+    #[tokio::test]
+    async fn a_new_pool_is_protected_then_its_counts_are_written() {
+        let mut mock = Mock::new();
+        let pool = ip_pool(&["10.0.0.10-10.0.0.11"]);
+        mock.pool(&pool);
+        mock.learn(&reservation("c1", "10.0.0.10"));
+        let view = mock.ctx.stores.pool(&pool_key()).unwrap();
+        let path = "/apis/ipam.cluster.x-k8s.io/v1alpha2/namespaces/ns/inclusterippools/p";
+        let script = vec![
+            Expect::patch(format!("{path}?&fieldManager=inpool"))
+                .with("/metadata/resourceVersion", "1")
+                .with("/metadata/finalizers", serde_json::json!([POOL_FINALIZER]))
+                .answer(&pool),
+            Expect::patch(format!("{path}/status?&force=true&fieldManager=inpool"))
+                .with("/kind", "InClusterIPPool")
+                .with("/status/ipAddresses/total", 2)
+                .with("/status/ipAddresses/used", 1)
+                .with("/status/ipAddresses/free", 1)
+                .with("/status/conditions/0/type", "Ready")
+                .with("/status/conditions/0/status", "True")
+                .with("/status/conditions/1/type", "AddressesAvailable")
+                .with("/status/conditions/1/message", "1 of 2 addresses are free")
+                .answer(&pool),
+        ];
+        let reconciled = reconcile::<InClusterIPPool>(view, mock.ctx.clone());
+        let action = scenario(&mut mock.server, reconciled, script).await;
+        assert_eq!(action.unwrap(), Action::await_change());
+    }
 
     #[test]
     fn a_condition_turns_on_its_status_or_reason_not_its_message() {

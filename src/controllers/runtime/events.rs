@@ -4,7 +4,7 @@
 //! a series, and sweeps that whole cache on every publish: at 10,000 claims realised in a few
 //! minutes that is one cached Event (about 1.5 KiB) per claim, and a sweep over all of them per
 //! Event. inpool publishes an Event only when a claim's `Ready` reason changes (see
-//! `claims::reconcile::set_ready`), so there are no repeats to fold into a series: each Event is
+//! `claims::reconcile::conditions::set_ready`), so there are no repeats to fold into a series: each Event is
 //! created once and forgotten.
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;

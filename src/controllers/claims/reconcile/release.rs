@@ -1,0 +1,115 @@
+//! Release: a deleted claim gives its `IPAddress` and reservations back (at once, or kept
+//! released for the pool's reuse grace period), then inpool lets go of the claim's finalizer. A
+//! paused claim waits; a claim on the move (`clusterctl move`) leaves its address to the target.
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::{Api, Patch};
+
+use super::conditions::publish;
+use super::lifecycle::{Gate, gate, remove_finalizer};
+use crate::api::{CLAIM_FINALIZER, DELETE_FOR_MOVE_ANNOTATION, IPAddress};
+use crate::api::{ObjectKey, PoolKey};
+use crate::controllers::claims::cached_claim::CachedClaim;
+use crate::controllers::claims::messages::unit_noun;
+use crate::controllers::context::Context;
+use crate::controllers::runtime::controller::Action;
+use crate::controllers::runtime::error::Error;
+use crate::controllers::runtime::events::EventType;
+use crate::controllers::runtime::finalizers;
+use crate::controllers::runtime::{delete_if_present, patch_params};
+use crate::controllers::state::plan::{self};
+use crate::controllers::state::reservation::{IPAddressReservation, release_patch};
+
+/// The claim is being deleted: give the address back (unless paused or moving), then let the
+/// claim go. A missing Cluster does not block this (it could never be unpaused).
+pub(super) async fn release(
+    claim: &CachedClaim,
+    key: &ObjectKey,
+    pool: &PoolKey,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let held = ctx.update_registry(|registry| plan::release(registry, key, pool));
+    if !claim.has_finalizer(CLAIM_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    if let Gate::Paused = gate(claim, ctx) {
+        return Ok(Action::await_change());
+    }
+    let moving = claim.is_moving();
+    if !moving {
+        let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
+        let address = addresses.get_opt(&key.name).await?;
+        let address_moving = address
+            .as_ref()
+            .is_some_and(|a| a.annotations().contains_key(DELETE_FOR_MOVE_ANNOTATION));
+        if !address_moving {
+            if let Some(address) = address.filter(|a| *a.spec.claim_ref.name == *key.name) {
+                delete_address(&addresses, &address).await?;
+            }
+            let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+            let grace = reuse_grace_period(ctx, pool);
+            for name in held {
+                match grace {
+                    Some(grace) => keep_released(&reservations, &name, grace).await?,
+                    None => delete_if_present(&reservations, &name).await?,
+                }
+            }
+            ctx.metrics.release(pool);
+            publish(
+                ctx,
+                claim,
+                EventType::Normal,
+                "AddressReleased",
+                format!("released the {} of {key}", unit_noun(pool)),
+            )
+            .await;
+        }
+    }
+    remove_finalizer(claim, ctx).await?;
+    ctx.own_writes().forget(key);
+    Ok(Action::await_change())
+}
+
+/// Lets go of inpool's finalizer on `address`, then deletes it.
+pub(super) async fn delete_address(
+    addresses: &Api<IPAddress>,
+    address: &IPAddress,
+) -> Result<(), Error> {
+    finalizers::remove_address_protection(addresses, address).await?;
+    Ok(delete_if_present(addresses, &address.name_any()).await?)
+}
+
+/// The pool's `addressReuseGracePeriodSeconds`, when positive and the pool is live: a pool that
+/// is gone or deleting frees addresses at once (its deletion must not wait on them).
+pub(super) fn reuse_grace_period(ctx: &Context, pool: &PoolKey) -> Option<Duration> {
+    let cached = ctx.stores.pool(pool)?;
+    let seconds = (!cached.is_deleting())
+        .then_some(cached.reuse_grace_period_seconds())
+        .flatten()?;
+    u64::try_from(seconds)
+        .ok()
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
+}
+
+/// Keeps a released claim's reservation, labelled released, until the grace period is over
+/// (see [`reuse_grace`](crate::controllers::pools::reuse_grace)); the address stays held meanwhile.
+pub(super) async fn keep_released(
+    reservations: &Api<IPAddressReservation>,
+    name: &str,
+    grace: Duration,
+) -> Result<(), Error> {
+    let until = k8s_openapi::jiff::Timestamp::now()
+        .checked_add(grace)
+        .unwrap_or(k8s_openapi::jiff::Timestamp::MAX);
+    let patch = release_patch(until);
+    match reservations
+        .patch(name, &patch_params(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
