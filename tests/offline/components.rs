@@ -450,3 +450,39 @@ fn the_monitoring_overlay_is_the_base_with_rules_service_monitor_certificate_and
     // Nothing of high-availability: the replica count stays the base's.
     assert_eq!(the_deployment(&objects)["spec"]["replicas"], 1);
 }
+
+/// The manager's pods carry the provider label clusterctl's contract asks of every object (so
+/// `kubectl get pods -l cluster.x-k8s.io/provider=ipam-inpool` finds them), without it entering
+/// the Deployment's selector, which cannot change on an upgrade; and they tolerate the
+/// control-plane taints, as Cluster API's managers do, so that a management cluster of
+/// control-plane nodes only can run them.
+#[test]
+fn the_managers_pods_carry_the_provider_label_and_tolerate_control_plane_nodes() {
+    let objects = build(&repo_root().join("config/default"));
+    let deployment = the_deployment(&objects);
+    let provider = "cluster.x-k8s.io/provider";
+    assert_eq!(
+        deployment["spec"]["template"]["metadata"]["labels"][provider],
+        "ipam-inpool"
+    );
+    assert!(
+        deployment["spec"]["selector"]["matchLabels"]
+            .get(provider)
+            .is_none(),
+        "the selector is immutable: a label added to it would break every upgrade"
+    );
+    let tolerations = deployment["spec"]["template"]["spec"]["tolerations"]
+        .as_array()
+        .expect("tolerations");
+    for taint in [
+        "node-role.kubernetes.io/control-plane",
+        "node-role.kubernetes.io/master",
+    ] {
+        assert!(
+            tolerations
+                .iter()
+                .any(|t| t["key"] == taint && t["effect"] == "NoSchedule"),
+            "no toleration of {taint}: {tolerations:?}"
+        );
+    }
+}
