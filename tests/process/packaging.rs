@@ -28,12 +28,12 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
     (
         "ipam.cluster.x-k8s.io",
         "ipaddressclaims",
-        &["get", "list", "watch", "patch", "update"],
+        &["get", "list", "watch", "patch"],
     ),
     (
         "ipam.cluster.x-k8s.io",
         "ipaddressclaims/status",
-        &["get", "patch", "update"],
+        &["patch"],
     ),
     (
         "ipam.cluster.x-k8s.io",
@@ -43,49 +43,47 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
     (
         "ipam.cluster.x-k8s.io",
         "ipaddresses",
-        &[
-            "create", "delete", "get", "list", "watch", "patch", "update",
-        ],
+        &["create", "delete", "get", "list", "watch", "patch"],
     ),
     (
         "ipam.cluster.x-k8s.io",
         "inclusterippools",
-        &["get", "list", "watch", "patch", "update"],
+        &["get", "list", "watch", "patch"],
     ),
     (
         "ipam.cluster.x-k8s.io",
         "globalinclusterippools",
-        &["get", "list", "watch", "patch", "update"],
+        &["get", "list", "watch", "patch"],
     ),
     (
         "ipam.cluster.x-k8s.io",
         "inclusterprefixpools",
-        &["get", "list", "watch", "patch", "update"],
+        &["get", "list", "watch", "patch"],
     ),
     (
         "ipam.cluster.x-k8s.io",
         "globalinclusterprefixpools",
-        &["get", "list", "watch", "patch", "update"],
+        &["get", "list", "watch", "patch"],
     ),
     (
         "ipam.cluster.x-k8s.io",
         "inclusterippools/status",
-        &["get", "patch", "update"],
+        &["patch"],
     ),
     (
         "ipam.cluster.x-k8s.io",
         "globalinclusterippools/status",
-        &["get", "patch", "update"],
+        &["patch"],
     ),
     (
         "ipam.cluster.x-k8s.io",
         "inclusterprefixpools/status",
-        &["get", "patch", "update"],
+        &["patch"],
     ),
     (
         "ipam.cluster.x-k8s.io",
         "globalinclusterprefixpools/status",
-        &["get", "patch", "update"],
+        &["patch"],
     ),
     (
         "ipam.cluster.x-k8s.io",
@@ -127,6 +125,28 @@ const SYSTEM_NAMESPACE_PERMISSIONS: &[(&str, &str, &[&str])] =
 
 /// (namespace or "" for all, API group, resource[/subresource], verb) that must be denied.
 const DENIED: &[(&str, &str, &str, &str)] = &[
+    // inpool never replaces an object: `update` only on the finalizers subresources.
+    ("", "ipam.cluster.x-k8s.io", "ipaddressclaims", "update"),
+    (
+        "",
+        "ipam.cluster.x-k8s.io",
+        "ipaddressclaims/status",
+        "update",
+    ),
+    ("", "ipam.cluster.x-k8s.io", "ipaddresses", "update"),
+    ("", "ipam.cluster.x-k8s.io", "inclusterippools", "update"),
+    (
+        "",
+        "ipam.cluster.x-k8s.io",
+        "globalinclusterprefixpools/status",
+        "update",
+    ),
+    (
+        "",
+        "ipam.cluster.x-k8s.io",
+        "inclusterippools/status",
+        "get",
+    ),
     ("", "", "secrets", "get"),
     ("", "", "pods", "list"),
     ("", "", "configmaps", "create"),
