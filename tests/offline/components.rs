@@ -423,6 +423,13 @@ fn high_availability_runs_two_replicas_with_a_disruption_budget() {
         [0]["podAffinityTerm"];
     assert_eq!(spread["topologyKey"], "kubernetes.io/hostname");
     assert!(selects(&spread["labelSelector"]["matchLabels"], pod_labels));
+    let zones = &deployment["spec"]["template"]["spec"]["topologySpreadConstraints"][0];
+    assert_eq!(zones["topologyKey"], "topology.kubernetes.io/zone");
+    assert_eq!(
+        zones["whenUnsatisfiable"], "ScheduleAnyway",
+        "a cluster of one zone must still run both replicas"
+    );
+    assert!(selects(&zones["labelSelector"]["matchLabels"], pod_labels));
     // The base runs one replica: the budget comes only with the second.
     let base = build(&repo_root().join("config/default"));
     assert_eq!(the_deployment(&base)["spec"]["replicas"], 1);
