@@ -331,3 +331,68 @@ fn a_plugin_archive_installs_with_krew_from_its_manifest() {
         format!("kubectl-inpool {}\n", env!("CARGO_PKG_VERSION"))
     );
 }
+
+/// Every directory under the repository (`target/` and hidden ones left out) holding `file`, as
+/// Dependabot names directories (`/`, `/testenv/capi`).
+fn directories_with(file: &str) -> Vec<String> {
+    fn walk(dir: &Path, root: &Path, file: &str, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() && name != "target" && !name.starts_with('.') {
+                walk(&path, root, file, out);
+            } else if name == file {
+                let relative = dir
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                out.push(format!("/{relative}"));
+            }
+        }
+    }
+    let root = support::repo_root();
+    let mut found = Vec::new();
+    walk(&root, &root, file, &mut found);
+    found.sort();
+    found
+}
+
+/// Dependabot proposes updates for every ecosystem the repository pins: each Cargo workspace
+/// (a `Cargo.lock` stands at its root), each Go module of the bench, the actions and the
+/// Dockerfile. A new go.mod or workspace that is not listed fails here, naming it.
+#[test]
+fn dependabot_watches_every_workspace_module_action_and_image() {
+    let config = yaml(&repo(".github/dependabot.yml"));
+    let updates = config["updates"].as_array().expect("updates");
+    let directories = |ecosystem: &str| -> Vec<String> {
+        let mut listed: Vec<String> = updates
+            .iter()
+            .filter(|u| u["package-ecosystem"] == ecosystem)
+            .flat_map(|u| {
+                let many = u["directories"].as_array().cloned().unwrap_or_default();
+                many.into_iter().chain(u.get("directory").cloned())
+            })
+            .map(|d| {
+                d.as_str()
+                    .expect("a directory")
+                    .trim_end_matches('/')
+                    .to_string()
+            })
+            .map(|d| if d.is_empty() { "/".into() } else { d })
+            .collect();
+        listed.sort();
+        listed
+    };
+    assert_eq!(directories("cargo"), directories_with("Cargo.lock"));
+    assert_eq!(directories("gomod"), directories_with("go.mod"));
+    assert_eq!(directories("github-actions"), ["/"]);
+    assert_eq!(directories("docker"), ["/"]);
+    assert!(repo("Dockerfile").is_file());
+    for update in updates {
+        assert!(
+            update["schedule"]["interval"].is_string(),
+            "every update has a schedule: {update:?}"
+        );
+    }
+}
