@@ -355,9 +355,9 @@ fn on_own_runtime<T: Send>(
     })
 }
 
-/// The reference provider's files in `../shared/fixtures/<dir>` (no Go module or registry serves
-/// that module), or `None` with a line on stderr naming the test that does not run and why: a
-/// bare clone has no `../shared`.
+/// The reference provider's files in `../shared/fixtures/<dir>` (copies of its v1.1.0 CRDs, the
+/// files [`crate::reference::crd_files`] reads from the Go module cache), or `None` with a line
+/// on stderr naming the test that does not run and why: a bare clone has no `../shared`.
 pub fn reference_fixtures(dir: &str, test: &str) -> Option<PathBuf> {
     let path = shared_dir().join("fixtures").join(dir);
     if path.is_dir() {
@@ -365,7 +365,7 @@ pub fn reference_fixtures(dir: &str, test: &str) -> Option<PathBuf> {
     } else {
         testenv::say(&format!(
             "NOT RUN: {test}: it compares with the reference provider's files, expected in {} \
-             (present in CI; no registry serves that module)",
+             (present in CI)",
             path.display()
         ));
         None
