@@ -6,6 +6,8 @@
 //! - [`capi`], [`capv`], [`operator`]: Cluster API core and clusterctl, CAPV with a vCenter
 //!   simulator, and cluster-api-operator, built from the Go module proxy and run against that
 //!   control plane; [`kustomize`] renders upstream kustomizations.
+//! - [`reference`](mod@reference): the reference provider (cluster-api-ipam-provider-in-cluster),
+//!   built from the Go module proxy and run against that control plane, for the conformance suite.
 //! - [`release`]: what checks the release: actionlint and krew, built from the Go module proxy,
 //!   and the image's static binary.
 //! - [`support`]: the tests' shared control planes (one per test binary and kind of bed), each
@@ -46,6 +48,7 @@ pub mod common;
 pub mod fault_proxy;
 pub mod kustomize;
 pub mod operator;
+pub mod reference;
 pub mod release;
 pub mod scale;
 pub mod support;

@@ -8,6 +8,8 @@
 //!   validating, mutating and conversion webhooks are in the path of every request.
 //! - [`capv_env`] adds Cluster API Provider vSphere's manager and a vCenter simulator to that
 //!   (see [`crate::capv`]).
+//! - [`reference_env`] is [`capi_env`] with the reference provider in place of inpool: its CRDs
+//!   instead of inpool's, and its manager running (see [`crate::reference`]).
 //! - [`TestEnv::namespace`] gives each test a fresh namespace and an admin client.
 //! - [`ControlPlane`] runs an extra, separately controlled instance (restart and fault tests).
 //!
@@ -21,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate as testenv;
-use crate::{capi, capv};
+use crate::{capi, capv, reference};
 pub use crate::{check_go_toolchain, repo_root, testenv_binary};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
@@ -119,8 +121,10 @@ pub async fn client_from_kubeconfig(path: &Path, impersonate: Option<(&str, &[&s
 
 /// The control plane shared by the tests of one test binary, with all CRDs installed.
 pub struct TestEnv {
-    // Declared first: the providers stop before the control plane, CAPV before CAPI core.
+    // Declared first: the providers stop before the control plane, CAPV and the reference
+    // before CAPI core.
     capv: Option<(capv::Manager, capv::Simulator)>,
+    reference: Option<reference::Manager>,
     capi: Option<capi::Manager>,
     plane: ControlPlane,
 }
@@ -157,6 +161,18 @@ pub fn capv_env() -> &'static TestEnv {
     }
 }
 
+/// Starts (once per test binary) and returns the shared control plane with CAPI core's manager
+/// and the reference provider's manager running, the reference's CRDs installed and inpool's not.
+/// A test binary uses one of the four.
+pub fn reference_env() -> &'static TestEnv {
+    static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+    let env = ENV.get_or_init(|| TestEnv::start(Stack::Reference));
+    match env {
+        Ok(env) => env,
+        Err(e) => panic!("test control plane with the reference provider unavailable: {e}"),
+    }
+}
+
 /// What runs beside the control plane.
 #[derive(Clone, Copy, PartialEq)]
 enum Stack {
@@ -166,6 +182,9 @@ enum Stack {
     Capi,
     /// CAPI core, the vCenter simulator and CAPV's manager, with CAPV's CRDs too.
     Capv,
+    /// CAPI core and the reference provider's manager, with the reference's CRDs in place of
+    /// inpool's (they define the same kinds).
+    Reference,
 }
 
 impl TestEnv {
@@ -180,12 +199,17 @@ impl TestEnv {
             Stack::Contract => capi::contract_crd_files()?,
             Stack::Capi => capi::all_crd_files()?,
             Stack::Capv => [capi::all_crd_files()?, capv::crd_files()?].concat(),
+            Stack::Reference => [capi::all_crd_files()?, reference::crd_files()?].concat(),
         };
-        crds.extend(yaml_files(&repo_root().join("crds")));
+        if stack != Stack::Reference {
+            crds.extend(yaml_files(&repo_root().join("crds")));
+        }
         let plane = ControlPlane::start_with_crds(&data_dir, true, &crds)?;
         let capi = match stack {
             Stack::Contract => None,
-            Stack::Capi | Stack::Capv => Some(on_own_runtime(capi::Manager::start(&plane))?),
+            Stack::Capi | Stack::Capv | Stack::Reference => {
+                Some(on_own_runtime(capi::Manager::start(&plane))?)
+            }
         };
         let capv = match stack {
             Stack::Capv => Some(on_own_runtime(async {
@@ -193,9 +217,18 @@ impl TestEnv {
                 let manager = capv::Manager::start(&plane, &simulator).await?;
                 Ok((manager, simulator))
             })?),
-            Stack::Contract | Stack::Capi => None,
+            Stack::Contract | Stack::Capi | Stack::Reference => None,
         };
-        Ok(TestEnv { capv, capi, plane })
+        let reference = match stack {
+            Stack::Reference => Some(on_own_runtime(reference::Manager::start(&plane))?),
+            Stack::Contract | Stack::Capi | Stack::Capv => None,
+        };
+        Ok(TestEnv {
+            capv,
+            reference,
+            capi,
+            plane,
+        })
     }
 
     /// CAPI core's manager, when started by [`capi_env`] or [`capv_env`].
@@ -206,6 +239,11 @@ impl TestEnv {
     /// CAPV's manager, when started by [`capv_env`].
     pub fn capv(&self) -> Option<&capv::Manager> {
         self.capv.as_ref().map(|(manager, _)| manager)
+    }
+
+    /// The reference provider's manager, when started by [`reference_env`].
+    pub fn reference(&self) -> Option<&reference::Manager> {
+        self.reference.as_ref()
     }
 
     /// The vCenter simulator, when started by [`capv_env`].
@@ -271,6 +309,31 @@ pub fn crd_files() -> Vec<PathBuf> {
     files
 }
 
+/// Installs the conformance suite's `ConformanceCluster` CRD (`conformance/crds/`) and waits
+/// until it is established: the suite's Clusters name that infrastructure kind, which CAPI's
+/// Cluster controller must be able to look up to finish deleting them.
+pub async fn install_conformance_cluster_kind(client: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::runtime::wait::{await_condition, conditions};
+    let path = repo_root().join("conformance/crds/conformanceclusters.yaml");
+    let text = std::fs::read_to_string(&path).expect("the ConformanceCluster CRD");
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).expect("a CRD");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("installing {}: {e}", path.display()),
+    }
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        await_condition(crds, &name, conditions::is_crd_established()),
+    )
+    .await
+    .expect("the ConformanceCluster CRD is established in time")
+    .expect("watching the CRD");
+}
+
 /// Runs `start` (a provider's start-up) on a thread and runtime of its own: the shared
 /// environment is created inside whichever test's runtime asks first, and cannot block that
 /// runtime.
@@ -292,9 +355,9 @@ fn on_own_runtime<T: Send>(
     })
 }
 
-/// The reference provider's files in `../shared/fixtures/<dir>` (no Go module or registry serves
-/// that module), or `None` with a line on stderr naming the test that does not run and why: a
-/// bare clone has no `../shared`.
+/// The reference provider's files in `../shared/fixtures/<dir>` (copies of its v1.1.0 CRDs, the
+/// files [`crate::reference::crd_files`] reads from the Go module cache), or `None` with a line
+/// on stderr naming the test that does not run and why: a bare clone has no `../shared`.
 pub fn reference_fixtures(dir: &str, test: &str) -> Option<PathBuf> {
     let path = shared_dir().join("fixtures").join(dir);
     if path.is_dir() {
@@ -302,7 +365,7 @@ pub fn reference_fixtures(dir: &str, test: &str) -> Option<PathBuf> {
     } else {
         testenv::say(&format!(
             "NOT RUN: {test}: it compares with the reference provider's files, expected in {} \
-             (present in CI; no registry serves that module)",
+             (present in CI)",
             path.display()
         ));
         None

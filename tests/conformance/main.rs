@@ -13,7 +13,7 @@ use inpool_testenv::{KUBERNETES_VERSION, common, repo_root, support};
 
 async fn passes(provider_config: &str, name: &str) {
     let (client, ns) = support::capi_env().namespace().await;
-    install_infrastructure_kind(&client).await;
+    support::install_conformance_cluster_kind(&client).await;
     let _controller = common::start_controller(&client, &ns);
     let path = repo_root()
         .join("conformance")
@@ -55,31 +55,6 @@ async fn passes(provider_config: &str, name: &str) {
             profile.cleanup
         );
     }
-}
-
-/// The suite's Clusters name a `ConformanceCluster` infrastructure, which CAPI's Cluster
-/// controller must be able to look up to finish deleting them.
-async fn install_infrastructure_kind(client: &kube::Client) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::api::{Api, PostParams};
-    use kube::runtime::wait::{await_condition, conditions};
-    let path = repo_root().join("conformance/crds/conformanceclusters.yaml");
-    let text = std::fs::read_to_string(&path).expect("the ConformanceCluster CRD");
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).expect("a CRD");
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("installing {}: {e}", path.display()),
-    }
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    tokio::time::timeout(
-        std::time::Duration::from_secs(30),
-        await_condition(crds, &name, conditions::is_crd_established()),
-    )
-    .await
-    .expect("the ConformanceCluster CRD is established in time")
-    .expect("watching the CRD");
 }
 
 /// The commit under test (`git describe --always --dirty`), for the report.

@@ -4,7 +4,7 @@
 //! CRDs against CAPI's own (from its Go module), and `crds/` being up to date.
 //!
 //! The two comparisons with the reference provider's files need `../shared/fixtures/in-cluster`
-//! (no registry serves that module); on a checkout without it they print NOT RUN and the reason.
+//! (copies of the reference v1.1.0's CRDs); on a checkout without it they print NOT RUN and the reason.
 
 use crate::corpus;
 
