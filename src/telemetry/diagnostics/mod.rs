@@ -30,7 +30,7 @@
 //!   reviews in flight` with `Retry-After: 1`. Cached decisions need no slot.
 //!
 //! The logic is generic over [`Reviewer`], so that it is tested without an API server;
-//! [`ApiReviewer`] is the real one, and `tests/plain/diagnostics.rs` runs it on a control plane.
+//! [`ApiReviewer`] is the real one, and `tests/process/diagnostics.rs` runs it on a control plane.
 //!
 //! - [`certs`]: the certificate, from a directory and reloaded when renewed, or self-signed;
 //! - [`review`]: the [`Reviewer`] and the API server's, [`ApiReviewer`];
