@@ -4,10 +4,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use kube::ResourceExt;
-use kube::api::Api;
-
-use super::allocate::{allocation_length, held_length, learn_address, learn_reservation};
+use super::allocate::{allocation_length, create_reservation, learn_address, learn_holder};
 use super::conditions::{fail, ready, set_ready};
 use crate::allocator::Subnet;
 use crate::api::{ConditionStatus, IPAddress, REASON_ALLOCATION_FAILED, REASON_POOL_NOT_READY};
@@ -16,10 +13,8 @@ use crate::controllers::claims::cached_claim::CachedClaim;
 use crate::controllers::claims::messages::not_ready_message;
 use crate::controllers::context::{Context, Learning};
 use crate::controllers::runtime::controller::Action;
-use crate::controllers::runtime::create_params;
 use crate::controllers::runtime::error::Error;
 use crate::controllers::state::Unready;
-use crate::controllers::state::reservation::{IPAddressReservation, new_reservation};
 
 /// An `IPAddress` with the claim's name exists: it is the claim's address (idempotency,
 /// `clusterctl move`, migration from the reference provider) when it is for the same pool.
@@ -76,29 +71,13 @@ pub(super) async fn adopt(
         }
     }
     let scope = ctx.registry().reservation_scope(pool, ip);
-    let reservation = new_reservation(
-        &scope,
-        pool,
-        key,
-        claim.uid(),
-        ip,
-        held_length(ctx, pool, ip),
-    );
-    let name = reservation.name_any();
-    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
-    let holder = match reservations.create(&create_params(), &reservation).await {
-        Ok(created) => {
-            learn_reservation(learning, &created);
-            None
-        }
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            let live = reservations.get_opt(&name).await?;
-            if let Some(live) = &live {
-                learn_reservation(learning, live);
-            }
-            live.map(|r| ObjectKey::new(&r.spec.claim_namespace, &r.spec.claim_name))
-                .filter(|holder| holder != key)
-        }
+    let (name, created) = create_reservation(claim, key, pool, ctx, learning, ip, &scope).await;
+    let holder = match created {
+        Ok(()) => None,
+        Err(kube::Error::Api(status)) if status.code == 409 => learn_holder(ctx, learning, &name)
+            .await?
+            .map(|r| ObjectKey::new(&r.spec.claim_namespace, &r.spec.claim_name))
+            .filter(|holder| holder != key),
         Err(e) => return Err(e.into()),
     };
     learn_address(learning, existing);

@@ -59,7 +59,33 @@ pub(super) async fn reserve(
     ip: IpAddr,
     scope: &Scope,
 ) -> Result<Option<String>, Error> {
-    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+    let (name, created) = create_reservation(claim, key, pool, ctx, learning, ip, scope).await;
+    match created {
+        Ok(()) => Ok(Some(name)),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            // Taken by a holder the watch has not shown yet: learn it now, so that the address
+            // stays used exactly as long as that holder exists.
+            learn_holder(ctx, learning, &name).await?;
+            Ok(None)
+        }
+        Err(e) => {
+            let object = format!("IPAddressReservation {name} for {ip}");
+            Err(create_failed(claim, ctx, object, e).await)
+        }
+    }
+}
+
+/// Creates the reservation of `ip` for the claim, in `scope`, and learns it once created.
+/// Returns its name and the API server's answer; what to make of a refusal is the caller's.
+pub(super) async fn create_reservation(
+    claim: &CachedClaim,
+    key: &ObjectKey,
+    pool: &PoolKey,
+    ctx: &Context,
+    learning: &Learning<'_>,
+    ip: IpAddr,
+    scope: &Scope,
+) -> (String, Result<(), kube::Error>) {
     let reservation = new_reservation(
         scope,
         pool,
@@ -69,24 +95,27 @@ pub(super) async fn reserve(
         held_length(ctx, pool, ip),
     );
     let name = reservation.name_any();
-    match reservations.create(&create_params(), &reservation).await {
-        Ok(created) => {
-            learn_reservation(learning, &created);
-            Ok(Some(name))
-        }
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            // Taken by a holder the watch has not shown yet: learn it now, so that the address
-            // stays used exactly as long as that holder exists.
-            if let Some(holder) = reservations.get_opt(&name).await? {
-                learn_reservation(learning, &holder);
-            }
-            Ok(None)
-        }
-        Err(e) => {
-            let object = format!("IPAddressReservation {name} for {ip}");
-            Err(create_failed(claim, ctx, object, e).await)
-        }
+    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+    let created = reservations.create(&create_params(), &reservation).await;
+    if let Ok(created) = &created {
+        learn_reservation(learning, created);
     }
+    (name, created.map(drop))
+}
+
+/// The reservation `name` that a create met (`409`), learnt: its holder may not have reached the
+/// watch yet. `None` when it is gone again.
+pub(super) async fn learn_holder(
+    ctx: &Context,
+    learning: &Learning<'_>,
+    name: &str,
+) -> Result<Option<IPAddressReservation>, Error> {
+    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+    let live = reservations.get_opt(name).await?;
+    if let Some(live) = &live {
+        learn_reservation(learning, live);
+    }
+    Ok(live)
 }
 
 pub(super) async fn create_address(
