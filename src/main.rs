@@ -291,6 +291,10 @@ async fn wait_for_signal() -> &'static str {
 /// The API client: from the given kubeconfig file(s) if any (a `KUBECONFIG`-style path list is
 /// merged), else in-cluster, else kube's usual inference (`~/.kube/config`); every request it
 /// sends is counted and timed in `metrics` (`rest_client_*`).
+/// Requests waiting for the client's buffer (see [`connect`]); more wait for room. Far above the
+/// requests inpool has in flight at once (the workers, the watches, the audit's pages).
+const API_REQUEST_BUFFER: usize = 1024;
+
 async fn connect(kubeconfig: Option<&Path>, metrics: &Metrics) -> anyhow::Result<Client> {
     let mut config = match kubeconfig.filter(|p| !p.as_os_str().is_empty()) {
         Some(paths) => {
@@ -332,8 +336,17 @@ async fn connect(kubeconfig: Option<&Path>, metrics: &Metrics) -> anyhow::Result
         .authority()
         .map(|a| a.to_string())
         .unwrap_or_default();
+    // kube's retry of `429`, `503` and `504` (after the server's Retry-After) goes outside the
+    // metrics layer instead of inside kube's stack, so that each attempt is counted, as client-go
+    // counts them: throttling by API Priority and Fairness shows as `code="429"`.
+    config.default_retry = false;
     Ok(ClientBuilder::try_from(config)
         .context("building the Kubernetes client")?
         .with_layer(&RestClientLayer::new(metrics.clone(), &host))
+        // The retry clones the service it retries: kube's stack is boxed, a buffer makes it so.
+        .with_layer(&tower::buffer::BufferLayer::new(API_REQUEST_BUFFER))
+        .with_layer(&tower::retry::RetryLayer::new(
+            kube::client::retry::RetryPolicy::server_retry(),
+        ))
         .build())
 }

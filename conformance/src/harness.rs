@@ -378,15 +378,19 @@ impl Scenario<'_> {
             }
             tokio::time::sleep(POLL).await;
         }
-        if let Some(claim) = &last {
-            check.saw("the claim when the suite stopped waiting", claim);
-        }
+        let then = match &last {
+            Some(claim) => {
+                check.saw("the claim when the suite stopped waiting", claim);
+                claim_state(claim)
+            }
+            None => "it did not exist".to_string(),
+        };
         for address in self.addresses_of(name).await.unwrap_or_default() {
             check.saw("an IPAddress for the claim", &address);
         }
         Err(format!(
             "claim {name} was not realised within {}s (no status.addressRef naming an existing \
-             IPAddress)",
+             IPAddress); then: {then}",
             self.suite.act().as_secs()
         ))
     }
@@ -410,12 +414,18 @@ impl Scenario<'_> {
             }
             tokio::time::sleep(POLL).await;
         }
-        match &last {
-            Some(claim) => check.saw("the claim when the suite stopped waiting", claim),
-            None => check.note(&format!("claim {name} does not exist")),
-        }
+        let then = match &last {
+            Some(claim) => {
+                check.saw("the claim when the suite stopped waiting", claim);
+                claim_state(claim)
+            }
+            None => {
+                check.note(&format!("claim {name} does not exist"));
+                "it did not exist".to_string()
+            }
+        };
         Err(format!(
-            "claim {name}: {what} did not happen within {}s",
+            "claim {name}: {what} did not happen within {}s; then: {then}",
             self.suite.act().as_secs()
         ))
     }
@@ -594,6 +604,26 @@ pub fn address_ref(claim: &DynamicObject) -> Option<String> {
         .as_str()
         .filter(|n| !n.is_empty())
         .map(str::to_string)
+}
+
+/// What a claim shows when the suite stops waiting on it, for a failure's message: so a failed
+/// check says what the provider did instead (its `addressRef`, its `Ready` condition with reason
+/// and message, its finalizers), not only what did not happen.
+pub fn claim_state(claim: &DynamicObject) -> String {
+    let address = match address_ref(claim) {
+        Some(name) => format!("addressRef {name}"),
+        None => "no addressRef".to_string(),
+    };
+    let ready = match ready(claim) {
+        Some(r) => format!(
+            "Ready={} {} {:?}",
+            r["status"].as_str().unwrap_or("?"),
+            r["reason"].as_str().unwrap_or("(no reason)"),
+            r["message"].as_str().unwrap_or_default()
+        ),
+        None => "no Ready condition".to_string(),
+    };
+    format!("{address}, {ready}, finalizers {:?}", claim.finalizers())
 }
 
 /// The claim's `Ready` condition (v1beta2 `status.conditions`).

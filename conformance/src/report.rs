@@ -2,7 +2,9 @@
 //! check's result, evidence and timings, and JUnit XML for CI systems.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use quick_junit::{NonSuccessKind, Report as JunitReport, TestCase, TestCaseStatus, TestSuite};
 use serde::Serialize;
 
 use crate::config::Implementation;
@@ -202,80 +204,50 @@ impl Report {
             .collect()
     }
 
-    /// JUnit XML: one testsuite per profile, one testcase per check; a failure carries the
-    /// message and the evidence as YAML.
+    /// JUnit XML: one testsuite per profile, one testcase per check (classname the profile); a
+    /// failure carries the message, and the check's title, source and evidence (as YAML) as its
+    /// text. Written by `quick-junit`, which escapes and counts as the schema expects.
     pub fn to_junit(&self) -> String {
-        let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-        let total = |f: fn(&Statistics) -> usize| -> usize {
-            self.profiles.iter().map(|p| f(&p.statistics)).sum()
-        };
-        let tests = total(|s| s.passed + s.failed + s.skipped);
-        let time: f64 = self.profiles.iter().map(|p| p.duration_seconds).sum();
-        xml += &format!(
-            "<testsuites name=\"ipam-conformance\" tests=\"{tests}\" failures=\"{}\" skipped=\"{}\" time=\"{time:.3}\">\n",
-            total(|s| s.failed),
-            total(|s| s.skipped)
-        );
+        let mut report = JunitReport::new("ipam-conformance");
+        let timestamp = chrono::DateTime::parse_from_rfc3339(&self.date).ok();
         for profile in &self.profiles {
-            let s = &profile.statistics;
-            xml += &format!(
-                "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" skipped=\"{}\" time=\"{:.3}\" timestamp=\"{}\">\n",
-                escape(profile.name),
-                s.passed + s.failed + s.skipped,
-                s.failed,
-                s.skipped,
-                profile.duration_seconds,
-                escape(&self.date)
-            );
+            let mut suite = TestSuite::new(profile.name);
+            suite.set_time(Duration::from_secs_f64(profile.duration_seconds.max(0.0)));
+            if let Some(timestamp) = timestamp {
+                suite.set_timestamp(timestamp);
+            }
             for check in &profile.checks {
-                xml += &format!(
-                    "    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3}\">\n",
-                    escape(profile.name),
-                    escape(check.id),
-                    check.duration_seconds
-                );
-                match check.result {
-                    Outcome::Pass => {}
+                let status = match check.result {
+                    Outcome::Pass => TestCaseStatus::success(),
                     Outcome::Skip => {
-                        xml +=
-                            &format!("      <skipped message=\"{}\"/>\n", escape(&check.message));
+                        let mut status = TestCaseStatus::skipped();
+                        status.set_message(check.message.as_str());
+                        status
                     }
                     Outcome::Fail => {
                         let evidence = serde_saphyr::to_string(&check.evidence).unwrap_or_default();
-                        xml += &format!(
-                            "      <failure message=\"{}\" type=\"{}\">{}\n\nsource: {}\n{}\n\nevidence:\n{}</failure>\n",
-                            escape(&check.message),
-                            escape(check.id),
-                            escape(check.title),
-                            escape(check.source.text),
-                            escape(check.source.url),
-                            escape(&evidence)
-                        );
+                        let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                        status
+                            .set_message(check.message.as_str())
+                            .set_type(check.id)
+                            .set_description(format!(
+                                "{}\n\nsource: {}\n{}\n\nevidence:\n{evidence}",
+                                check.title, check.source.text, check.source.url
+                            ));
+                        status
                     }
-                }
-                xml += "    </testcase>\n";
+                };
+                let mut case = TestCase::new(check.id, status);
+                case.set_classname(profile.name)
+                    .set_time(Duration::from_secs_f64(check.duration_seconds.max(0.0)));
+                suite.add_test_case(case);
             }
-            xml += "  </testsuite>\n";
+            report.add_test_suite(suite);
         }
-        xml += "</testsuites>\n";
-        xml
+        report
+            .to_string()
+            .expect("a JUnit report of plain strings serialises")
     }
-}
-
-fn escape(text: &str) -> String {
-    text.chars()
-        .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
-        .fold(String::with_capacity(text.len()), |mut out, c| {
-            match c {
-                '&' => out.push_str("&amp;"),
-                '<' => out.push_str("&lt;"),
-                '>' => out.push_str("&gt;"),
-                '"' => out.push_str("&quot;"),
-                '\'' => out.push_str("&apos;"),
-                c => out.push(c),
-            }
-            out
-        })
 }
 
 /// Seconds to the millisecond, so that reports stay readable.
@@ -319,9 +291,39 @@ mod tests {
             summary: String::new(),
         };
         let xml = report.to_junit();
-        assert!(xml.contains("tests=\"2\" failures=\"1\" skipped=\"0\""));
-        assert!(xml.contains("no &lt;addressRef&gt; &amp; &quot;nothing&quot;"));
-        assert!(xml.contains("&lt;b&gt;"));
+        assert!(
+            xml.contains("no &lt;addressRef&gt; &amp; &quot;nothing&quot;"),
+            "{xml}"
+        );
+        assert!(xml.contains("&lt;b&gt;"), "{xml}");
+        let read = JunitReport::deserialize_from_str(&xml).expect("valid JUnit XML");
+        assert_eq!(
+            (read.tests, read.failures, read.skipped),
+            (2, 1, 0),
+            "{xml}"
+        );
+        let case = &read.test_suites[0].test_cases[0];
+        assert_eq!(case.name.as_str(), "core-realised");
+        match &case.status {
+            TestCaseStatus::NonSuccess {
+                kind: NonSuccessKind::Failure,
+                message,
+                description,
+                ..
+            } => {
+                assert_eq!(
+                    message.as_ref().map(|m| m.as_str()),
+                    Some("no <addressRef> & \"nothing\"")
+                );
+                assert!(
+                    description
+                        .as_ref()
+                        .is_some_and(|d| d.as_str().contains("<b>")),
+                    "the evidence is the failure's text"
+                );
+            }
+            other => panic!("not a failure: {other:?}"),
+        }
         assert!(!report.passed());
         assert_eq!(report.profiles[0].result, "failure");
         assert!(report.to_yaml().contains("kind: IPAMConformanceReport"));

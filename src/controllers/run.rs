@@ -9,7 +9,7 @@ use kube::{Client, ResourceExt};
 use super::claims::cache::{CacheWriter, ClaimCache};
 use super::context::Context;
 use super::runtime::controller::Controller;
-use super::sources::{claim_watch, served, watch, writers};
+use super::sources::{claim_watch, served, watch};
 use super::{audit, claims, feed, pools};
 use crate::settings::Settings;
 use crate::telemetry::{HealthState, Metrics};
@@ -73,7 +73,7 @@ pub async fn run(
         let audits = audit::run(ctx.clone());
         let lease_looks = async {
             if looking {
-                keep_looking_for_lease(ctx.clone()).await;
+                follow_lease(ctx.clone()).await;
             }
         };
         futures::join!(claims, pools, released, audits, lease_looks);
@@ -86,7 +86,7 @@ pub async fn run(
 }
 
 /// Looks for the reference provider's Lease once, and wakes the claims that wait for an address
-/// when it is gone; returns whether to keep looking (no when this process may not list Leases).
+/// when it is gone; returns whether to follow it (no when this process may not list Leases).
 async fn look_for_lease(ctx: &Context) -> bool {
     let look = ctx.writers.look_for_lease(&ctx.client, &ctx.metrics).await;
     if look.opened {
@@ -99,13 +99,17 @@ async fn look_for_lease(ctx: &Context) -> bool {
     look.keep_looking
 }
 
-/// Looks for the reference provider's Lease every [`writers::LEASE_LOOK_INTERVAL`] until the run
-/// ends.
-async fn keep_looking_for_lease(ctx: Arc<Context>) {
-    loop {
-        tokio::time::sleep(writers::LEASE_LOOK_INTERVAL).await;
-        if !look_for_lease(&ctx).await {
-            return;
-        }
-    }
+/// Follows the reference provider's Lease from the first look on, waking the claims that wait
+/// for an address whenever it is gone or expired, until the run ends.
+async fn follow_lease(ctx: Arc<Context>) {
+    let wake = || {
+        ctx.wake(
+            ctx.stores
+                .claims
+                .keys_where(|c| c.address_ref().is_none() && !c.is_deleting()),
+        );
+    };
+    ctx.writers
+        .follow_lease(&ctx.client, &ctx.metrics, wake)
+        .await;
 }

@@ -469,9 +469,9 @@ impl Collector for ProcessCollector {
 
 /// A tower layer on the kube client's HTTP stack that counts every request it sends and times it
 /// until its response's headers (`rest_client_requests_total`,
-/// `rest_client_request_duration_seconds`). It sits outside kube's own layers, so a request
-/// kube retries counts once, with its last status; a transport failure counts as code
-/// `<error>`, as client-go counts it.
+/// `rest_client_request_duration_seconds`). It sits inside the retry of `429`, `503` and `504`
+/// (see `main.rs`), so each attempt counts with its own status, as client-go counts them; a
+/// transport failure counts as code `<error>`, as client-go counts it.
 #[derive(Clone)]
 pub struct RestClientLayer {
     metrics: super::Metrics,

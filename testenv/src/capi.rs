@@ -21,15 +21,13 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use k8s_openapi::ByteString;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Resource};
 use serde_json::json;
 
 use super::tethered::{ManagerPorts, Tethered, readyz};
-use super::webhooks::{register_admission, yaml_documents};
+use super::webhooks::{register_admission, register_conversion};
 use super::{ControlPlane, go_build, repo_root, version_ldflags};
 
 /// The Cluster API release the tests run with (`testenv/capi/go.mod` pins the same).
@@ -150,7 +148,11 @@ impl Manager {
         let ca_bundle =
             std::fs::read(pki.join("ca.crt")).context("reading the control plane CA")?;
         let base = ports.webhook_base();
-        register_conversion(&client, &base, &ca_bundle).await?;
+        let patches = core_config()
+            .map_err(anyhow::Error::msg)?
+            .join("crd")
+            .join("patches");
+        register_conversion(&client, &patches, &base, &ca_bundle).await?;
         let manifests = core_config()
             .map_err(anyhow::Error::msg)?
             .join("webhook")
@@ -179,48 +181,6 @@ impl Manager {
     pub fn is_running(&mut self) -> bool {
         self.process.is_running()
     }
-}
-
-/// What CAPI's `core/config/crd/patches/webhook_in_*.yaml` do, with a URL for the Service.
-async fn register_conversion(client: &Client, base: &str, ca_bundle: &[u8]) -> anyhow::Result<()> {
-    let patches = core_config()
-        .map_err(anyhow::Error::msg)?
-        .join("crd")
-        .join("patches");
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let mut patched = 0;
-    for file in super::yaml_files(&patches) {
-        for patch in yaml_documents(&file)? {
-            let Some(name) = patch["metadata"]["name"].as_str() else {
-                continue;
-            };
-            let webhook = &patch["spec"]["conversion"]["webhook"];
-            let path = webhook["clientConfig"]["service"]["path"]
-                .as_str()
-                .unwrap_or("/convert");
-            let conversion = json!({"spec": {"conversion": {
-                "strategy": "Webhook",
-                "webhook": {
-                    "conversionReviewVersions": webhook["conversionReviewVersions"],
-                    // A CRD installed from CAPI's components names the webhook Service,
-                    // which a URL must replace (a client config names one of the two).
-                    "clientConfig": {
-                        "url": format!("{base}{path}"),
-                        "caBundle": ByteString(ca_bundle.to_vec()),
-                        "service": null,
-                    },
-                },
-            }}});
-            crds.patch(name, &PatchParams::default(), &Patch::Merge(&conversion))
-                .await
-                .with_context(|| format!("pointing the conversion of CRD {name} at {base}"))?;
-            patched += 1;
-        }
-    }
-    if patched == 0 {
-        bail!("no conversion patches in {}", patches.display());
-    }
-    Ok(())
 }
 
 fn resource(version: &str, kind: &str) -> ApiResource {

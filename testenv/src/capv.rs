@@ -25,7 +25,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
 use super::tethered::{ManagerPorts, Tethered, readyz};
-use super::webhooks::{register_admission, yaml_documents};
+use super::webhooks::{register_admission, write_labelled_crds};
 use super::{ControlPlane, go_build, repo_root};
 
 /// The CAPV release the test runs with (`testenv/capv/go.mod` pins the same).
@@ -101,30 +101,12 @@ pub fn crd_files() -> Result<Vec<PathBuf>, String> {
                 .join("default")
                 .join("crd")
                 .join("bases");
-            let out = out_dir().join("crds");
-            std::fs::create_dir_all(&out)
-                .map_err(|e| format!("creating {}: {e}", out.display()))?;
-            let mut files = Vec::new();
-            for base in super::yaml_files(&bases) {
-                for mut crd in yaml_documents(&base).map_err(|e| format!("{e:#}"))? {
-                    // What `commonLabels` in CAPV's config/default/crd/kustomization.yaml adds.
-                    crd["metadata"]["labels"]["cluster.x-k8s.io/v1beta1"] = json!("v1beta1");
-                    let name = crd["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or("crd")
-                        .to_string();
-                    // JSON is YAML: the control plane reads it as it reads the bases.
-                    let file = out.join(format!("{name}.yaml"));
-                    let text = serde_json::to_string_pretty(&crd).map_err(|e| e.to_string())?;
-                    std::fs::write(&file, text)
-                        .map_err(|e| format!("writing {}: {e}", file.display()))?;
-                    files.push(file);
-                }
-            }
-            if files.is_empty() {
-                return Err(format!("no CRDs in {}", bases.display()));
-            }
-            Ok(files)
+            // What `commonLabels` in CAPV's config/default/crd/kustomization.yaml adds.
+            write_labelled_crds(
+                &bases,
+                &out_dir().join("crds"),
+                &[("cluster.x-k8s.io/v1beta1", "v1beta1")],
+            )
         })
         .clone()
 }

@@ -43,10 +43,12 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 pub mod capi;
+pub mod capm3;
 pub mod capv;
 pub mod common;
 pub mod fault_proxy;
 pub mod kustomize;
+pub mod metal3_ipam;
 pub mod operator;
 pub mod reference;
 pub mod release;
@@ -127,6 +129,133 @@ pub(crate) fn go_module_dir(wrapper: &Path, module: &str) -> Result<PathBuf, Str
         .entry(key)
         .or_insert_with(|| download_go_module(wrapper, module))
         .clone()
+}
+
+/// A provider's manager the bench builds from the Go module proxy: the root package of `module`,
+/// named as a `tool` by a wrapper module of its own, `testenv/<dir>/go.mod` (one graph of
+/// Cluster API and `k8s.io/*` versions per wrapper), built once per process into
+/// `target/<dir>/manager`.
+pub struct GoProgram {
+    /// The wrapper module's folder under `testenv/`, and the binary's under `target/`.
+    pub dir: &'static str,
+    /// The Go module whose root package is the manager.
+    pub module: &'static str,
+    /// The line printed before a first build: what it builds and how long it takes.
+    first_time: &'static str,
+    built: OnceLock<Result<PathBuf, String>>,
+}
+
+impl GoProgram {
+    pub const fn new(dir: &'static str, module: &'static str, first_time: &'static str) -> Self {
+        GoProgram {
+            dir,
+            module,
+            first_time,
+            built: OnceLock::new(),
+        }
+    }
+
+    fn wrapper(&self) -> PathBuf {
+        repo_root().join("testenv").join(self.dir)
+    }
+
+    /// Builds the manager once per process (see [`go_build`]) and returns its path.
+    pub fn binary(&self) -> Result<PathBuf, String> {
+        self.built
+            .get_or_init(|| {
+                let out = repo_root().join("target").join(self.dir).join("manager");
+                go_build(&self.wrapper(), self.module, "", &out, self.first_time)?;
+                Ok(out)
+            })
+            .clone()
+    }
+
+    /// The module's source in the Go module cache, at the version the wrapper pins.
+    pub fn module_dir(&self) -> Result<PathBuf, String> {
+        go_module_dir(&self.wrapper(), self.module)
+    }
+
+    /// The module's own CRDs, `config/crd/bases/` of its source in the Go module cache.
+    pub fn crd_files(&self) -> Result<Vec<PathBuf>, String> {
+        module_crd_bases(&self.module_dir()?)
+    }
+
+    /// Builds the manager if needed and starts it with `args`, its output in
+    /// `<data dir>/<dir>-manager.log` of `plane`; returns once its `/readyz` on 127.0.0.1:`health`
+    /// answers, within two minutes.
+    pub async fn start(
+        &self,
+        plane: &ControlPlane,
+        args: &[String],
+        health: u16,
+    ) -> anyhow::Result<RunningManager> {
+        self.start_through(plane, &[], args, &[], health).await
+    }
+
+    /// [`GoProgram::start`], the manager run by `launcher` (a program and its arguments, to which
+    /// the manager's path and `args` are appended; none: the manager itself), with `env` added to
+    /// the environment.
+    pub async fn start_through(
+        &self,
+        plane: &ControlPlane,
+        launcher: &[&str],
+        args: &[String],
+        env: &[(&str, &str)],
+        health: u16,
+    ) -> anyhow::Result<RunningManager> {
+        let binary = self.binary().map_err(anyhow::Error::msg)?;
+        let name = format!("{}-manager", self.dir);
+        let log = plane.data_dir.join(format!("{name}.log"));
+        let (program, mut launched) = match launcher.split_first() {
+            Some((program, rest)) => (
+                PathBuf::from(program),
+                rest.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            ),
+            None => (binary.clone(), Vec::new()),
+        };
+        if !launcher.is_empty() {
+            launched.push(binary.display().to_string());
+        }
+        launched.extend(args.iter().cloned());
+        let env: Vec<(&str, &std::ffi::OsStr)> = env
+            .iter()
+            .map(|(key, value)| (*key, std::ffi::OsStr::new(*value)))
+            .collect();
+        let mut process = tethered::Tethered::spawn(&name, &program, &launched, &env, log)?;
+        process
+            .wait_until(Duration::from_secs(120), || tethered::readyz(health))
+            .await?;
+        Ok(RunningManager { process })
+    }
+}
+
+/// A [`GoProgram`]'s manager running against one control plane. It stops when dropped, or when
+/// the test binary exits.
+pub struct RunningManager {
+    process: tethered::Tethered,
+}
+
+impl RunningManager {
+    /// The manager's log, in the control plane's data directory.
+    pub fn log(&self) -> &Path {
+        &self.process.log
+    }
+
+    /// The last lines of the manager's log.
+    pub fn log_tail(&self) -> String {
+        self.process.log_tail()
+    }
+}
+
+/// The CRDs of a kubebuilder-laid-out Go module, `config/crd/bases/` of its source in
+/// `module_dir`; an error when there are none, since a provider without CRDs cannot run.
+fn module_crd_bases(module_dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let bases = module_dir.join("config").join("crd").join("bases");
+    let files = yaml_files(&bases);
+    if files.is_empty() {
+        return Err(format!("no CRDs in {}", bases.display()));
+    }
+    Ok(files)
 }
 
 fn download_go_module(wrapper: &Path, module: &str) -> Result<PathBuf, String> {

@@ -3,24 +3,20 @@
 //! suite can run against it as it runs against inpool (`tests/peers/`). Not used by the `inpool`
 //! binary.
 //!
-//! - [`binary`] builds `target/reference/manager` (the module's root package is its `main`) from
+//! - [`PROGRAM`] builds `target/reference/manager` (the module's root package is its `main`) from
 //!   `testenv/reference/go.mod`, a module of its own that names it as a `tool`: v1.1.0 is built on
 //!   Cluster API v1.11 and k8s.io/* v0.33 (the line CAPV's build shares), and its go.mod has no
 //!   `replace` directives to copy.
-//! - [`crd_files`] is the reference's own CRDs, `config/crd/bases/` of the module in the Go module
+//! - [`PROGRAM`]'s CRDs are the reference's own, `config/crd/bases/` of the module in the Go module
 //!   cache. They define the kinds inpool's CRDs define (`InClusterIPPool` and the three others of
 //!   `ipam.cluster.x-k8s.io`), so a control plane holds one provider's CRDs or the other's.
-//! - [`Manager::start`] runs it cluster-wide with leader election off (`--leader-elect=false`,
+//! - [`start`] runs it cluster-wide with leader election off (`--leader-elect=false`,
 //!   its default) and its admission webhooks off (`--webhook-port=0`: its `main.go` registers
 //!   the `InClusterIPPool` and `InClusterPrefixPool` webhooks only for a non-zero port, and the
 //!   manager then starts no webhook server), health and diagnostics on loopback ports.
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::time::Duration;
-
-use super::tethered::{Tethered, free_ports, readyz};
-use super::{ControlPlane, go_build, repo_root};
+use super::tethered::free_ports;
+use super::{ControlPlane, GoProgram, RunningManager};
 
 /// The release of the reference provider the bench runs (`testenv/reference/go.mod` pins it).
 pub const VERSION: &str = "v1.1.0";
@@ -28,92 +24,106 @@ pub const VERSION: &str = "v1.1.0";
 /// The reference provider's Go module, whose root package is its manager.
 pub const MODULE: &str = "sigs.k8s.io/cluster-api-ipam-provider-in-cluster";
 
-/// How long the manager may take to report ready.
-const START_TIMEOUT: Duration = Duration::from_secs(120);
+/// The name of the manager's leader election Lease (its `main.go`'s `LeaderElectionID`).
+pub const LEASE_NAME: &str = "7bb7acb4.ipam.cluster.x-k8s.io";
 
-fn wrapper_module() -> PathBuf {
-    repo_root().join("testenv").join("reference")
+/// The reference's manager and its CRDs: `testenv/reference/go.mod` builds `target/reference/`.
+pub static PROGRAM: GoProgram = GoProgram::new(
+    "reference",
+    MODULE,
+    "building sigs.k8s.io/cluster-api-ipam-provider-in-cluster v1.1.0 (testenv/reference/, \
+     once): about 2 minutes on 2 cores; it shares Cluster API v1.11 and k8s.io/* v0.33 with \
+     CAPV's build",
+);
+
+/// Starts the manager for `plane` (whose CRDs must include CAPI's Cluster, IPAddressClaim and
+/// IPAddress and [`PROGRAM`]'s CRDs, and not inpool's) and returns once it reports ready.
+pub async fn start(plane: &ControlPlane) -> anyhow::Result<RunningManager> {
+    let [health, diagnostics] = free_ports()?;
+    let args = [
+        format!("--kubeconfig={}", plane.kubeconfig.display()),
+        "--leader-elect=false".into(),
+        "--webhook-port=0".into(),
+        format!("--health-probe-bind-address=127.0.0.1:{health}"),
+        format!("--diagnostics-address=127.0.0.1:{diagnostics}"),
+        "--insecure-diagnostics".into(),
+    ];
+    PROGRAM.start(plane, &args, health).await
 }
 
-fn out_dir() -> PathBuf {
-    repo_root().join("target").join("reference")
-}
-
-/// Builds the reference's manager once per process (see [`go_build`]).
-pub fn binary() -> Result<PathBuf, String> {
-    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            let out = out_dir().join("manager");
-            go_build(
-                &wrapper_module(),
-                MODULE,
-                "",
-                &out,
-                &format!(
-                    "building {MODULE} {VERSION} (testenv/reference/, once): about 2 minutes on \
-                     2 cores; it shares Cluster API v1.11 and k8s.io/* v0.33 with CAPV's build"
-                ),
-            )?;
-            Ok(out)
-        })
-        .clone()
-}
-
-/// The reference module's source in the Go module cache (downloaded if needed).
-pub fn module_dir() -> Result<PathBuf, String> {
-    super::go_module_dir(&wrapper_module(), MODULE)
-}
-
-/// The reference's CRDs, `config/crd/bases/` of its module, read where the Go module cache
-/// holds them.
-pub fn crd_files() -> Result<Vec<PathBuf>, String> {
-    let bases = module_dir()?.join("config").join("crd").join("bases");
-    let files = super::yaml_files(&bases);
-    if files.is_empty() {
-        return Err(format!("no CRDs in {}", bases.display()));
-    }
-    Ok(files)
-}
-
-/// The reference's manager running against one control plane. It stops when dropped, or when
-/// the test binary exits.
-pub struct Manager {
-    process: Tethered,
-}
-
-impl Manager {
-    /// Starts the manager for `plane` (whose CRDs must include CAPI's Cluster, IPAddressClaim
-    /// and IPAddress and [`crd_files`], and not inpool's) and returns once it reports ready.
-    pub async fn start(plane: &ControlPlane) -> anyhow::Result<Manager> {
-        let binary = binary().map_err(anyhow::Error::msg)?;
-        let [health, diagnostics] = free_ports()?;
-        let args = vec![
-            format!("--kubeconfig={}", plane.kubeconfig.display()),
-            "--leader-elect=false".into(),
-            "--webhook-port=0".into(),
-            format!("--health-probe-bind-address=127.0.0.1:{health}"),
-            format!("--diagnostics-address=127.0.0.1:{diagnostics}"),
-            "--insecure-diagnostics".into(),
-        ];
-        let mut process = Tethered::spawn(
-            "reference-manager",
-            &binary,
+/// Starts the manager as [`start`] does, with its leader election on: its Lease [`LEASE_NAME`]
+/// in `namespace`, as a Deployment in that namespace holds it. The manager has no flag for the
+/// Lease's namespace; controller-runtime reads a pod's namespace from the ServiceAccount mount
+/// (`/var/run/secrets/kubernetes.io/serviceaccount/namespace`). It runs in a mount namespace of
+/// its own (`unshare --mount`, so root), in which a tmpfs over `/run` holds that file, as a pod's
+/// mount does; nothing outside the process sees it. Returns once it reports ready (a standby is
+/// ready too: look at the Lease for the leader).
+pub async fn start_leader_elected(
+    plane: &ControlPlane,
+    namespace: &str,
+) -> anyhow::Result<RunningManager> {
+    let [health, diagnostics] = free_ports()?;
+    let args = [
+        format!("--kubeconfig={}", plane.kubeconfig.display()),
+        "--leader-elect=true".into(),
+        "--webhook-port=0".into(),
+        format!("--health-probe-bind-address=127.0.0.1:{health}"),
+        format!("--diagnostics-address=127.0.0.1:{diagnostics}"),
+        "--insecure-diagnostics".into(),
+    ];
+    let pod_namespace = "mount -t tmpfs tmpfs /run && \
+        mkdir -p /run/secrets/kubernetes.io/serviceaccount && \
+        printf %s \"$POD_NAMESPACE\" > /run/secrets/kubernetes.io/serviceaccount/namespace && \
+        exec \"$@\"";
+    let launcher = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        pod_namespace,
+        "reference-manager",
+    ];
+    PROGRAM
+        .start_through(
+            plane,
+            &launcher,
             &args,
-            &[],
-            plane.data_dir.join("reference-manager.log"),
-        )?;
-        process.wait_until(START_TIMEOUT, || readyz(health)).await?;
-        Ok(Manager { process })
-    }
+            &[("POD_NAMESPACE", namespace)],
+            health,
+        )
+        .await
+}
 
-    /// The manager's log, in the control plane's data directory.
-    pub fn log(&self) -> &Path {
-        &self.process.log
-    }
+/// The release users upgrade from, v1.0.3 (`testenv/reference-v1.0.3/go.mod` pins it): the
+/// same module, so a wrapper of its own, since one go.mod pins one version of a tool.
+pub const V1_0_3: &str = "v1.0.3";
 
-    /// The last lines of the manager's log.
-    pub fn log_tail(&self) -> String {
-        self.process.log_tail()
-    }
+/// v1.0.3's manager and its CRDs (`InClusterIPPool` and `GlobalInClusterIPPool` only: the
+/// prefix pools came in v1.1.0): `testenv/reference-v1.0.3/go.mod` builds
+/// `target/reference-v1.0.3/`. It is built on Cluster API v1.10 and `k8s.io/*` v0.32, a line no
+/// other Go build here shares.
+pub static PROGRAM_V1_0_3: GoProgram = GoProgram::new(
+    "reference-v1.0.3",
+    MODULE,
+    "building sigs.k8s.io/cluster-api-ipam-provider-in-cluster v1.0.3 \
+     (testenv/reference-v1.0.3/, once): about 5 minutes on 2 cores; Cluster API v1.10 and \
+     k8s.io/* v0.32 are its own",
+);
+
+/// Starts v1.0.3's manager for `plane` (whose CRDs must include CAPI's Cluster, IPAddressClaim
+/// and IPAddress and [`PROGRAM_V1_0_3`]'s CRDs, and not inpool's or v1.1.0's) and returns once it
+/// reports ready. v1.0.3 predates Cluster API's diagnostics flags: its metrics are on
+/// `--metrics-bind-address`. `--webhook-port=0` turns its webhooks off as v1.1.0's does.
+pub async fn start_v1_0_3(plane: &ControlPlane) -> anyhow::Result<RunningManager> {
+    let [health, metrics] = free_ports()?;
+    let args = [
+        format!("--kubeconfig={}", plane.kubeconfig.display()),
+        "--leader-elect=false".into(),
+        "--webhook-port=0".into(),
+        format!("--health-probe-bind-address=127.0.0.1:{health}"),
+        format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+    ];
+    PROGRAM_V1_0_3.start(plane, &args, health).await
 }

@@ -8,8 +8,11 @@
 //!   validating, mutating and conversion webhooks are in the path of every request.
 //! - [`capv_env`] adds Cluster API Provider vSphere's manager and a vCenter simulator to that
 //!   (see [`crate::capv`]).
-//! - [`reference_env`] is [`capi_env`] with the reference provider in place of inpool: its CRDs
-//!   instead of inpool's, and its manager running (see [`crate::reference`]).
+//! - [`peers_env`] is [`capi_env`] with two peers in place of inpool: the reference provider (its
+//!   CRDs instead of inpool's, see [`crate::reference`]) and Metal3's IPAM (its own CRDs, see
+//!   [`crate::metal3_ipam`]), both managers running.
+//! - [`capm3_env`] adds Metal3's Cluster API Provider (CAPM3) instead, with its CRDs and the
+//!   `BareMetalHost` CRD (see [`crate::capm3`]); no baremetal-operator: the tests play its part.
 //! - [`TestEnv::namespace`] gives each test a fresh namespace and an admin client.
 //! - [`ControlPlane`] runs an extra, separately controlled instance (restart and fault tests).
 //!
@@ -23,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate as testenv;
-use crate::{capi, capv, reference};
+use crate::{capi, capm3, capv, metal3_ipam, reference};
 pub use crate::{check_go_toolchain, repo_root, testenv_binary};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
@@ -121,10 +124,12 @@ pub async fn client_from_kubeconfig(path: &Path, impersonate: Option<(&str, &[&s
 
 /// The control plane shared by the tests of one test binary, with all CRDs installed.
 pub struct TestEnv {
-    // Declared first: the providers stop before the control plane, CAPV and the reference
+    // Declared first: the providers stop before the control plane, CAPV, CAPM3 and the peers
     // before CAPI core.
     capv: Option<(capv::Manager, capv::Simulator)>,
-    reference: Option<reference::Manager>,
+    capm3: Option<capm3::Manager>,
+    reference: Option<testenv::RunningManager>,
+    metal3: Option<testenv::RunningManager>,
     capi: Option<capi::Manager>,
     plane: ControlPlane,
 }
@@ -162,14 +167,54 @@ pub fn capv_env() -> &'static TestEnv {
 }
 
 /// Starts (once per test binary) and returns the shared control plane with CAPI core's manager
-/// and the reference provider's manager running, the reference's CRDs installed and inpool's not.
-/// A test binary uses one of the four.
-pub fn reference_env() -> &'static TestEnv {
+/// and CAPM3's manager running, CAPM3's CRDs and the `BareMetalHost` CRD installed. A test binary
+/// uses one of the five.
+pub fn capm3_env() -> &'static TestEnv {
     static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
-    let env = ENV.get_or_init(|| TestEnv::start(Stack::Reference));
+    let env = ENV.get_or_init(|| TestEnv::start(Stack::Capm3));
     match env {
         Ok(env) => env,
-        Err(e) => panic!("test control plane with the reference provider unavailable: {e}"),
+        Err(e) => panic!("test control plane with CAPI and CAPM3 unavailable: {e}"),
+    }
+}
+
+/// Starts (once per test binary) and returns the shared control plane with CAPI core's manager
+/// and two peers' managers running: the reference provider's (its CRDs installed, inpool's not:
+/// they define the same kinds) and Metal3's IPAM's (its `ipam.metal3.io` CRDs). The two do not
+/// meet: each serves claims on its own pool kind, and each test has a namespace of its own. A test
+/// binary uses one of the five.
+pub fn peers_env() -> &'static TestEnv {
+    static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+    let env = ENV.get_or_init(|| TestEnv::start(Stack::Peers));
+    match env {
+        Ok(env) => env,
+        Err(e) => panic!("test control plane with the peer providers unavailable: {e}"),
+    }
+}
+
+/// Starts (once per test binary) and returns the shared control plane with CAPI core's manager
+/// and the reference provider v1.0.3's (its CRDs installed, not inpool's or v1.1.0's: they define
+/// the same kinds, so v1.0.3 needs a control plane of its own). A test binary uses one of the
+/// five.
+pub fn reference_v1_0_3_env() -> &'static TestEnv {
+    static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+    let env = ENV.get_or_init(|| TestEnv::start(Stack::ReferenceV1_0_3));
+    match env {
+        Ok(env) => env,
+        Err(e) => panic!("test control plane with the reference provider v1.0.3 unavailable: {e}"),
+    }
+}
+
+/// Starts (once per test binary) and returns the shared control plane with CAPI core's manager
+/// running and the reference provider's CRDs installed, inpool's not, and no IPAM provider
+/// running: the test starts and stops the reference ([`TestEnv::start_reference`]) and inpool
+/// itself, as a migration between them does.
+pub fn reference_crds_env() -> &'static TestEnv {
+    static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+    let env = ENV.get_or_init(|| TestEnv::start(Stack::ReferenceCrds));
+    match env {
+        Ok(env) => env,
+        Err(e) => panic!("test control plane with the reference's CRDs unavailable: {e}"),
     }
 }
 
@@ -182,9 +227,15 @@ enum Stack {
     Capi,
     /// CAPI core, the vCenter simulator and CAPV's manager, with CAPV's CRDs too.
     Capv,
-    /// CAPI core and the reference provider's manager, with the reference's CRDs in place of
-    /// inpool's (they define the same kinds).
-    Reference,
+    /// CAPI core and CAPM3's manager, with CAPM3's CRDs and the `BareMetalHost` CRD too.
+    Capm3,
+    /// CAPI core, the reference provider's manager and Metal3's IPAM's, with the reference's
+    /// CRDs in place of inpool's (they define the same kinds) and Metal3's.
+    Peers,
+    /// CAPI core and the reference provider v1.0.3's manager, with its CRDs in place of inpool's.
+    ReferenceV1_0_3,
+    /// CAPI core and the reference's CRDs, no IPAM provider.
+    ReferenceCrds,
 }
 
 impl TestEnv {
@@ -199,17 +250,37 @@ impl TestEnv {
             Stack::Contract => capi::contract_crd_files()?,
             Stack::Capi => capi::all_crd_files()?,
             Stack::Capv => [capi::all_crd_files()?, capv::crd_files()?].concat(),
-            Stack::Reference => [capi::all_crd_files()?, reference::crd_files()?].concat(),
+            Stack::Capm3 => [capi::all_crd_files()?, capm3::crd_files()?].concat(),
+            Stack::Peers => [
+                capi::all_crd_files()?,
+                reference::PROGRAM.crd_files()?,
+                metal3_ipam::PROGRAM.crd_files()?,
+            ]
+            .concat(),
+            Stack::ReferenceCrds => {
+                [capi::all_crd_files()?, reference::PROGRAM.crd_files()?].concat()
+            }
+            Stack::ReferenceV1_0_3 => [
+                capi::all_crd_files()?,
+                reference::PROGRAM_V1_0_3.crd_files()?,
+            ]
+            .concat(),
         };
-        if stack != Stack::Reference {
+        if !matches!(
+            stack,
+            Stack::Peers | Stack::ReferenceV1_0_3 | Stack::ReferenceCrds
+        ) {
             crds.extend(yaml_files(&repo_root().join("crds")));
         }
         let plane = ControlPlane::start_with_crds(&data_dir, true, &crds)?;
         let capi = match stack {
             Stack::Contract => None,
-            Stack::Capi | Stack::Capv | Stack::Reference => {
-                Some(on_own_runtime(capi::Manager::start(&plane))?)
-            }
+            Stack::Capi
+            | Stack::Capv
+            | Stack::Capm3
+            | Stack::Peers
+            | Stack::ReferenceV1_0_3
+            | Stack::ReferenceCrds => Some(on_own_runtime(capi::Manager::start(&plane))?),
         };
         let capv = match stack {
             Stack::Capv => Some(on_own_runtime(async {
@@ -217,21 +288,40 @@ impl TestEnv {
                 let manager = capv::Manager::start(&plane, &simulator).await?;
                 Ok((manager, simulator))
             })?),
-            Stack::Contract | Stack::Capi | Stack::Reference => None,
+            Stack::Contract
+            | Stack::Capi
+            | Stack::Capm3
+            | Stack::Peers
+            | Stack::ReferenceV1_0_3
+            | Stack::ReferenceCrds => None,
         };
-        let reference = match stack {
-            Stack::Reference => Some(on_own_runtime(reference::Manager::start(&plane))?),
-            Stack::Contract | Stack::Capi | Stack::Capv => None,
+        let capm3 = match stack {
+            Stack::Capm3 => Some(on_own_runtime(capm3::Manager::start(&plane))?),
+            _ => None,
+        };
+        let (reference, metal3) = match stack {
+            Stack::Peers => (
+                Some(on_own_runtime(reference::start(&plane))?),
+                Some(on_own_runtime(metal3_ipam::start(&plane))?),
+            ),
+            Stack::ReferenceV1_0_3 => {
+                (Some(on_own_runtime(reference::start_v1_0_3(&plane))?), None)
+            }
+            Stack::Contract | Stack::Capi | Stack::Capv | Stack::Capm3 | Stack::ReferenceCrds => {
+                (None, None)
+            }
         };
         Ok(TestEnv {
             capv,
+            capm3,
             reference,
+            metal3,
             capi,
             plane,
         })
     }
 
-    /// CAPI core's manager, when started by [`capi_env`] or [`capv_env`].
+    /// CAPI core's manager, when started by any bed but [`env`]'s.
     pub fn capi(&self) -> Option<&capi::Manager> {
         self.capi.as_ref()
     }
@@ -241,9 +331,35 @@ impl TestEnv {
         self.capv.as_ref().map(|(manager, _)| manager)
     }
 
-    /// The reference provider's manager, when started by [`reference_env`].
-    pub fn reference(&self) -> Option<&reference::Manager> {
+    /// CAPM3's manager, when started by [`capm3_env`].
+    pub fn capm3(&self) -> Option<&capm3::Manager> {
+        self.capm3.as_ref()
+    }
+
+    /// The reference provider's manager, when started by [`peers_env`] (v1.1.0) or
+    /// [`reference_v1_0_3_env`] (v1.0.3).
+    pub fn reference(&self) -> Option<&testenv::RunningManager> {
         self.reference.as_ref()
+    }
+
+    /// Starts a reference provider's manager on this control plane (see [`reference_crds_env`]);
+    /// it stops when dropped.
+    pub async fn start_reference(&self) -> anyhow::Result<testenv::RunningManager> {
+        reference::start(&self.plane).await
+    }
+
+    /// [`TestEnv::start_reference`] with the reference's leader election on, its Lease in
+    /// `namespace` ([`reference::start_leader_elected`]).
+    pub async fn start_leader_elected_reference(
+        &self,
+        namespace: &str,
+    ) -> anyhow::Result<testenv::RunningManager> {
+        reference::start_leader_elected(&self.plane, namespace).await
+    }
+
+    /// Metal3's IPAM manager, when started by [`peers_env`].
+    pub fn metal3(&self) -> Option<&testenv::RunningManager> {
+        self.metal3.as_ref()
     }
 
     /// The vCenter simulator, when started by [`capv_env`].
@@ -355,21 +471,18 @@ fn on_own_runtime<T: Send>(
     })
 }
 
-/// The reference provider's files in `../shared/fixtures/<dir>` (copies of its v1.1.0 CRDs, the
-/// files [`crate::reference::crd_files`] reads from the Go module cache), or `None` with a line
-/// on stderr naming the test that does not run and why: a bare clone has no `../shared`.
-pub fn reference_fixtures(dir: &str, test: &str) -> Option<PathBuf> {
-    let path = shared_dir().join("fixtures").join(dir);
-    if path.is_dir() {
-        Some(path)
-    } else {
-        testenv::say(&format!(
-            "NOT RUN: {test}: it compares with the reference provider's files, expected in {} \
-             (present in CI)",
-            path.display()
-        ));
-        None
-    }
+/// The reference provider's own CRDs, `config/crd/bases/` of its Go module v1.1.0 in the Go module
+/// cache (downloaded when missing): its four pool kinds, before the conversion webhook and labels
+/// its kustomize adds.
+pub fn reference_crd_dir() -> PathBuf {
+    let dir = reference::PROGRAM
+        .module_dir()
+        .unwrap_or_else(|e| panic!("the reference provider's Go module: {e}"))
+        .join("config")
+        .join("crd")
+        .join("bases");
+    assert!(dir.is_dir(), "no CRDs in {}", dir.display());
+    dir
 }
 
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {

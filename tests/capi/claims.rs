@@ -685,7 +685,8 @@ async fn released_addresses_go_to_the_oldest_waiting_claims() {
 }
 
 /// Every kind inpool reads is watched once, and that one watch serves the registry, the
-/// stores and every controller (pool status, reuse grace).
+/// stores and every controller (pool status, reuse grace); Leases are watched for the reference
+/// provider's only.
 #[tokio::test]
 async fn every_kind_is_watched_once() {
     let (client, ns) = support::capi_env().namespace().await;
@@ -713,6 +714,8 @@ async fn every_kind_is_watched_once() {
         "ipaddressclaims",
         "ipaddresses",
         "ipaddressreservations",
+        // The reference provider's leader election Lease, by name in every namespace.
+        "leases",
     ];
     let once: BTreeMap<String, usize> = kinds.into_iter().map(|r| (r.to_string(), 1)).collect();
     assert_eq!(watched, once);

@@ -23,7 +23,6 @@ use inpool::api::{
 use inpool_testenv::capv::{self, GROUP as INFRASTRUCTURE};
 use inpool_testenv::{common, support};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -102,40 +101,23 @@ impl Site {
             },
         }))
         .await;
-        self.apply(json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {
-                "clusterName": self.cluster, "version": "v1.33.0",
-                "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
-                "infrastructureRef": {"apiGroup": INFRASTRUCTURE, "kind": "VSphereMachine",
-                                      "name": name},
-            },
-        }))
+        self.apply(machine(
+            &self.cluster,
+            name,
+            &labels,
+            INFRASTRUCTURE,
+            "VSphereMachine",
+        ))
         .await;
     }
 
     async fn apply(&self, object: Value) {
-        let api = api_of(&self.client, &object, &self.ns).await;
-        let kind = object["kind"].as_str().unwrap_or_default().to_string();
-        let object: DynamicObject = typed(object);
-        api.patch(
-            &object.name_any(),
-            &PatchParams::apply("inpool-capv-test").force(),
-            &Patch::Apply(&object),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("applying {kind} {}: {e}", object.name_any()));
+        apply_as(&self.client, &self.ns, "inpool-capv-test", object).await;
     }
 
     /// CAPI's Machines (`cluster.x-k8s.io/v1beta2`) of the site's namespace.
     fn machines(&self) -> Api<DynamicObject> {
-        let machine = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
-        Api::namespaced_with(
-            self.client.clone(),
-            &self.ns,
-            &ApiResource::from_gvk(&machine),
-        )
+        capi_machines(&self.client, &self.ns)
     }
 
     fn vsphere_vms(&self) -> Api<DynamicObject> {
@@ -188,7 +170,7 @@ impl Site {
             PROVISIONING,
             || async {
                 let object = vms.get_opt(vm).await.unwrap()?;
-                let claimed = condition(&object, "/status/conditions", "IPAddressClaimed")?;
+                let claimed = condition_at(&object, "/status/conditions", "IPAddressClaimed")?;
                 let reason_matches = claimed["reason"]
                     .as_str()
                     .unwrap_or_default()
@@ -264,55 +246,14 @@ where
     .await
 }
 
-/// The condition `type` in the list at `path` (a JSON pointer) of `object`.
-fn condition<'a>(object: &'a DynamicObject, path: &str, type_: &str) -> Option<&'a Value> {
-    object
-        .data
-        .pointer(path)?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-}
-
-fn address_of(address: &IPAddress) -> String {
-    format!("{}/{}", address.spec.address, address.spec.prefix)
-}
-
-/// Waits until the pool's status counts `used` addresses.
-async fn wait_pool_used<K>(pools: &Api<K>, name: &str, used: i64)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + serde::Serialize,
-{
-    eventually(
-        &format!("pool {name} to count {used} used"),
-        Duration::from_secs(60),
-        || async {
-            let pool = serde_json::to_value(pools.get(name).await.ok()?).ok()?;
-            (pool["status"]["ipAddresses"]["used"] == used).then_some(())
-        },
-    )
-    .await;
-}
-
-/// Prints what `kubectl get vspherevms,ipaddressclaims,ipaddresses` shows in `ns`
-/// (docs/contract.md's "Tested with" screen comes from here), when kubectl is installed.
+/// Prints what `kubectl get vspherevms,ipaddressclaims,ipaddresses` shows in `ns` (docs/contract.md's "Tested with" screen comes from here).
 fn show_kubectl_get(ns: &str) {
-    let kubeconfig = support::capv_env().kubeconfig();
-    if let Ok(output) = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args([
-            "get",
-            "vspherevms,ipaddressclaims.ipam.cluster.x-k8s.io,ipaddresses.ipam.cluster.x-k8s.io",
-        ])
-        .args(["-n", ns])
-        .output()
-    {
-        inpool_testenv::say(&format!(
-            "$ kubectl get vspherevms,ipaddressclaims,ipaddresses\n{}",
-            String::from_utf8_lossy(&output.stdout)
-        ));
-    }
+    print_kubectl_get(
+        support::capv_env().kubeconfig(),
+        "vspherevms,ipaddressclaims.ipam.cluster.x-k8s.io,ipaddresses.ipam.cluster.x-k8s.io",
+        "vspherevms,ipaddressclaims,ipaddresses",
+        ns,
+    );
 }
 
 #[tokio::test]
@@ -333,7 +274,7 @@ async fn capv_provisions_a_machine_from_an_inclusterippool_and_deleting_it_relea
     site.claim_created_by_capv("v4-m1-0-0", "v4-m1").await;
     wait_reason(&site.claims(), "v4-m1-0-0", "AddressAllocated").await;
     let address = site.addresses().get("v4-m1-0-0").await.unwrap();
-    assert_eq!(address_of(&address), "10.10.0.10/24");
+    assert_eq!(cidr_of(&address), "10.10.0.10/24");
 
     // CAPV wrote inpool's address and gateway into the VM, the guest applied them, and CAPV
     // reports the address on the VSphereVM.
@@ -343,7 +284,7 @@ async fn capv_provisions_a_machine_from_an_inclusterippool_and_deleting_it_relea
     );
     site.vm_reports("v4-m1", "10.10.0.10").await;
     let vm = site.vm_with_claimed("v4-m1", "True", "").await;
-    let fulfilled = condition(
+    let fulfilled = condition_at(
         &vm,
         "/status/v1beta2/conditions",
         "IPAddressClaimsFulfilled",
@@ -384,9 +325,9 @@ async fn capv_shows_pool_exhausted_from_inpool_and_proceeds_when_the_pool_grows(
     let vm = site
         .vm_with_claimed("full-b", "False", "PoolExhausted")
         .await;
-    let claimed = condition(&vm, "/status/conditions", "IPAddressClaimed").unwrap();
+    let claimed = condition_at(&vm, "/status/conditions", "IPAddressClaimed").unwrap();
     assert_eq!(claimed["severity"], "Warning", "{claimed}");
-    let fulfilled = condition(
+    let fulfilled = condition_at(
         &vm,
         "/status/v1beta2/conditions",
         "IPAddressClaimsFulfilled",
@@ -456,7 +397,7 @@ async fn capv_takes_addresses_from_an_ipv6_pool_and_a_global_pool_the_same_way()
     site.claim_created_by_capv("v6-m1-0-0", "v6-m1").await;
     wait_reason(&site.claims(), "v6-m1-0-0", "AddressAllocated").await;
     assert_eq!(
-        address_of(&site.addresses().get("v6-m1-0-0").await.unwrap()),
+        cidr_of(&site.addresses().get("v6-m1-0-0").await.unwrap()),
         "fd00:10::10/64"
     );
     assert_eq!(
@@ -470,7 +411,7 @@ async fn capv_takes_addresses_from_an_ipv6_pool_and_a_global_pool_the_same_way()
         .await;
     wait_reason(&site.claims(), "global-m1-0-0", "AddressAllocated").await;
     assert_eq!(
-        address_of(&site.addresses().get("global-m1-0-0").await.unwrap()),
+        cidr_of(&site.addresses().get("global-m1-0-0").await.unwrap()),
         "10.30.0.10/24"
     );
     assert_eq!(
@@ -528,12 +469,12 @@ async fn capv_gives_a_vm_its_pre_allocated_address_and_another_vm_the_second_sub
 
     let pre = site.addresses().get("pre-m1-0-0").await.unwrap();
     assert_eq!(
-        (address_of(&pre), pre.spec.gateway.as_deref()),
+        (cidr_of(&pre), pre.spec.gateway.as_deref()),
         ("10.40.0.10/24".to_string(), Some("10.40.0.1"))
     );
     let spilled = site.addresses().get("span-m2-0-0").await.unwrap();
     assert_eq!(
-        (address_of(&spilled), spilled.spec.gateway.as_deref()),
+        (cidr_of(&spilled), spilled.spec.gateway.as_deref()),
         ("10.41.0.10/26".to_string(), Some("10.41.0.1"))
     );
 

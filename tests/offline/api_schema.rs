@@ -3,13 +3,13 @@
 //! serialisation rules of the CAPI kinds, the status helpers, structural CRDs, the local CAPI
 //! CRDs against CAPI's own (from its Go module), and `crds/` being up to date.
 //!
-//! The two comparisons with the reference provider's files need `../shared/fixtures/in-cluster`
-//! (copies of the reference v1.1.0's CRDs); on a checkout without it they print NOT RUN and the reason.
+//! The comparisons with the reference provider read its own CRDs, `config/crd/bases/` of its Go
+//! module v1.1.0 in the Go module cache (`support::reference_crd_dir`).
 
 use crate::corpus;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use inpool::api::conditions::{ConditionStatus, DesiredCondition, LegacyCondition};
 use inpool::api::crds::{
@@ -24,12 +24,6 @@ use inpool_testenv::{repo_root, support};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use serde_json::{Value, json};
-
-/// The reference provider's pool CRDs (`../shared/fixtures/in-cluster`), or `None` and a
-/// NOT RUN line on a checkout without them.
-fn reference_fixtures(test: &str) -> Option<PathBuf> {
-    support::reference_fixtures("in-cluster", test)
-}
 
 fn t(secs: i64) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
@@ -207,10 +201,7 @@ fn capi_crd(file: &str) -> Value {
 
 #[test]
 fn valid_corpus_is_accepted_by_the_reference_schema() {
-    let Some(reference) = reference_fixtures("valid_corpus_is_accepted_by_the_reference_schema")
-    else {
-        return;
-    };
+    let reference = support::reference_crd_dir();
     let cases = corpus::valid();
     assert!(cases.len() >= 20, "valid corpus too small: {}", cases.len());
     for case in &cases {
@@ -729,10 +720,7 @@ fn short_names_and_categories_collide_with_nothing() {
 
 #[test]
 fn pool_crds_match_the_reference_names_and_fields() {
-    let Some(reference_dir) = reference_fixtures("pool_crds_match_the_reference_names_and_fields")
-    else {
-        return;
-    };
+    let reference_dir = support::reference_crd_dir();
     for (ours, file) in pool_crds().into_iter().zip([
         "ipam.cluster.x-k8s.io_inclusterippools.yaml",
         "ipam.cluster.x-k8s.io_globalinclusterippools.yaml",
@@ -810,10 +798,7 @@ fn pool_crds_match_the_reference_names_and_fields() {
 /// required-ness, and no stricter bounds than the reference's except where documented.
 #[test]
 fn prefix_pool_crds_match_the_reference_names_and_fields() {
-    let test = "prefix_pool_crds_match_the_reference_names_and_fields";
-    let Some(reference_dir) = support::reference_fixtures("in-cluster-prefix", test) else {
-        return;
-    };
+    let reference_dir = support::reference_crd_dir();
     for (ours, file) in prefix_pool_crds().into_iter().zip([
         "ipam.cluster.x-k8s.io_inclusterprefixpools.yaml",
         "ipam.cluster.x-k8s.io_globalinclusterprefixpools.yaml",

@@ -15,4 +15,5 @@ mod migration;
 mod pools;
 mod pre_allocations;
 mod prefix_pools;
+mod spec_agreement;
 mod subnets;

@@ -1,10 +1,10 @@
 //! Migration from the reference in-cluster IPAM provider, and upgrade, on a control plane shaped
 //! like a management cluster that ran the reference provider:
 //!
-//! - its pool CRDs (`../shared/fixtures/in-cluster/`: v1alpha1 and v1alpha2, storage v1alpha2)
+//! - its pool CRDs (`config/crd/bases/` of its Go module v1.1.0: v1alpha1 and v1alpha2, storage v1alpha2)
 //!   with the conversion webhook its kustomize patches add, and its mutating and validating
 //!   webhook configurations for pools (whose service is gone once it is scaled down);
-//! - its prefix pool CRDs (`../shared/fixtures/in-cluster-prefix/`, v1alpha2 only);
+//! - its prefix pool CRDs (the same folder, v1alpha2 only);
 //! - pools, claims and addresses as it leaves them (IP pools and a prefix pool, whose claim's
 //!   `IPAddress` holds a sub-prefix's first address and the allocation length): pools with its
 //!   `ProtectPool` finalizer and its counts but no conditions; claims with `ReleaseAddress` and
@@ -98,16 +98,12 @@ const NS_AFTER_TAKEOVER: &str = "workloads-after";
 // What the reference provider leaves behind
 // ------------------------------------------------------------------------------------------
 
-/// CAPI's CRDs (from its Go module) and the reference provider's pool CRDs (from
-/// `../shared/fixtures/in-cluster`), or `None` when the latter are not beside the checkout.
-fn reference_crd_files(test: &str) -> Option<Vec<PathBuf>> {
-    let reference = support::reference_fixtures("in-cluster", test)?;
-    let prefix_pools = support::reference_fixtures("in-cluster-prefix", test)?;
+/// CAPI's CRDs and the reference provider's pool CRDs, each from its Go module.
+fn reference_crd_files() -> Vec<PathBuf> {
     let mut files = inpool_testenv::capi::contract_crd_files().expect("CAPI's CRDs");
-    files.extend(inpool_testenv::yaml_files(&reference));
-    files.extend(inpool_testenv::yaml_files(&prefix_pools));
+    files.extend(inpool_testenv::yaml_files(&support::reference_crd_dir()));
     assert_eq!(files.len(), 7, "CAPI and reference CRDs: {files:?}");
-    Some(files)
+    files
 }
 
 /// What the reference's kustomize configuration adds to its pool CRDs and installs beside them:
@@ -649,11 +645,7 @@ async fn state(client: &Client) -> Vec<BTreeMap<String, String>> {
 
 #[tokio::test]
 async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_without_reallocation() {
-    let Some(crds) = reference_crd_files(
-        "pools_claims_and_addresses_of_the_reference_provider_are_adopted_without_reallocation",
-    ) else {
-        return;
-    };
+    let crds = reference_crd_files();
     let data_dir = std::env::temp_dir().join(format!("inpool-migration-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
     let plane = support::ControlPlane::start_with_crds(&data_dir, true, &crds)

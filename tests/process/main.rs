@@ -4,8 +4,9 @@
 //! Prometheus scrape (`diagnostics`), Cluster API's controller-runtime dashboard and inpool's own
 //! over inpool's metrics (`dashboard`, `inpool_dashboard`), the rendered components and their
 //! RBAC (`packaging`), real claims as the ServiceAccount (`service_account`) and two processes
-//! sharing the claims (`scale_out`), and a second IPAM provider beside inpool
-//! (`second_writer`).
+//! sharing the claims (`scale_out`), a second IPAM provider beside inpool (`second_writer`),
+//! what a tenant with claim rights can reach (`tenancy`), and a burst throttled by API Priority
+//! and Fairness (`throttled`).
 //!
 //! A bed of its own: a process that runs the controllers cluster-wide acts on every namespace's
 //! pools and claims, so it must not share a control plane with tests that expect only their own
@@ -20,3 +21,5 @@ mod packaging;
 mod scale_out;
 mod second_writer;
 mod service_account;
+mod tenancy;
+mod throttled;

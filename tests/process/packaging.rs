@@ -107,8 +107,13 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
     ),
     ("cluster.x-k8s.io", "clusters", &["get", "list", "watch"]),
     ("events.k8s.io", "events", &["create", "patch"]),
-    // The reference IPAM provider's leader election Lease, looked for by name in every namespace.
-    ("coordination.k8s.io", "leases", &["list"]),
+    // The reference IPAM provider's leader election Lease, listed and watched by name in every
+    // namespace: only that name (`resourceNames`).
+    (
+        "coordination.k8s.io",
+        "leases[7bb7acb4.ipam.cluster.x-k8s.io]",
+        &["list", "watch"],
+    ),
     // The secure diagnostics: who is calling /metrics, and may they.
     ("authentication.k8s.io", "tokenreviews", &["create"]),
     ("authorization.k8s.io", "subjectaccessreviews", &["create"]),
@@ -164,6 +169,10 @@ const DENIED: &[(&str, &str, &str, &str)] = &[
     ("", "cluster.x-k8s.io", "clusters/status", "patch"),
     ("", "", "events", "create"),
     ("", "coordination.k8s.io", "leases", "get"),
+    // Leases by name only: not every Lease, and not another one.
+    ("", "coordination.k8s.io", "leases", "list"),
+    ("", "coordination.k8s.io", "leases[kube-scheduler]", "list"),
+    ("", "coordination.k8s.io", "leases[kube-scheduler]", "watch"),
     ("default", "coordination.k8s.io", "leases", "create"),
     (SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "delete"),
     ("", "coordination.k8s.io", "leases", "watch"),
@@ -409,6 +418,11 @@ async fn access_allowed(
     resource: &str,
     verb: &str,
 ) -> bool {
+    // `resource[name]`: one object of it.
+    let (resource, object) = match resource.strip_suffix(']').and_then(|r| r.split_once('[')) {
+        Some((r, name)) => (r, Some(name.to_string())),
+        None => (resource, None),
+    };
     let (resource, subresource) = match resource.split_once('/') {
         Some((r, s)) => (r, Some(s.to_string())),
         None => (resource, None),
@@ -420,6 +434,7 @@ async fn access_allowed(
                 group: Some(group.to_string()),
                 resource: Some(resource.to_string()),
                 subresource,
+                name: object,
                 verb: Some(verb.to_string()),
                 ..Default::default()
             }),
@@ -461,14 +476,19 @@ async fn permissions(client: &Client, namespace: &str) -> Permissions {
     );
     let mut resources = BTreeSet::new();
     for rule in status.resource_rules {
-        assert!(
-            rule.resource_names.as_ref().is_none_or(|n| n.is_empty()),
-            "unexpected resourceNames rule {rule:?}"
-        );
+        // A rule limited to some objects names each: `resource[name]`.
+        let names = rule.resource_names.clone().unwrap_or_default();
         for group in rule.api_groups.unwrap_or_default() {
             for resource in rule.resources.clone().unwrap_or_default() {
-                for verb in &rule.verbs {
-                    resources.insert((group.clone(), resource.clone(), verb.clone()));
+                let limited: Vec<String> = if names.is_empty() {
+                    vec![resource.clone()]
+                } else {
+                    names.iter().map(|n| format!("{resource}[{n}]")).collect()
+                };
+                for resource in limited {
+                    for verb in &rule.verbs {
+                        resources.insert((group.clone(), resource.clone(), verb.clone()));
+                    }
                 }
             }
         }
@@ -610,6 +630,129 @@ async fn the_metrics_reader_role_grants_exactly_get_metrics() {
         reader.resources, nobody.resources,
         "{METRICS_READER_ROLE} grants resources"
     );
+}
+
+/// The ClusterRoles that add pools and claims to Kubernetes' `view`, `edit` and `admin` roles.
+const POOLS_VIEW_ROLE: &str = "inpool-pools-view";
+const POOLS_EDIT_ROLE: &str = "inpool-pools-edit";
+
+/// A namespace's editor manages the namespaced pools and claims there and reads their
+/// `IPAddress`es, and nothing more: no global pool, no `IPAddress` written, no reservation, no
+/// other namespace; a viewer reads them. The test control plane runs no kube-controller-manager,
+/// which does the aggregation: the users are bound to the two ClusterRoles directly, as
+/// aggregation adds their rules to `edit` and `view`; the labels that ask for it are checked.
+#[tokio::test]
+async fn a_namespace_editor_manages_its_pools_and_claims_and_nothing_more() {
+    ensure_applied().await;
+    let objects = components();
+    for (role, aggregated) in [
+        (POOLS_VIEW_ROLE, &["admin", "edit", "view"][..]),
+        (POOLS_EDIT_ROLE, &["admin", "edit"][..]),
+    ] {
+        let labels = &find(&objects, "ClusterRole", role)["metadata"]["labels"];
+        for to in aggregated {
+            assert_eq!(
+                labels[format!("rbac.authorization.k8s.io/aggregate-to-{to}")],
+                "true",
+                "{role} aggregates to {to}"
+            );
+        }
+    }
+    let admin = support::env().client().await;
+    let (_, namespace) = support::env().namespace().await;
+    let (_, other) = support::env().namespace().await;
+    let bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
+        Api::namespaced(admin.clone(), &namespace);
+    for (user, roles) in [
+        ("pool-editor", &[POOLS_VIEW_ROLE, POOLS_EDIT_ROLE][..]),
+        ("pool-viewer", &[POOLS_VIEW_ROLE][..]),
+    ] {
+        for role in roles {
+            let binding: k8s_openapi::api::rbac::v1::RoleBinding = common::typed(json!({
+                "metadata": {"name": format!("{user}-{role}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": role},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                    "name": user}],
+            }));
+            bindings
+                .create(&PostParams::default(), &binding)
+                .await
+                .expect("a RoleBinding");
+        }
+    }
+    let groups = ["system:authenticated"];
+    let editor = support::env().client_as("pool-editor", &groups).await;
+    let viewer = support::env().client_as("pool-viewer", &groups).await;
+    let nobody = support::env().client_as("nobody", &groups).await;
+    let baseline = rules(&nobody, &namespace).await;
+    let gained = |granted: BTreeSet<(String, String, String)>| -> BTreeSet<_> {
+        granted.difference(&baseline).cloned().collect()
+    };
+    const READ: &[&str] = &["get", "list", "watch"];
+    const READ_WRITE: &[&str] = &[
+        "get",
+        "list",
+        "watch",
+        "create",
+        "delete",
+        "deletecollection",
+        "patch",
+        "update",
+    ];
+    let group = "ipam.cluster.x-k8s.io";
+    assert_same_permissions(
+        &gained(rules(&editor, &namespace).await),
+        &expand(&[
+            (group, "inclusterippools", READ_WRITE),
+            (group, "inclusterprefixpools", READ_WRITE),
+            (group, "ipaddressclaims", READ_WRITE),
+            (group, "ipaddresses", READ),
+        ]),
+        &namespace,
+    );
+    assert_same_permissions(
+        &gained(rules(&viewer, &namespace).await),
+        &expand(&[
+            (group, "inclusterippools", READ),
+            (group, "inclusterprefixpools", READ),
+            (group, "ipaddressclaims", READ),
+            (group, "ipaddresses", READ),
+        ]),
+        &namespace,
+    );
+    assert_same_permissions(
+        &gained(rules(&editor, &other).await),
+        &BTreeSet::new(),
+        &other,
+    );
+    // What the rules review cannot show, asked one by one.
+    for (scope, resource_group, resource) in [
+        ("", group, "globalinclusterippools"),
+        ("", group, "globalinclusterprefixpools"),
+        ("", "ipam.inpool.dev", "ipaddressreservations"),
+        (namespace.as_str(), group, "ipaddresses"),
+        (namespace.as_str(), group, "inclusterippools/status"),
+        (namespace.as_str(), group, "ipaddressclaims/status"),
+        (other.as_str(), group, "inclusterippools"),
+    ] {
+        assert!(
+            !access_allowed(&editor, scope, resource_group, resource, "create").await
+                && !access_allowed(&editor, scope, resource_group, resource, "patch").await,
+            "the editor may write {resource} in {scope:?}"
+        );
+    }
+    assert!(access_allowed(&editor, &namespace, group, "inclusterippools", "create").await);
+    for binding in bindings
+        .list(&Default::default())
+        .await
+        .expect("listing the RoleBindings")
+        .items
+    {
+        let _ = bindings
+            .delete(&binding.name_any(), &Default::default())
+            .await;
+    }
 }
 
 fn assert_same_permissions(

@@ -28,7 +28,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use common::{
-    GROUP, Inpool, addresses_by_claim, claim, claim_states, create, ensure_applied,
+    GROUP, Inpool, addresses_by_claim, claim, claim_states, create, ensure_applied, managers,
     one_inpool_test_at_a_time, pool, ready_message, service_account_kubeconfig, wait_explained,
     wait_for,
 };
@@ -65,15 +65,6 @@ async fn pool_condition(
         .into_iter()
         .find(|c| c.type_ == type_)?;
     Some((condition.status, condition.reason, condition.message))
-}
-
-/// Every field manager of an object's `managedFields`.
-fn managers<K: ResourceExt>(object: &K) -> Vec<String> {
-    object
-        .managed_fields()
-        .iter()
-        .map(|f| f.manager.clone().unwrap_or_default())
-        .collect()
 }
 
 #[tokio::test]

@@ -11,6 +11,9 @@
 //! It runs the global-pools scenario small too: 120 claims from 3 namespaces over 4
 //! `GlobalInClusterIPPool`s, with the same end-state checks.
 //!
+//! It runs the reference provider v1.1.0 through the harness too, as `scale --with-reference`
+//! does: 100 claims realised distinct and released, and its writes per claim.
+//!
 //! It also holds claims of another provider's pool kind to their cost (the harness's
 //! foreign-claims scenario at 300 claims): none kept in inpool's claim cache, none reconciled,
 //! none written to, before and after a restart.
@@ -22,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use inpool_testenv::scale::{atsize, foreign, harness, process};
-use inpool_testenv::support;
+use inpool_testenv::{reference, support};
 
 /// The writes a realised claim costs besides its create, by the harness's names of their
 /// resources: finalizer, status, reservation, `IPAddress`, Event.
@@ -95,6 +98,65 @@ async fn claims_of_three_namespaces_on_shared_global_pools_are_realised_distinct
             per_claim <= 1.02,
             "{per_claim} writes to {kind} per claim: {:?}",
             run.writes_per_claim_by_resource
+        );
+    }
+    let _ = std::fs::remove_dir_all(&log_dir);
+}
+
+/// The reference provider, v1.1.0 built from the Go module proxy, through the same harness as
+/// `scale --with-reference` runs it beside inpool: 100 claims in one pool realised (by
+/// `status.addressRef`, as it sets no condition) with distinct addresses and released without
+/// orphans. Its writes per claim are pinned to what docs/performance.md compares inpool's with:
+/// a finalizer, an `IPAddress`, a status and a pool status write per claim; no reservation and no
+/// Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_provider_realises_and_releases_claims_in_the_harness() {
+    const CLAIMS: usize = 100;
+    let binary = tokio::task::spawn_blocking(|| reference::PROGRAM.binary())
+        .await
+        .expect("the build task")
+        .expect("the reference provider builds");
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let scenario = harness::Scenario {
+        name: "single".into(),
+        namespace: "scale-test-reference".into(),
+        pools: 1,
+        claims_per_pool: CLAIMS,
+        concurrency: 16,
+        timeout: Duration::from_secs(300),
+        settle: false,
+        sub_prefixes: None,
+        at_size: atsize::Plan::default(),
+        shared_by_namespaces: None,
+        pre_allocations: 0,
+    };
+    let provider = process::ProviderSpec::reference(&binary);
+    let (run, log_dir) = run_provider_on_the_test_plane(&provider, &scenario).await;
+    assert_realised_and_released(&run, CLAIMS, None);
+    let per_claim = |kind: &str| {
+        run.writes_per_claim_by_resource
+            .get(kind)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    for kind in ["claims", "claims/status", "ipaddresses"] {
+        assert!(
+            (1.0..=1.02).contains(&per_claim(kind)),
+            "the reference: {} writes to {kind} per claim, expected 1: {:?}",
+            per_claim(kind),
+            run.writes_per_claim_by_resource
+        );
+    }
+    assert!(
+        per_claim("pools/status") >= 0.5,
+        "the reference writes its pool's status for about every claim: {:?}",
+        run.writes_per_claim_by_resource
+    );
+    for kind in ["ipaddressreservations", "events"] {
+        assert_eq!(
+            per_claim(kind),
+            0.0,
+            "the reference keeps no reservation and sends no Event"
         );
     }
     let _ = std::fs::remove_dir_all(&log_dir);
@@ -306,9 +368,18 @@ async fn realise_and_release(
 /// [`ONE_AT_A_TIME`]). Returns the run and the directory of the provider's logs, for the caller
 /// to remove once its assertions held.
 async fn run_on_the_test_plane(scenario: &harness::Scenario) -> (harness::Run, PathBuf) {
+    let provider = process::ProviderSpec::inpool(Path::new(env!("CARGO_BIN_EXE_inpool")));
+    run_provider_on_the_test_plane(&provider, scenario).await
+}
+
+/// Runs `scenario` against `provider` on the test control plane (the caller holds
+/// [`ONE_AT_A_TIME`]), as [`run_on_the_test_plane`].
+async fn run_provider_on_the_test_plane(
+    provider: &process::ProviderSpec,
+    scenario: &harness::Scenario,
+) -> (harness::Run, PathBuf) {
     let env = support::env();
     let client = env.client().await;
-    let provider = process::ProviderSpec::inpool(Path::new(env!("CARGO_BIN_EXE_inpool")));
     let log_dir = std::env::temp_dir().join(format!(
         "inpool-{}-{}",
         scenario.namespace,
@@ -318,7 +389,7 @@ async fn run_on_the_test_plane(scenario: &harness::Scenario) -> (harness::Run, P
         &client,
         env.kubeconfig(),
         None,
-        &provider,
+        provider,
         scenario,
         &log_dir,
     )
@@ -330,6 +401,12 @@ async fn run_on_the_test_plane(scenario: &harness::Scenario) -> (harness::Run, P
 /// Every claim Ready with its own address, one reservation each, no orphan `IPAddress`, and
 /// nothing left once every claim was deleted.
 fn assert_end_state(run: &harness::Run, claims: usize) {
+    assert_realised_and_released(run, claims, Some(claims));
+}
+
+/// [`assert_end_state`], with `reservations` as the provider keeps them (`None`: the harness
+/// does not count them, for a provider that keeps none).
+fn assert_realised_and_released(run: &harness::Run, claims: usize, reservations: Option<usize>) {
     let correctness = run
         .correctness
         .as_ref()
@@ -342,7 +419,7 @@ fn assert_end_state(run: &harness::Run, claims: usize) {
     assert_eq!(correctness.claims, claims);
     assert_eq!(correctness.claims_ready, claims);
     assert_eq!(correctness.distinct_addresses, claims);
-    assert_eq!(correctness.reservations, Some(claims));
+    assert_eq!(correctness.reservations, reservations);
     assert_eq!(correctness.orphan_addresses, 0);
     let left = correctness.left_after_release.as_ref().expect("released");
     assert_eq!(

@@ -80,10 +80,16 @@ async fn settle(
         if held.len() == expected {
             return Ok(held);
         }
+        let waiting: Vec<String> = live
+            .iter()
+            .filter(|c| !held.contains_key(&c.name_any()))
+            .map(|c| format!("{} ({})", c.name_any(), claim_state(c)))
+            .collect();
         last = format!(
-            "{} of {} live claims realised, {expected} expected",
+            "{} of {} live claims realised, {expected} expected; not realised: {}",
             held.len(),
-            live.len()
+            live.len(),
+            waiting.join("; ")
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -12,19 +12,26 @@
 //!   any other (the registry counts every `IPAddress` of a pool); the pool gets
 //!   `ForeignAddresses=True` naming it and its manager, a Warning Event, and the gauge
 //!   `inpool_foreign_addresses`, until it is gone.
-//! - **The reference provider's leader election Lease** ([`REFERENCE_LEASE`], looked for in every
-//!   namespace every [`LEASE_LOOK_INTERVAL`]). While one is held and renewed, inpool logs an error
-//!   naming it and allocates nothing (claims wait, `Ready=False`/`AllocationFailed` naming the
-//!   Lease), unless `--ignore-reference-provider-lease`; claims are woken once it is gone or
-//!   expired. The look needs `list` on Leases cluster-wide; without it inpool says so once and
+//! - **The reference provider's leader election Lease** ([`REFERENCE_LEASE`], in any namespace):
+//!   listed once before the first allocation, then followed with a watch of that name
+//!   ([`Writers::follow_lease`]), so that a Lease created, renewed or deleted is seen as it
+//!   happens, and one that stops being renewed is seen the moment it expires. The reference
+//!   allocates only once it holds its Lease, so inpool stops allocating within a watch event of
+//!   that. While one is held and renewed, inpool logs an error naming it and allocates nothing
+//!   (claims wait, `Ready=False`/`AllocationFailed` naming the Lease), unless
+//!   `--ignore-reference-provider-lease`; claims are woken once it is gone or expired. The look
+//!   needs `list` and `watch` on Leases of that name; without them inpool says so once and
 //!   allocates.
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
+
+use futures::StreamExt;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
 use super::watch::Stores;
@@ -38,9 +45,6 @@ use crate::telemetry::Metrics;
 /// The name of the reference provider's leader election Lease (cluster-api-ipam-provider-in-cluster,
 /// `LeaderElectionID` in its `main.go`), in whatever namespace it is installed.
 pub const REFERENCE_LEASE: &str = "7bb7acb4.ipam.cluster.x-k8s.io";
-
-/// How often the reference provider's Lease is looked for.
-pub const LEASE_LOOK_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How many foreign `IPAddress`es a pool condition names.
 const LISTED: usize = 10;
@@ -298,13 +302,12 @@ pub fn foreign_message(foreign: &[Foreign]) -> String {
 }
 
 /// The reference provider's Lease among `leases` that is held and renewed as of `now`.
-pub fn live_lease(leases: &[Lease], now: Timestamp) -> Option<LiveLease> {
-    leases.iter().find_map(|lease| {
-        let spec = lease.spec.as_ref()?;
-        let holder = spec.holder_identity.as_deref().filter(|h| !h.is_empty())?;
-        let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?.0;
-        let valid = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds?));
-        let until = renewed.checked_add(valid).ok()?;
+pub fn live_lease<'a>(
+    leases: impl IntoIterator<Item = &'a Lease>,
+    now: Timestamp,
+) -> Option<LiveLease> {
+    leases.into_iter().find_map(|lease| {
+        let (holder, until) = held_until(lease)?;
         (until > now).then(|| LiveLease {
             name: format!(
                 "{}/{}",
@@ -316,6 +319,40 @@ pub fn live_lease(leases: &[Lease], now: Timestamp) -> Option<LiveLease> {
     })
 }
 
+/// A held Lease's holder, and when it expires unless renewed.
+fn held_until(lease: &Lease) -> Option<(&str, Timestamp)> {
+    let spec = lease.spec.as_ref()?;
+    let holder = spec.holder_identity.as_deref().filter(|h| !h.is_empty())?;
+    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?.0;
+    let valid = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds?));
+    Some((holder, renewed.checked_add(valid).ok()?))
+}
+
+/// How long until the first of the live `leases` expires unless renewed: when to look again
+/// without a watch event.
+fn next_expiry<'a>(
+    leases: impl IntoIterator<Item = &'a Lease>,
+    now: Timestamp,
+) -> Option<Duration> {
+    leases
+        .into_iter()
+        .filter_map(|lease| held_until(lease).map(|(_, until)| until))
+        .filter(|until| *until > now)
+        .min()
+        .and_then(|until| Duration::try_from(until.duration_since(now)).ok())
+}
+
+/// Whether the watch failed because this process may not list or watch Leases of that name.
+fn is_forbidden(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(e) | watcher::Error::WatchFailed(e) => {
+            matches!(e, kube::Error::Api(status) if status.code == 403)
+        }
+        watcher::Error::WatchError(status) => status.code == 403,
+        _ => false,
+    }
+}
+
 /// What one look for the reference provider's Lease found.
 pub struct LeaseLook {
     /// Allocation was held back by the Lease and no longer is: the waiting claims may go on.
@@ -325,6 +362,70 @@ pub struct LeaseLook {
 }
 
 impl Writers {
+    /// Follows the reference provider's Lease after the first look: a watch of that name in
+    /// every namespace, and a timer at the moment the live one expires unless renewed. Calls
+    /// `opened` whenever allocation, held back by a live Lease, may go on. Returns when this
+    /// process may not watch Leases (it says so) or the watch ends.
+    pub async fn follow_lease(&self, client: &Client, metrics: &Metrics, mut opened: impl FnMut()) {
+        let api: Api<Lease> = Api::all(client.clone());
+        let config = watcher::Config::default().fields(&format!("metadata.name={REFERENCE_LEASE}"));
+        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        // By namespace; a re-list is gathered aside and replaces it whole.
+        let mut leases: BTreeMap<String, Lease> = BTreeMap::new();
+        let mut relisted: Option<BTreeMap<String, Lease>> = None;
+        loop {
+            let expiry = next_expiry(leases.values(), Timestamp::now());
+            let expired = async {
+                match expiry {
+                    Some(wait) => tokio::time::sleep(wait).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                event = events.next() => match event {
+                    None => return,
+                    Some(Ok(watcher::Event::Init)) => relisted = Some(BTreeMap::new()),
+                    Some(Ok(watcher::Event::InitApply(lease))) => {
+                        if let Some(relisted) = relisted.as_mut() {
+                            relisted.insert(lease.namespace().unwrap_or_default(), lease);
+                        }
+                    }
+                    Some(Ok(watcher::Event::InitDone)) => {
+                        leases = relisted.take().unwrap_or_default();
+                    }
+                    Some(Ok(watcher::Event::Apply(lease))) => {
+                        leases.insert(lease.namespace().unwrap_or_default(), lease);
+                    }
+                    Some(Ok(watcher::Event::Delete(lease))) => {
+                        leases.remove(&lease.namespace().unwrap_or_default());
+                    }
+                    Some(Err(e)) => {
+                        if is_forbidden(&e) {
+                            tracing::warn!(
+                                lease = REFERENCE_LEASE,
+                                error = %e,
+                                "may not watch Leases of that name: a reference IPAM provider started from now on goes unnoticed (config/rbac grants it)"
+                            );
+                            return;
+                        }
+                        tracing::warn!(error = %e, lease = REFERENCE_LEASE, "the watch of the reference provider's Lease failed; it resumes");
+                        continue;
+                    }
+                },
+                () = expired => {}
+            }
+            if relisted.is_some() {
+                // Until the re-list is whole, what was known stands.
+                continue;
+            }
+            let found = live_lease(leases.values(), Timestamp::now());
+            metrics.reference_provider_lease(found.is_some());
+            if self.set_lease(found) {
+                opened();
+            }
+        }
+    }
+
     /// Looks for the reference provider's Lease once, and records what it found.
     pub async fn look_for_lease(&self, client: &Client, metrics: &Metrics) -> LeaseLook {
         let leases: Api<Lease> = Api::all(client.clone());
@@ -405,6 +506,36 @@ mod tests {
         assert_eq!(
             live_lease(&[lease(None, "2026-12-03T09:59:59Z", 15)], now),
             None
+        );
+    }
+
+    #[test]
+    fn the_next_look_without_an_event_is_when_the_live_lease_expires() {
+        let now: Timestamp = "2026-12-03T10:00:00Z".parse().unwrap();
+        assert_eq!(
+            next_expiry(&[lease(Some("ref-1"), "2026-12-03T09:59:50Z", 15)], now),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            next_expiry(
+                &[
+                    lease(Some("ref-1"), "2026-12-03T09:59:50Z", 15),
+                    lease(Some("ref-2"), "2026-12-03T09:59:58Z", 4),
+                ],
+                now
+            ),
+            Some(Duration::from_secs(2)),
+            "the first to expire"
+        );
+        assert_eq!(
+            next_expiry(&[lease(Some("ref-1"), "2026-12-03T09:59:40Z", 15)], now),
+            None,
+            "expired already: nothing to wait for"
+        );
+        assert_eq!(
+            next_expiry(&[lease(Some(""), "2026-12-03T09:59:59Z", 15)], now),
+            None,
+            "released"
         );
     }
 

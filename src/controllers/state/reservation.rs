@@ -10,6 +10,8 @@
 //! by reusing the reservation instead of allocating again.
 use std::net::IpAddr;
 
+use kube::ResourceExt;
+
 use k8s_openapi::jiff::Timestamp;
 
 pub use crate::api::reservation::{
@@ -96,6 +98,17 @@ pub fn held_length(ip: IpAddr, prefix: Option<i32>) -> u8 {
         .unwrap_or(address)
 }
 
+/// `reservation` made a released one, reusable after `until`, as [`release_patch`] makes one.
+pub fn released(mut reservation: IPAddressReservation, until: Timestamp) -> IPAddressReservation {
+    reservation
+        .labels_mut()
+        .insert(RELEASED_LABEL.to_string(), "true".to_string());
+    reservation
+        .annotations_mut()
+        .insert(REUSABLE_AFTER_ANNOTATION.to_string(), until.to_string());
+    reservation
+}
+
 /// The merge patch that turns a claim's reservation into a released one, reusable after `until`.
 pub fn release_patch(until: Timestamp) -> serde_json::Value {
     serde_json::json!({ "metadata": {
@@ -134,7 +147,6 @@ pub fn hold_of(reservation: &IPAddressReservation) -> Option<HoldRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::ResourceExt;
 
     #[test]
     fn names_encode_address_and_scope() {
@@ -173,6 +185,14 @@ mod tests {
         );
         assert!(reservation.is_released());
         assert_eq!(reservation.reusable_after(), Some(until));
+        let created_released = released(
+            new_reservation(&pool.scope(), &pool, &claim, None, ip, 32),
+            until,
+        );
+        assert_eq!(
+            created_released.metadata, reservation.metadata,
+            "created released, a reservation is what the release patch makes of one"
+        );
         let hold = hold_of(&reservation).unwrap();
         assert_eq!((hold.ip, hold.pool), (ip, pool));
         assert_eq!(hold.holder, Holder::Released);

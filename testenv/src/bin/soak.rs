@@ -65,7 +65,7 @@ const NAMESPACE: &str = "soak";
 const POOL: &str = "pool-000";
 /// A started inpool lists everything, rebuilds its registry, and its resident memory then climbs
 /// in steps to its plateau as churn reaches its working set: about 6.5 minutes at 10,000 claims
-/// (docs/performance.md#soak). The slopes leave each process's first 7 minutes out.
+/// (docs/reliability.md#soak). The slopes leave each process's first 7 minutes out.
 const PROCESS_SETTLE: Duration = Duration::from_secs(420);
 /// How long a quiet check waits for every invariant to hold before it reports what does not.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(300);

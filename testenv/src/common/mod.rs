@@ -7,9 +7,11 @@
 //! - [`controller`]: an in-process controller for one namespace, audited;
 //! - [`packaging`]: the rendered components and inpool's ServiceAccount;
 //! - [`process`]: the `inpool` binary as a process (logs, `/metrics`, `/healthz`, signals);
+//! - [`consumers`]: what the tests with a real infrastructure provider share;
 //! - [`invariants`]: every invariant of the claims, addresses, reservations and pools of a
 //!   namespace, checked at once.
 
+pub mod consumers;
 pub mod controller;
 pub mod invariants;
 pub mod objects;
@@ -19,6 +21,7 @@ pub mod reads;
 pub mod wait;
 
 // One flat namespace for the test modules (`use common::*`).
+pub use consumers::*;
 pub use controller::*;
 pub use invariants::*;
 pub use objects::*;

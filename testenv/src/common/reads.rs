@@ -112,3 +112,12 @@ pub fn sample(exposition: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
 }
+
+/// Every field manager of an object's `managedFields`.
+pub fn managers<K: kube::ResourceExt>(object: &K) -> Vec<String> {
+    object
+        .managed_fields()
+        .iter()
+        .map(|f| f.manager.clone().unwrap_or_default())
+        .collect()
+}

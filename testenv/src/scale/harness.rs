@@ -466,11 +466,15 @@ impl Drop for ReadyTracker {
     }
 }
 
+/// The `IPAddress` a realised claim names: `status.addressRef` set, and `Ready=True` unless the
+/// claim has no `Ready` condition at all (the reference provider sets none; inpool and the floor
+/// set both in one write, so for them it is the moment `Ready` turns `True`).
 pub(crate) fn ready_ref(claim: &IPAddressClaim) -> Option<&str> {
     let ready = claim
         .conditions()
         .iter()
-        .any(|c| c.type_ == READY_CONDITION && c.status == "True");
+        .find(|c| c.type_ == READY_CONDITION)
+        .is_none_or(|c| c.status == "True");
     let address_ref = claim.address_ref().filter(|n| !n.is_empty());
     address_ref.filter(|_| ready)
 }
@@ -1774,6 +1778,17 @@ async fn check(
             ));
             continue;
         };
+        if expect_reservations
+            && !claim
+                .conditions()
+                .iter()
+                .any(|c| c.type_ == READY_CONDITION)
+        {
+            // inpool (the provider that keeps reservations) always says so in a condition.
+            note(format!(
+                "claim {name} has an addressRef and no Ready condition"
+            ));
+        }
         ready += 1;
         let Some(address) = by_name.get(address_ref) else {
             note(format!(

@@ -37,6 +37,23 @@ impl ProviderSpec {
         }
     }
 
+    /// The reference provider's manager (`crate::reference`), limited to the scenario namespace
+    /// with its own `--namespace` flag, its webhooks and leader election off as in the tests'
+    /// bed. It has no concurrency flag: its claim controller runs controller-runtime's default,
+    /// one reconcile at a time.
+    pub fn reference(binary: &Path) -> ProviderSpec {
+        ProviderSpec {
+            name: "reference".into(),
+            command: format!(
+                "{} --kubeconfig={{kubeconfig}} --namespace={{namespace}} --leader-elect=false \
+                 --webhook-port=0 --insecure-diagnostics --diagnostics-address={{metrics_addr}} \
+                 --health-probe-bind-address={{health_addr}}",
+                shell_quote(&binary.to_string_lossy())
+            ),
+            is_inpool: false,
+        }
+    }
+
     /// The command line with every placeholder filled in.
     pub fn render(
         &self,

@@ -4,28 +4,28 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::allocate::{allocation_length, create_reservation, learn_address, learn_holder};
+use super::Placing;
+use super::allocate::{allocation_length, learn_address};
 use super::conditions::{fail, ready, set_ready};
 use crate::allocator::Subnet;
 use crate::api::{ConditionStatus, IPAddress, REASON_ALLOCATION_FAILED, REASON_POOL_NOT_READY};
 use crate::api::{ObjectKey, PoolKey};
 use crate::controllers::claims::cached_claim::CachedClaim;
 use crate::controllers::claims::messages::not_ready_message;
-use crate::controllers::context::{Context, Learning};
 use crate::controllers::runtime::controller::Action;
 use crate::controllers::runtime::error::Error;
 use crate::controllers::state::Unready;
 
 /// An `IPAddress` with the claim's name exists: it is the claim's address (idempotency,
 /// `clusterctl move`, migration from the reference provider) when it is for the same pool.
-pub(super) async fn adopt(
-    claim: &CachedClaim,
-    key: &ObjectKey,
-    pool: &PoolKey,
-    ctx: &Context,
-    learning: &Learning<'_>,
-    existing: &IPAddress,
-) -> Result<Action, Error> {
+pub(super) async fn adopt(placing: &Placing<'_>, existing: &IPAddress) -> Result<Action, Error> {
+    let Placing {
+        claim,
+        key,
+        pool,
+        ctx,
+        ..
+    } = *placing;
     let conflict = if existing.spec.pool_ref != CachedClaim::pool_ref(pool) {
         Some(format!(
             "IPAddress {key} already exists for pool {} {}, not for the claimed pool; delete it or the claim",
@@ -71,16 +71,17 @@ pub(super) async fn adopt(
         }
     }
     let scope = ctx.registry().reservation_scope(pool, ip);
-    let (name, created) = create_reservation(claim, key, pool, ctx, learning, ip, &scope).await;
+    let (name, created) = placing.create_reservation(ip, &scope).await;
     let holder = match created {
         Ok(()) => None,
-        Err(kube::Error::Api(status)) if status.code == 409 => learn_holder(ctx, learning, &name)
+        Err(kube::Error::Api(status)) if status.code == 409 => placing
+            .learn_holder(&name)
             .await?
             .map(|r| ObjectKey::new(&r.spec.claim_namespace, &r.spec.claim_name))
             .filter(|holder| holder != key),
         Err(e) => return Err(e.into()),
     };
-    learn_address(learning, existing);
+    learn_address(&placing.learning, existing);
     if let Some(holder) = holder {
         let message = format!(
             "IPAddress {key} holds {ip}, but that address is reserved for claim {holder}; one of the two must go"

@@ -8,13 +8,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
 
+use super::Placing;
 use super::conditions::{create_failed, fail, ready};
 use crate::allocator::canonical;
 use crate::api::{
     ADDRESS_FINALIZER, CLUSTER_NAME_LABEL, IPAM_GROUP, IPAddress, IPAddressClaim,
     IPAddressClaimReference, IPAddressSpec, REASON_POOL_NOT_READY,
 };
-use crate::api::{ObjectKey, PoolKey, Scope};
+use crate::api::{PoolKey, Scope};
 use crate::controllers::claims::cached_claim::CachedClaim;
 use crate::controllers::context::{Context, Learning};
 use crate::controllers::runtime::controller::Action;
@@ -47,133 +48,120 @@ pub(super) async fn is_claims_reservation(
     ) && !live.is_released())
 }
 
-/// Makes the API server record `ip` as held for the claim (the reservation object). Returns the
-/// reservation's name, or `None` when the address turned out taken: its holder is learnt, so the
-/// next plan picks another.
-pub(super) async fn reserve(
-    claim: &CachedClaim,
-    key: &ObjectKey,
-    pool: &PoolKey,
-    ctx: &Context,
-    learning: &Learning<'_>,
-    ip: IpAddr,
-    scope: &Scope,
-) -> Result<Option<String>, Error> {
-    let (name, created) = create_reservation(claim, key, pool, ctx, learning, ip, scope).await;
-    match created {
-        Ok(()) => Ok(Some(name)),
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            // Taken by a holder the watch has not shown yet: learn it now, so that the address
-            // stays used exactly as long as that holder exists.
-            learn_holder(ctx, learning, &name).await?;
-            Ok(None)
-        }
-        Err(e) => {
-            let object = format!("IPAddressReservation {name} for {ip}");
-            Err(create_failed(claim, ctx, object, e).await)
-        }
-    }
-}
-
-/// Creates the reservation of `ip` for the claim, in `scope`, and learns it once created.
-/// Returns its name and the API server's answer; what to make of a refusal is the caller's.
-pub(super) async fn create_reservation(
-    claim: &CachedClaim,
-    key: &ObjectKey,
-    pool: &PoolKey,
-    ctx: &Context,
-    learning: &Learning<'_>,
-    ip: IpAddr,
-    scope: &Scope,
-) -> (String, Result<(), kube::Error>) {
-    let reservation = new_reservation(
-        scope,
-        pool,
-        key,
-        claim.uid(),
-        ip,
-        held_length(ctx, pool, ip),
-    );
-    let name = reservation.name_any();
-    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
-    let created = reservations.create(&create_params(), &reservation).await;
-    if let Ok(created) = &created {
-        learn_reservation(learning, created);
-    }
-    (name, created.map(drop))
-}
-
-/// The reservation `name` that a create met (`409`), learnt: its holder may not have reached the
-/// watch yet. `None` when it is gone again.
-pub(super) async fn learn_holder(
-    ctx: &Context,
-    learning: &Learning<'_>,
-    name: &str,
-) -> Result<Option<IPAddressReservation>, Error> {
-    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
-    let live = reservations.get_opt(name).await?;
-    if let Some(live) = &live {
-        learn_reservation(learning, live);
-    }
-    Ok(live)
-}
-
-pub(super) async fn create_address(
-    claim: &CachedClaim,
-    key: &ObjectKey,
-    pool: &PoolKey,
-    ctx: &Context,
-    learning: &Learning<'_>,
-    ip: IpAddr,
-    reservation: &str,
-) -> Result<Action, Error> {
-    let address = match build_address(claim, pool, ctx, ip) {
-        Ok(address) => address,
-        Err(reason) => {
-            release_reservation(ctx, reservation).await?;
-            return fail(claim, ctx, REASON_POOL_NOT_READY, reason).await;
-        }
-    };
-    let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
-    match addresses.create(&create_params(), &address).await {
-        Ok(created) => {
-            learn_address(learning, &created);
-            ctx.metrics.allocation(pool);
-            ready(claim, ctx, pool, ip).await
-        }
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            // The IPAddress exists. When it is the very one this create sends (its answer was
-            // lost after it succeeded, and kube's client sent it again), the claim is realised.
-            // Otherwise someone created it meanwhile (another process, or by hand): when it
-            // holds the reserved address, the reservation is its own: keep it. Otherwise give
-            // ours back. Either way, adopt theirs on the next pass.
-            let existing = addresses.get_opt(&key.name).await;
-            if let Ok(Some(a)) = &existing
-                && is_same_address(a, &address)
-            {
-                learn_address(learning, a);
-                ctx.metrics.allocation(pool);
-                return ready(claim, ctx, pool, ip).await;
+impl Placing<'_> {
+    /// Makes the API server record `ip` as held for the claim (the reservation object). Returns
+    /// the reservation's name, or `None` when the address turned out taken: its holder is learnt,
+    /// so the next plan picks another.
+    pub(super) async fn reserve(&self, ip: IpAddr, scope: &Scope) -> Result<Option<String>, Error> {
+        let (name, created) = self.create_reservation(ip, scope).await;
+        match created {
+            Ok(()) => Ok(Some(name)),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                // Taken by a holder the watch has not shown yet: learn it now, so that the
+                // address stays used exactly as long as that holder exists.
+                self.learn_holder(&name).await?;
+                Ok(None)
             }
-            let same_address = match &existing {
-                Ok(Some(a)) => {
-                    learn_address(learning, a);
-                    a.spec.address.parse::<IpAddr>().ok() == Some(ip)
-                }
-                _ => false,
-            };
-            let released = match (&existing, same_address) {
-                (Ok(_), false) => release_reservation(ctx, reservation).await,
-                _ => Ok(()),
-            };
-            existing?;
-            released?;
-            Ok(Action::requeue(Duration::from_millis(100)))
+            Err(e) => {
+                let object = format!("IPAddressReservation {name} for {ip}");
+                Err(create_failed(self.claim, self.ctx, object, e).await)
+            }
         }
-        Err(e) => {
-            // The reservation stays (learnt when it was created): the next reconcile recovers it.
-            let object = format!("IPAddress {key} for {ip}");
-            Err(create_failed(claim, ctx, object, e).await)
+    }
+
+    /// Creates the reservation of `ip` for the claim, in `scope`, and learns it once created.
+    /// Returns its name and the API server's answer; what to make of a refusal is the caller's.
+    pub(super) async fn create_reservation(
+        &self,
+        ip: IpAddr,
+        scope: &Scope,
+    ) -> (String, Result<(), kube::Error>) {
+        let length = held_length(self.ctx, self.pool, ip);
+        let reservation = new_reservation(scope, self.pool, self.key, self.claim.uid(), ip, length);
+        let name = reservation.name_any();
+        let reservations: Api<IPAddressReservation> = Api::all(self.ctx.client.clone());
+        let created = reservations.create(&create_params(), &reservation).await;
+        if let Ok(created) = &created {
+            learn_reservation(&self.learning, created);
+        }
+        (name, created.map(drop))
+    }
+
+    /// The reservation `name` that a create met (`409`), learnt: its holder may not have reached
+    /// the watch yet. `None` when it is gone again.
+    pub(super) async fn learn_holder(
+        &self,
+        name: &str,
+    ) -> Result<Option<IPAddressReservation>, Error> {
+        let reservations: Api<IPAddressReservation> = Api::all(self.ctx.client.clone());
+        let live = reservations.get_opt(name).await?;
+        if let Some(live) = &live {
+            learn_reservation(&self.learning, live);
+        }
+        Ok(live)
+    }
+
+    pub(super) async fn create_address(
+        &self,
+        ip: IpAddr,
+        reservation: &str,
+    ) -> Result<Action, Error> {
+        let Self {
+            claim,
+            key,
+            pool,
+            ctx,
+            ..
+        } = *self;
+        let learning = &self.learning;
+        let address = match build_address(claim, pool, ctx, ip) {
+            Ok(address) => address,
+            Err(reason) => {
+                release_reservation(ctx, reservation).await?;
+                return fail(claim, ctx, REASON_POOL_NOT_READY, reason).await;
+            }
+        };
+        let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
+        match addresses.create(&create_params(), &address).await {
+            Ok(created) => {
+                learn_address(learning, &created);
+                ctx.metrics.allocation(pool);
+                ready(claim, ctx, pool, ip).await
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                // The IPAddress exists. When it is the very one this create sends (its answer was
+                // lost after it succeeded, and kube's client sent it again), the claim is realised.
+                // Otherwise someone created it meanwhile (another process, or by hand): when it
+                // holds the reserved address, the reservation is its own: keep it. Otherwise give
+                // ours back. Either way, adopt theirs on the next pass.
+                let existing = addresses.get_opt(&key.name).await;
+                if let Ok(Some(a)) = &existing
+                    && is_same_address(a, &address)
+                {
+                    learn_address(learning, a);
+                    ctx.metrics.allocation(pool);
+                    return ready(claim, ctx, pool, ip).await;
+                }
+                let same_address = match &existing {
+                    Ok(Some(a)) => {
+                        learn_address(learning, a);
+                        a.spec.address.parse::<IpAddr>().ok() == Some(ip)
+                    }
+                    _ => false,
+                };
+                let released = match (&existing, same_address) {
+                    (Ok(_), false) => release_reservation(ctx, reservation).await,
+                    _ => Ok(()),
+                };
+                existing?;
+                released?;
+                Ok(Action::requeue(Duration::from_millis(100)))
+            }
+            Err(e) => {
+                // The reservation stays (learnt when it was created): the next reconcile recovers it.
+                let object = format!("IPAddress {key} for {ip}");
+                Err(create_failed(claim, ctx, object, e).await)
+            }
         }
     }
 }

@@ -36,7 +36,7 @@ use crate::controllers::claims::cached_claim::CachedClaim;
 use crate::controllers::claims::messages::{
     exhausted_message, not_ready_message, pre_allocation_conflict_message,
 };
-use crate::controllers::context::Context;
+use crate::controllers::context::{Context, Learning};
 use crate::controllers::runtime::controller::Action;
 use crate::controllers::runtime::error::{Error, retry_delay, settle_named};
 use crate::controllers::runtime::events::EventType;
@@ -44,10 +44,20 @@ use crate::controllers::state::Allocation;
 use crate::controllers::state::facts::{self};
 use crate::controllers::state::plan::{self, Step};
 use adopt::adopt;
-use allocate::{create_address, is_claims_reservation, reserve};
+use allocate::is_claims_reservation;
 use conditions::{fail, publish, ready};
 use lifecycle::{Gate, ensure_finalizer, forget, gate, is_live, pool_paused};
 use release::release;
+
+/// What the writes of one claim's allocation share: the claim, its key and pool, the
+/// controller's context, and the registry learning what the API server answers them.
+struct Placing<'a> {
+    claim: &'a CachedClaim,
+    key: &'a ObjectKey,
+    pool: &'a PoolKey,
+    ctx: &'a Context,
+    learning: Learning<'a>,
+}
 
 /// How often to try the next address when the API server says the chosen one is taken, before
 /// giving the watches time to catch up with another process.
@@ -116,10 +126,16 @@ async fn realise(
         // hand), and allocating for it would create an address no claim will ever release.
         return Ok(Action::await_change());
     }
-    let learning = ctx.learning();
+    let placing = Placing {
+        claim,
+        key,
+        pool,
+        ctx,
+        learning: ctx.learning(),
+    };
     let addresses: Api<IPAddress> = ctx.namespaced(&key.namespace);
     if let Some(existing) = addresses.get_opt(&key.name).await? {
-        return adopt(claim, key, pool, ctx, &learning, &existing).await;
+        return adopt(&placing, &existing).await;
     }
     if let Some(lease) = ctx.writers.holding_lease() {
         let message = format!(
@@ -143,9 +159,7 @@ async fn realise(
                         if !is_claims_reservation(claim, ctx, &reservation).await? {
                             return Ok(None);
                         }
-                        create_address(claim, key, pool, ctx, &learning, ip, &reservation)
-                            .await
-                            .map(Some)
+                        placing.create_address(ip, &reservation).await.map(Some)
                     })
                     .await?;
                 match realised {
@@ -157,14 +171,10 @@ async fn realise(
                 let ip = held.ip();
                 let realised = ctx
                     .in_flight(held, async {
-                        let Some(reservation) =
-                            reserve(claim, key, pool, ctx, &learning, ip, &scope).await?
-                        else {
+                        let Some(reservation) = placing.reserve(ip, &scope).await? else {
                             return Ok(None);
                         };
-                        create_address(claim, key, pool, ctx, &learning, ip, &reservation)
-                            .await
-                            .map(Some)
+                        placing.create_address(ip, &reservation).await.map(Some)
                     })
                     .await?;
                 if let Some(action) = realised {

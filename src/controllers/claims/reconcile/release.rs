@@ -1,11 +1,15 @@
 //! Release: a deleted claim gives its `IPAddress` and reservations back (at once, or kept
 //! released for the pool's reuse grace period), then inpool lets go of the claim's finalizer. A
 //! paused claim waits; a claim on the move (`clusterctl move`) leaves its address to the target.
+use std::net::IpAddr;
 use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch};
 
+use super::allocate::held_length;
 use super::conditions::publish;
 use super::lifecycle::{Gate, gate, remove_finalizer};
 use crate::api::{CLAIM_FINALIZER, DELETE_FOR_MOVE_ANNOTATION, IPAddress};
@@ -17,9 +21,11 @@ use crate::controllers::runtime::controller::Action;
 use crate::controllers::runtime::error::Error;
 use crate::controllers::runtime::events::EventType;
 use crate::controllers::runtime::finalizers;
-use crate::controllers::runtime::{delete_if_present, patch_params};
+use crate::controllers::runtime::{create_params, delete_if_present, patch_params};
 use crate::controllers::state::plan::{self};
-use crate::controllers::state::reservation::{IPAddressReservation, release_patch};
+use crate::controllers::state::reservation::{
+    IPAddressReservation, new_reservation, release_patch, released,
+};
 
 /// The claim is being deleted: give the address back (unless paused or moving), then let the
 /// claim go. A missing Cluster does not block this (it could never be unpaused).
@@ -44,11 +50,14 @@ pub(super) async fn release(
             .as_ref()
             .is_some_and(|a| a.annotations().contains_key(DELETE_FOR_MOVE_ANNOTATION));
         if !address_moving {
-            if let Some(address) = address.filter(|a| *a.spec.claim_ref.name == *key.name) {
-                delete_address(&addresses, &address).await?;
-            }
             let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
             let grace = reuse_grace_period(ctx, pool);
+            if let Some(address) = address.filter(|a| *a.spec.claim_ref.name == *key.name) {
+                if let Some(grace) = grace {
+                    keep_unreserved(claim, key, pool, ctx, &address, &held, grace).await?;
+                }
+                delete_address(&addresses, &address).await?;
+            }
             for name in held {
                 match grace {
                     Some(grace) => keep_released(&reservations, &name, grace).await?,
@@ -100,16 +109,54 @@ pub(super) async fn keep_released(
     name: &str,
     grace: Duration,
 ) -> Result<(), Error> {
-    let until = k8s_openapi::jiff::Timestamp::now()
-        .checked_add(grace)
-        .unwrap_or(k8s_openapi::jiff::Timestamp::MAX);
-    let patch = release_patch(until);
+    let patch = release_patch(reusable_after(grace));
     match reservations
         .patch(name, &patch_params(), &Patch::Merge(&patch))
         .await
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The grace period counts from the release inpool makes: a claim released while inpool was
+/// down, or deleted under another provider, keeps its address at least the whole period.
+fn reusable_after(grace: Duration) -> Timestamp {
+    Timestamp::now()
+        .checked_add(grace)
+        .unwrap_or(Timestamp::MAX)
+}
+
+/// Keeps the address of a released claim's `IPAddress` that no reservation of the claim holds
+/// (the claim was deleted, and held in its grace period, by the reference provider before inpool
+/// took over): a released reservation is created for it, so that it is kept from every claim for
+/// the pool's grace period as an address inpool allocated is. Created before the `IPAddress` is
+/// deleted, so that a crash between the two leaves the address held by one or the other; `409`
+/// means another holder has the address, which then stays held anyway.
+async fn keep_unreserved(
+    claim: &CachedClaim,
+    key: &ObjectKey,
+    pool: &PoolKey,
+    ctx: &Context,
+    address: &IPAddress,
+    held: &[String],
+    grace: Duration,
+) -> Result<(), Error> {
+    let Ok(ip) = address.spec.address.parse::<IpAddr>() else {
+        return Ok(());
+    };
+    let scope = ctx.registry().reservation_scope(pool, ip);
+    let length = held_length(ctx, pool, ip);
+    let reservation = new_reservation(&scope, pool, key, claim.uid(), ip, length);
+    if held.contains(&reservation.name_any()) {
+        return Ok(());
+    }
+    let reservation = released(reservation, reusable_after(grace));
+    let reservations: Api<IPAddressReservation> = Api::all(ctx.client.clone());
+    match reservations.create(&create_params(), &reservation).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
     }
 }

@@ -5,7 +5,8 @@
 //! cargo run --release --bin scale -- [--claims 10000] [--pre-allocations 1000]
 //!     [--pools 10 --claims-per-pool 100]
 //!     [--global-pools 200 --global-namespaces 50] [--prefix-claims 1000] [--foreign-claims 100000]
-//!     [--skip-floor] [--provider-command "CMD"] [--provider-name NAME] [--json PATH]
+//!     [--skip-floor] [--provider-command "CMD"] [--provider-name NAME] [--with-reference]
+//!     [--json PATH]
 //!     [--scenarios restart,idle,trickle] [--idle-window 600] [--trickle-claims 100]
 //!     [--restart-signal term|kill] [--inpool-args "ARGS"] [--keep-claims]
 //! ```
@@ -24,7 +25,9 @@
 //!    namespaces so that each pool serves every namespace;
 //! 5. with `--prefix-claims P`, a fresh provider process on P claims in one prefix pool (/64s out
 //!    of a /48);
-//! 6. with `--foreign-claims F`, a fresh provider process beside F claims of a pool kind inpool
+//! 6. with `--with-reference`, steps 2 to 5 again with the reference provider v1.1.0 (a claim
+//!    counts as realised once its `status.addressRef` is set: the reference sets no condition);
+//! 7. with `--foreign-claims F`, a fresh provider process beside F claims of a pool kind inpool
 //!    does not serve (see `testenv/src/scale/foreign.rs`).
 //!
 //! With `--scenarios`, the scenarios at size run on the single-pool scenario once its
@@ -47,7 +50,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use inpool_testenv::scale::{atsize, foreign, harness, process};
-use inpool_testenv::{repo_root, support};
+use inpool_testenv::{reference, repo_root, support};
 
 use harness::{Run, Scenario};
 use process::{ProviderSpec, StopSignal};
@@ -102,6 +105,11 @@ struct Args {
     /// inpool's metrics on {metrics_addr}.
     #[arg(long)]
     provider_name: Option<String>,
+    /// Also run every scenario with the reference provider, cluster-api-ipam-provider-in-cluster
+    /// v1.1.0 (built from the Go module proxy as the tests' bed builds it), after the provider
+    /// under test, on the same control plane and inpool's pool CRDs (a superset of its own).
+    #[arg(long)]
+    with_reference: bool,
     /// inpool binary to run (default: `cargo build --release --bin inpool`, then
     /// target/release/inpool).
     #[arg(long)]
@@ -332,21 +340,36 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             ..scenario("prefix", 1, args.prefix_claims)
         });
     }
-    for scenario in &scenarios {
-        match harness::run_scenario(
-            &client,
-            &plane.kubeconfig,
-            plane_pid,
-            &provider,
-            scenario,
-            &out_dir,
-        )
-        .await
-        {
-            Ok(run) => runs.push(run),
-            Err(e) => {
-                eprintln!("{} / {} failed: {e:#}", provider.name, scenario.name);
-                errors.push(format!("{} / {}: {e:#}", provider.name, scenario.name));
+    let mut providers = vec![provider.clone()];
+    if args.with_reference {
+        let binary = tokio::task::spawn_blocking(|| reference::PROGRAM.binary())
+            .await?
+            .map_err(anyhow::Error::msg)?;
+        providers.push(ProviderSpec::reference(&binary));
+    }
+    for (i, provider) in providers.iter().enumerate() {
+        for scenario in &scenarios {
+            // A namespace of its own for each provider after the first: the first one's may
+            // still be terminating.
+            let mut scenario = scenario.clone();
+            if i > 0 {
+                scenario.namespace = format!("{}-{}", scenario.namespace, provider.name);
+            }
+            match harness::run_scenario(
+                &client,
+                &plane.kubeconfig,
+                plane_pid,
+                provider,
+                &scenario,
+                &out_dir,
+            )
+            .await
+            {
+                Ok(run) => runs.push(run),
+                Err(e) => {
+                    eprintln!("{} / {} failed: {e:#}", provider.name, scenario.name);
+                    errors.push(format!("{} / {}: {e:#}", provider.name, scenario.name));
+                }
             }
         }
     }

@@ -72,7 +72,10 @@ pub fn targets(runs: &[Run]) -> Vec<Target> {
     let mut out = Vec::new();
     for run in runs
         .iter()
-        .filter(|r| r.scenario == "single" && r.provider != "floor")
+        // inpool's own targets: the floor and the reference are what it is measured against.
+        .filter(|r| {
+            r.scenario == "single" && !["floor", "reference"].contains(&r.provider.as_str())
+        })
     {
         // Without a floor (--skip-floor) there is no ratio to hold against the limit.
         if let Some(ratio) = run.ratio_to_floor {

@@ -1,0 +1,177 @@
+//! The API server and inpool agree on every IP pool spec: generated specs, valid and invalid and
+//! near the edges (prefix lengths 0, 1, 31, 32, 33; network and broadcast addresses; ranges
+//! reversed or spanning the subnet's end; gateways inside, outside, of the other family or not an
+//! address; text that is almost an address), are sent to the real API server (a dry-run create
+//! of an `InClusterIPPool`, so the CRD's CEL rules judge them) and to inpool's parser (what a
+//! pool's `Ready` condition reports). Each spec the API server accepts, inpool accepts; each it
+//! refuses comes with a message that names a field of `spec`. The other way round, a spec the
+//! parser accepts may be refused by the API server only where docs/pools.md says the CRD is the
+//! stricter (none today).
+//!
+//! proptest shrinks a disagreement to its smallest spec before the test fails with it.
+
+use std::sync::{Arc, Mutex};
+
+use inpool::allocator::PoolSpecInput;
+use inpool::api::{InClusterIPPool, InClusterIPPoolSpec};
+use inpool_testenv::support;
+use kube::api::{Api, PostParams};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use serde_json::{Value, json};
+
+/// Addresses near the edges of 10.0.0.0/24 and its neighbours, and texts that are almost one.
+fn address() -> impl Strategy<Value = String> {
+    prop_oneof![
+        8 => prop::sample::select(vec![0u8, 1, 2, 5, 127, 128, 254, 255])
+            .prop_map(|host| format!("10.0.0.{host}")),
+        1 => prop::sample::select(vec![0u8, 1, 255]).prop_map(|host| format!("10.0.1.{host}")),
+        1 => prop::sample::select(vec![
+            "10.0.0.256", "10.0.0.01", " 10.0.0.1", "10.0.0", "", "fd00::1", "::ffff:10.0.0.1",
+            "10.0.0.1%eth0",
+        ])
+        .prop_map(str::to_string),
+    ]
+}
+
+/// An `addresses` entry: an address, a CIDR, or a `first-last` range (perhaps reversed).
+fn entry() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => address(),
+        2 => (address(), prop::sample::select(vec![0u8, 1, 8, 24, 25, 30, 31, 32, 33]))
+            .prop_map(|(a, len)| format!("{a}/{len}")),
+        3 => (address(), address()).prop_map(|(a, b)| format!("{a}-{b}")),
+        2 => Just("10.0.0.10-10.0.0.20".to_string()),
+    ]
+}
+
+/// An address of 10.0.0.0/`prefix` near its edges: its first, second, middle, second last and
+/// last (for prefixes 8 to 32).
+fn inside(prefix: i64) -> impl Strategy<Value = String> {
+    let size: u32 = 1 << (32 - prefix.clamp(8, 32));
+    let last = size - 1;
+    prop::sample::select(vec![0, 1.min(last), size / 2, last.saturating_sub(1), last])
+        .prop_map(|offset| std::net::Ipv4Addr::from(0x0a00_0000u32 + offset).to_string())
+}
+
+/// An `addresses` entry inside 10.0.0.0/`prefix`: an address or a range of two.
+fn entry_inside(prefix: i64) -> impl Strategy<Value = String> {
+    prop_oneof![
+        inside(prefix),
+        (inside(prefix), inside(prefix)).prop_map(|(a, b)| format!("{a}-{b}")),
+    ]
+}
+
+/// An IP pool's spec, as JSON: a prefix, then entries mostly inside its subnet and some of any
+/// kind, a gateway inside or of any kind, perhaps exclusions.
+fn spec() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        3 => Just(24i64),
+        3 => prop::sample::select(vec![8i64, 16, 30, 31, 32]),
+        1 => prop::sample::select(vec![0i64, 1, 23, 25, 33, 64]),
+    ]
+    .prop_flat_map(|prefix| {
+        (
+            Just(prefix),
+            prop::collection::vec(prop_oneof![3 => entry_inside(prefix), 1 => entry()], 0..4),
+            prop::option::of(prop_oneof![2 => inside(prefix), 1 => address()]),
+            prop::collection::vec(entry(), 0..2),
+            any::<bool>(),
+        )
+    })
+    .prop_map(|(prefix, addresses, gateway, excluded, reserved)| {
+        let mut spec = json!({"addresses": addresses, "prefix": prefix});
+        if let Some(gateway) = gateway {
+            spec["gateway"] = json!(gateway);
+        }
+        if !excluded.is_empty() {
+            spec["excludedAddresses"] = json!(excluded);
+        }
+        if reserved {
+            spec["allocateReservedIPAddresses"] = json!(true);
+        }
+        spec
+    })
+}
+
+/// The API server's verdict on `spec`: `Ok` or the message of its refusal.
+async fn api_server_verdict(pools: &Api<InClusterIPPool>, spec: &Value) -> Result<(), String> {
+    let pool: InClusterIPPool = match serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2",
+        "kind": "InClusterIPPool",
+        "metadata": {"name": "agreement"},
+        "spec": spec,
+    })) {
+        Ok(pool) => pool,
+        // Out of the Rust type's range (the prefix is an i32): not a spec to compare.
+        Err(e) => return Err(format!("spec: {e}")),
+    };
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    match pools.create(&dry_run, &pool).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 422 => Err(status.message),
+        Err(e) => panic!("the API server did not judge the spec: {e}"),
+    }
+}
+
+/// inpool's verdict on `spec`: `Ok` or the errors its pool condition would report.
+fn inpool_verdict(spec: &Value) -> Result<(), String> {
+    let spec: InClusterIPPoolSpec =
+        serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
+    PoolSpecInput::from(&spec)
+        .parse()
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_and_inpool_agree_on_generated_ip_pool_specs() {
+    let env = support::env();
+    let (client, ns) = env.namespace().await;
+    let pools: Api<InClusterIPPool> = Api::namespaced(client, &ns);
+    let judged = Arc::new(Mutex::new((0usize, 0usize)));
+    let mut runner = TestRunner::new(Config {
+        cases: 400,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let handle = tokio::runtime::Handle::current();
+    let result = tokio::task::block_in_place(|| {
+        runner.run(&spec(), |spec| {
+            let server = handle.block_on(api_server_verdict(&pools, &spec));
+            let parser = inpool_verdict(&spec);
+            {
+                let mut judged = judged.lock().unwrap();
+                if server.is_ok() {
+                    judged.0 += 1;
+                } else {
+                    judged.1 += 1;
+                }
+            }
+            match (&server, &parser) {
+                (Ok(()), Err(why)) => Err(TestCaseError::fail(format!(
+                    "the API server accepts {spec}, inpool refuses it: {why}"
+                ))),
+                (Err(message), Ok(())) => Err(TestCaseError::fail(format!(
+                    "the API server refuses {spec} ({message}), inpool accepts it"
+                ))),
+                (Err(message), Err(_)) if !message.contains("spec.") => Err(TestCaseError::fail(
+                    format!("the refusal of {spec} names no field of spec: {message}"),
+                )),
+                _ => Ok(()),
+            }
+        })
+    });
+    let (accepted, refused) = *judged.lock().unwrap();
+    eprintln!("judged {accepted} specs accepted and {refused} refused by both");
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    assert!(
+        accepted >= 20 && refused >= 20,
+        "the generator reaches both sides: {accepted} accepted, {refused} refused"
+    );
+}

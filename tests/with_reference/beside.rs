@@ -1,0 +1,291 @@
+//! The reference provider already running, with its leader election, when inpool starts beside
+//! it (docs/migration.md, "Another provider beside inpool"): inpool's CRDs are installed, as
+//! `clusterctl init --ipam inpool` would on a cluster where the reference still runs.
+//!
+//! - The reference holds its Lease (`7bb7acb4.ipam.cluster.x-k8s.io`, in the namespace its
+//!   process is given as a pod's) and realises claims.
+//! - inpool starts: it notices the Lease (`inpool_reference_provider_lease` 1, an error in its
+//!   log naming it) and allocates nothing: every `IPAddress`, of the claims before and after
+//!   its start, is the reference's, distinct; those created after its start are reported
+//!   (`ForeignAddresses=True` naming them).
+//! - The reference stops; once its Lease has expired inpool serves the next claim itself, with
+//!   an address no claim holds.
+//!
+//! Needs root and util-linux's `unshare`: the reference finds the namespace of its Lease where a
+//! pod's ServiceAccount mount puts it, which the bench provides in a mount namespace of the
+//! reference's own (`reference::start_leader_elected`). Otherwise it prints NOT RUN.
+
+use std::os::unix::fs::MetadataExt;
+use std::time::Duration;
+
+use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool};
+use inpool_testenv::common::{
+    Inpool, apply_objects, claim, create, managers, wait_explained, wait_for,
+};
+use inpool_testenv::{reference, support};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PatchParams};
+use serde_json::json;
+
+use super::{ONE_AT_A_TIME, apply_crds, realised_by_address_ref};
+
+/// inpool's field manager, on every object it writes.
+const INPOOL: &str = "inpool";
+
+const TEST: &str = "inpool_allocates_nothing_while_the_reference_holds_its_lease_and_says_so";
+
+#[tokio::test]
+async fn inpool_allocates_nothing_while_the_reference_holds_its_lease_and_says_so() {
+    if !runs_as_root(TEST) {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (env, client, ns) = beside_bed().await;
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), &ns);
+
+    let reference = start_leader(env, &client, &ns).await;
+    let pool = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+        "metadata": {"name": "beside", "namespace": ns},
+        "spec": {"addresses": ["10.60.0.10-10.60.0.29"], "prefix": 24, "gateway": "10.60.0.1"}});
+    apply_objects(&client, &[pool], &PatchParams::apply("test"))
+        .await
+        .expect("the pool");
+    let before: Vec<String> = (0..4).map(|i| format!("b-{i}")).collect();
+    for name in &before {
+        create(&claims, &claim(name, "beside")).await;
+    }
+    realised_by_address_ref(&claims, &addresses, &before, "the reference").await;
+
+    let inpool = Inpool::start(
+        env!("CARGO_BIN_EXE_inpool"),
+        "inpool",
+        env.kubeconfig(),
+        &[],
+    );
+    wait_for(
+        "inpool to notice the reference's Lease",
+        Duration::from_secs(30),
+        || async {
+            (inpool.sample("inpool_reference_provider_lease").await == Some(1.0)).then_some(())
+        },
+    )
+    .await;
+    wait_for(
+        "inpool's /readyz to answer 200",
+        Duration::from_secs(30),
+        || async { inpool.get("/readyz").await.filter(|r| r.status == 200) },
+    )
+    .await;
+    // Creation timestamps have whole seconds: an object created in the second inpool's
+    // controllers started counts as a leftover, not as foreign.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let after: Vec<String> = (4..8).map(|i| format!("b-{i}")).collect();
+    for name in &after {
+        create(&claims, &claim(name, "beside")).await;
+    }
+    let all: Vec<String> = before.iter().chain(&after).cloned().collect();
+    let realised = realised_by_address_ref(&claims, &addresses, &all, "the reference").await;
+    // Time for inpool to act on every claim, had it meant to.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let listed = addresses
+        .list(&ListParams::default())
+        .await
+        .expect("listing IPAddresses")
+        .items;
+    assert_eq!(listed.len(), all.len(), "one IPAddress per claim");
+    for address in &listed {
+        assert!(
+            !managers(address).iter().any(|m| m == INPOOL),
+            "inpool wrote IPAddress {} while the reference held its Lease: {:?}",
+            address.name_any(),
+            managers(address)
+        );
+    }
+    let mut held: Vec<&String> = realised.values().map(|(a, _)| a).collect();
+    held.sort();
+    held.dedup();
+    assert_eq!(held.len(), all.len(), "distinct addresses: {realised:?}");
+    let logs = inpool.logs();
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("\"ERROR\"") && l.contains(reference::LEASE_NAME)),
+        "inpool logs an error naming the reference's Lease"
+    );
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
+    let seen = std::sync::Mutex::new(String::new());
+    let foreign = wait_explained(
+        "the pool to report the reference's IPAddresses made since inpool started",
+        Duration::from_secs(30),
+        || async {
+            let pool = pools.get("beside").await.ok()?;
+            let conditions = pool.status.and_then(|s| s.conditions).unwrap_or_default();
+            *seen.lock().unwrap() = format!("{conditions:#?}");
+            let condition = conditions
+                .into_iter()
+                .find(|c| c.type_ == "ForeignAddresses" && c.status == "True")?;
+            after
+                .iter()
+                .all(|name| condition.message.contains(name.as_str()))
+                .then_some(condition.message)
+        },
+        || format!("; the pool's conditions: {}", seen.lock().unwrap()),
+    )
+    .await;
+
+    // The reference stops; once its Lease expires, inpool serves the next claim.
+    drop(reference);
+    create(&claims, &claim("b-next", "beside")).await;
+    let next = wait_for(
+        "inpool to serve a claim once the reference's Lease has expired",
+        Duration::from_secs(60),
+        || async {
+            let c = claims.get("b-next").await.ok()?;
+            let address = addresses.get_opt(c.address_ref()?).await.ok()??;
+            managers(&address)
+                .iter()
+                .any(|m| m == INPOOL)
+                .then_some(address.spec.address)
+        },
+    )
+    .await;
+    assert!(
+        !held.contains(&&next),
+        "inpool hands out an address no claim holds: {next} ({held:?})"
+    );
+    eprintln!("reported by inpool: {foreign}");
+}
+
+const TOGETHER: &str = "the_reference_taking_its_lease_stops_inpool_at_once";
+
+/// The reference, with its leader election, started beside inpool that has realised claims of a
+/// 40-address pool: inpool notices its Lease from the watch's event (the time from the Lease
+/// being held to inpool's gauge is printed), and the claims created from then on are the
+/// reference's alone, none on an address inpool holds.
+#[tokio::test]
+async fn the_reference_taking_its_lease_stops_inpool_at_once() {
+    if !runs_as_root(TOGETHER) {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (env, client, ns) = beside_bed().await;
+    let pool = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+        "metadata": {"name": "together", "namespace": ns},
+        "spec": {"addresses": ["10.61.0.10-10.61.0.49"], "prefix": 24}});
+    apply_objects(&client, &[pool], &PatchParams::apply("test"))
+        .await
+        .expect("the pool");
+    let inpool = Inpool::start(
+        env!("CARGO_BIN_EXE_inpool"),
+        "inpool",
+        env.kubeconfig(),
+        &[],
+    );
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), &ns);
+    let first: Vec<String> = (0..10).map(|i| format!("t-{i:02}")).collect();
+    for name in &first {
+        create(&claims, &claim(name, "together")).await;
+    }
+    let by_inpool = realised_by_address_ref(&claims, &addresses, &first, "inpool").await;
+
+    let reference = start_leader(env, &client, &ns).await;
+    let held = std::time::Instant::now();
+    wait_for(
+        "inpool to notice the reference's Lease",
+        Duration::from_secs(30),
+        || async {
+            (inpool.sample("inpool_reference_provider_lease").await == Some(1.0)).then_some(())
+        },
+    )
+    .await;
+    let noticed = held.elapsed();
+    let rest: Vec<String> = (10..40).map(|i| format!("t-{i:02}")).collect();
+    for name in &rest {
+        create(&claims, &claim(name, "together")).await;
+    }
+    let by_reference = realised_by_address_ref(&claims, &addresses, &rest, "the reference").await;
+    // Whatever either provider still had on the way lands meanwhile.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let listed = addresses
+        .list(&ListParams::default())
+        .await
+        .expect("listing IPAddresses")
+        .items;
+    eprintln!(
+        "inpool noticed the reference's Lease {} ms after the test saw it held",
+        noticed.as_millis()
+    );
+    for address in &listed {
+        let name = address.name_any();
+        let expected = if first.contains(&name) {
+            INPOOL
+        } else {
+            "manager"
+        };
+        assert!(
+            managers(address).iter().any(|m| m == expected),
+            "IPAddress {name} is written by {:?}, expected {expected}",
+            managers(address)
+        );
+    }
+    let mut taken: Vec<&String> = by_inpool
+        .values()
+        .chain(by_reference.values())
+        .map(|(a, _)| a)
+        .collect();
+    taken.sort();
+    taken.dedup();
+    assert_eq!(
+        taken.len(),
+        40,
+        "every address held once: {by_inpool:?} {by_reference:?}"
+    );
+    drop(inpool);
+    drop(reference);
+}
+
+/// Whether this process runs as root, as the reference's leader election needs (a mount
+/// namespace of its own); otherwise it prints NOT RUN for `test`.
+fn runs_as_root(test: &str) -> bool {
+    // /proc/self belongs to the process's effective uid.
+    let root = std::fs::metadata("/proc/self").map(|m| m.uid()).ok() == Some(0);
+    if !root {
+        let why = "the reference's leader election runs in a mount namespace of its own, as root";
+        support::not_run(test, why);
+    }
+    root
+}
+
+/// The bed with inpool's CRDs installed, as beside a running reference, and a fresh namespace.
+async fn beside_bed() -> (&'static support::TestEnv, kube::Client, String) {
+    let env = support::reference_crds_env();
+    let (client, ns) = env.namespace().await;
+    apply_crds(&client, &support::crd_files()).await;
+    (env, client, ns)
+}
+
+/// Starts the reference with its leader election, its Lease in `ns`, and returns once it holds
+/// the Lease.
+async fn start_leader(
+    env: &support::TestEnv,
+    client: &kube::Client,
+    ns: &str,
+) -> inpool_testenv::RunningManager {
+    let reference = env
+        .start_leader_elected_reference(ns)
+        .await
+        .expect("the reference starts with its leader election");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        "the reference to hold its leader election Lease",
+        Duration::from_secs(60),
+        || async {
+            let lease = leases.get_opt(reference::LEASE_NAME).await.ok()??;
+            lease.spec?.holder_identity.filter(|h| !h.is_empty())
+        },
+    )
+    .await;
+    reference
+}
