@@ -20,6 +20,8 @@ pub enum EntryError {
     Whitespace,
     #[error("IPv6 zones (`%...`) are not allowed")]
     Zone,
+    #[error("`{0}` is an IPv4-mapped IPv6 address, which is not allowed: write the IPv4 address")]
+    Mapped(String),
     #[error("not an IP address")]
     NotAnAddress,
     #[error("range start `{0}` is not an IP address")]
@@ -54,7 +56,19 @@ pub(crate) fn shorten(text: &str) -> String {
 /// Parses a single IP address (no range, no CIDR), as for `gateway`.
 pub fn parse_ip(text: &str) -> Result<IpAddr, EntryError> {
     check_characters(text)?;
-    text.parse().map_err(|_| EntryError::NotAnAddress)
+    address(text, || EntryError::NotAnAddress)
+}
+
+/// One address of an entry, `not_one` when `text` is none. An IPv4-mapped IPv6 address
+/// (`::ffff:10.0.0.1`) is refused, as the Kubernetes CEL library's `isIP` and `isCIDR` refuse it
+/// (so the CRDs' rules do): which family it belongs to is ambiguous, and Go's `netip`, which the
+/// reference parses with, keeps it IPv6 while `net.ParseIP` makes it IPv4.
+fn address(text: &str, not_one: impl FnOnce() -> EntryError) -> Result<IpAddr, EntryError> {
+    let ip: IpAddr = text.parse().map_err(|_| not_one())?;
+    match ip {
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => Err(EntryError::Mapped(shorten(text))),
+        _ => Ok(ip),
+    }
 }
 
 /// Parses one `addresses` / `excludedAddresses` entry into the range it denotes.
@@ -65,9 +79,7 @@ pub fn parse_entry(text: &str) -> Result<AddrRange, EntryError> {
     } else if let Some((addr, len)) = text.split_once('/') {
         parse_cidr_range(addr, len)
     } else {
-        text.parse()
-            .map(AddrRange::single)
-            .map_err(|_| EntryError::NotAnAddress)
+        address(text, || EntryError::NotAnAddress).map(AddrRange::single)
     }
 }
 
@@ -112,12 +124,8 @@ fn check_characters(text: &str) -> Result<(), EntryError> {
 }
 
 fn parse_range(start: &str, end: &str) -> Result<AddrRange, EntryError> {
-    let start: IpAddr = start
-        .parse()
-        .map_err(|_| EntryError::RangeStart(shorten(start)))?;
-    let end: IpAddr = end
-        .parse()
-        .map_err(|_| EntryError::RangeEnd(shorten(end)))?;
+    let start = address(start, || EntryError::RangeStart(shorten(start)))?;
+    let end = address(end, || EntryError::RangeEnd(shorten(end)))?;
     if Family::of(start) != Family::of(end) {
         return Err(EntryError::RangeMixedFamilies);
     }
@@ -132,9 +140,7 @@ fn parse_cidr_range(addr: &str, len: &str) -> Result<AddrRange, EntryError> {
 }
 
 fn cidr_parts(addr: &str, len: &str) -> Result<(IpAddr, u8), EntryError> {
-    let ip: IpAddr = addr
-        .parse()
-        .map_err(|_| EntryError::CidrAddress(shorten(addr)))?;
+    let ip = address(addr, || EntryError::CidrAddress(shorten(addr)))?;
     let max = Family::of(ip).bits();
     let prefix = parse_prefix_length(len, max).ok_or_else(|| EntryError::CidrLength {
         len: shorten(len),

@@ -28,7 +28,7 @@
 //! - An entry is a single address (`10.0.0.5`), a CIDR (`10.0.0.0/24`; host bits may be set and
 //!   are ignored) or a range of two addresses (`10.0.0.5-10.0.0.9`). An entry containing `-` is
 //!   a range, else one containing `/` a CIDR. Whitespace is rejected anywhere, as Go's `netip`
-//!   does. IPv4-mapped IPv6 addresses (`::ffff:1.2.3.4`) are IPv6.
+//!   does.
 //! - Entries may overlap or repeat; they are merged, never double-counted.
 //! - All `addresses`, `excludedAddresses` and the `gateway` must be of one family.
 //! - `prefix` is required: 1..=32 (IPv4) or 1..=128 (IPv6); 0 is rejected as by the reference
@@ -54,7 +54,8 @@
 //! every problem ([`SpecErrors`]). No input string makes it panic.
 //!
 //! Deliberate differences from the reference parser: IPv6 zones (`fe80::1%eth0`) are rejected
-//! (Go accepts and drops them); prefix lengths with leading zeros (`/024`) are rejected, as
+//! (Go accepts and drops them); IPv4-mapped IPv6 addresses (`::ffff:1.2.3.4`) are rejected in
+//! every form, as the CRDs' CEL rules reject them (Go's `netip` keeps them IPv6); prefix lengths with leading zeros (`/024`) are rejected, as
 //! recent Go versions do.
 //!
 //! # Allocation semantics

@@ -13,10 +13,29 @@ fn error(text: &str) -> String {
 fn single_addresses() {
     assert_eq!(range("10.0.0.5"), AddrRange::single(ip("10.0.0.5")));
     assert_eq!(range("2001:db8::5"), AddrRange::single(ip("2001:db8::5")));
+}
+
+#[test]
+fn ipv4_mapped_ipv6_addresses_are_refused_in_every_form_as_the_crds_refuse_them() {
+    let refused = |text: &str| {
+        format!("`{text}` is an IPv4-mapped IPv6 address, which is not allowed: write the IPv4 address")
+    };
+    assert_eq!(error("::ffff:10.0.0.5"), refused("::ffff:10.0.0.5"));
+    assert_eq!(error("::ffff:10.0.0.5/24"), refused("::ffff:10.0.0.5"));
+    assert_eq!(error("::ffff:10.0.0.5-10.0.0.9"), refused("::ffff:10.0.0.5"));
+    assert_eq!(error("fd00::1-::ffff:10.0.0.5"), refused("::ffff:10.0.0.5"));
     assert_eq!(
-        range("::ffff:10.0.0.5").family(),
-        crate::allocator::Family::V6
+        parse_ip("::ffff:10.0.0.5").unwrap_err().to_string(),
+        refused("::ffff:10.0.0.5")
     );
+    assert_eq!(
+        crate::allocator::parse_network("::ffff:10.0.0.0/120")
+            .unwrap_err()
+            .to_string(),
+        refused("::ffff:10.0.0.0")
+    );
+    // `::` and an IPv4-compatible address are plain IPv6.
+    assert_eq!(range("::1").family(), crate::allocator::Family::V6);
 }
 
 #[test]
