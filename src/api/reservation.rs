@@ -47,13 +47,15 @@ pub struct IPAddressReservationSpec {
     pub claim_namespace: String,
     pub claim_name: String,
     /// UID of the claim: a claim deleted and created again under the same name is another
-    /// claim, and this reservation is not its. Absent on reservations of inpool 0.1.0.
+    /// claim, and this reservation is not its. Absent on reservations made by builds before the
+    /// first release, v0.1.0.
     #[serde(default, rename = "claimUID", skip_serializing_if = "Option::is_none")]
     pub claim_uid: Option<String>,
     /// For a prefix pool: the length of the sub-prefix held from `address` on (the pool's
     /// `allocationPrefixLength` when it was reserved), so that an overlapping pool of another
     /// unit size counts the whole sub-prefix as used. Absent for an address, and on reservations
-    /// of inpool 0.1.0 (the sub-prefix's `IPAddress` records its length).
+    /// made by builds before the first release, v0.1.0 (the sub-prefix's `IPAddress` records its
+    /// length).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 128))]
     pub prefix_length: Option<i32>,

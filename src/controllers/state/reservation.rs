@@ -72,7 +72,7 @@ pub fn new_reservation(
 
 /// Whether the reservation was made for this claim: same namespace and name, and the same UID
 /// when it records one (a claim deleted and created again under the same name is another claim;
-/// reservations of inpool 0.1.0 record no UID).
+/// reservations made by builds before the first release, v0.1.0, record no UID).
 pub fn records_claim(
     reservation: &IPAddressReservation,
     namespace: &str,
@@ -240,7 +240,7 @@ mod tests {
         assert!(records_claim(&with_uid, "ns", "claim", Some("uid-1")));
         assert!(
             records_claim(&without_uid, "ns", "claim", Some("uid-1")),
-            "0.1.0 reservations record no UID"
+            "reservations made before v0.1.0 record no UID"
         );
         assert!(
             !records_claim(&with_uid, "ns", "claim", Some("uid-2")),
