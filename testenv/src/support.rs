@@ -348,6 +348,13 @@ impl TestEnv {
         reference::start(&self.plane).await
     }
 
+    /// Starts the reference provider v1.0.3's manager on this control plane, as
+    /// [`TestEnv::start_reference`] starts v1.1.0's (its CRDs must be v1.0.3's:
+    /// [`reference::PROGRAM_V1_0_3`]).
+    pub async fn start_reference_v1_0_3(&self) -> anyhow::Result<testenv::RunningManager> {
+        reference::start_v1_0_3(&self.plane).await
+    }
+
     /// [`TestEnv::start_reference`] with the reference's leader election on, its Lease in
     /// `namespace` ([`reference::start_leader_elected`]).
     pub async fn start_leader_elected_reference(

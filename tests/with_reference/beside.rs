@@ -8,8 +8,9 @@
 //!   log naming it) and allocates nothing: every `IPAddress`, of the claims before and after
 //!   its start, is the reference's, distinct; those created after its start are reported
 //!   (`ForeignAddresses=True` naming them).
-//! - The reference stops; once its Lease has expired inpool serves the next claim itself, with
-//!   an address no claim holds.
+//! - The reference stops (SIGTERM): it leaves its Lease held (it does not release it on stop);
+//!   once the Lease has expired inpool serves the next claim itself, with an address no claim
+//!   holds.
 //!
 //! Needs root and util-linux's `unshare`: the reference finds the namespace of its Lease where a
 //! pod's ServiceAccount mount puts it, which the bench provides in a mount namespace of the
@@ -134,8 +135,20 @@ async fn inpool_allocates_nothing_while_the_reference_holds_its_lease_and_says_s
     )
     .await;
 
-    // The reference stops; once its Lease expires, inpool serves the next claim.
+    // The reference stops (SIGTERM, waited for); it does not release its Lease, which must
+    // expire before inpool serves the next claim.
     drop(reference);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let holder = leases
+        .get(reference::LEASE_NAME)
+        .await
+        .expect("the reference's Lease")
+        .spec
+        .and_then(|s| s.holder_identity);
+    assert!(
+        holder.as_deref().is_some_and(|h| !h.is_empty()),
+        "a stopped reference leaves its Lease held until it expires: holder {holder:?}"
+    );
     create(&claims, &claim("b-next", "beside")).await;
     let next = wait_for(
         "inpool to serve a claim once the reference's Lease has expired",

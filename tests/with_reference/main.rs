@@ -1,9 +1,9 @@
-//! inpool and the real reference provider, cluster-api-ipam-provider-in-cluster v1.1.0 built
-//! from the Go module proxy, on one control plane (`support::reference_crds_env`: CAPI core's
-//! manager, the reference's own CRDs from its Go module, no IPAM provider until a test starts
-//! one):
+//! inpool and the real reference provider, cluster-api-ipam-provider-in-cluster v1.1.0 (and
+//! v1.0.3 for the migration) built from the Go module proxy, on one control plane
+//! (`support::reference_crds_env`: CAPI core's manager, the reference's own CRDs from its Go
+//! module, no IPAM provider until a test starts one):
 //!
-//! - `migration`: from the reference to inpool and back;
+//! - `migration`: from the reference to inpool and back, from each release;
 //! - `beside`: the reference running with its leader election when inpool starts.
 //!
 //! A binary of its own: its tests swap CRDs under the whole control plane and run providers
