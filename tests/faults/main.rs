@@ -1,6 +1,7 @@
 //! The fault suite: inpool as a real process against a real control plane, with faults injected
 //! for real — SIGKILL of the provider at random moments, a second provider killed mid-burst, the
-//! control plane restarted, the API server frozen with SIGSTOP, objects removed out of band while
+//! control plane restarted, the API server frozen with SIGSTOP, a leader partitioned from the API
+//! server while a standby takes over, objects removed out of band while
 //! the provider was frozen (a re-list after an API-server restart), an `IPAddress` deleted under
 //! a realised claim, a pool grown and shrunk under claim churn. After each, one invariant
 //! checker (`common::invariants`): no address held twice, none lost, no orphan `IPAddress` or
@@ -31,6 +32,8 @@ use common::{
 
 // Overlapping pools of every shape under a burst.
 mod overlap;
+// A leader cut off from the API server while a standby takes over.
+mod partition;
 // Pre-allocations, on a pool of two subnets, under SIGKILLs and control-plane restarts.
 mod pre_allocations;
 

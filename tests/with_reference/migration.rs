@@ -143,7 +143,12 @@ async fn migrate_and_roll_back(release: Release) {
     let names: Vec<String> = initial.iter().map(|c| c.name_any()).collect();
     let by_reference = realised_by_address_ref(&claims, &addresses, &names, "the reference").await;
     for name in &names {
-        let conditions = claims.get(name).await.unwrap().status.and_then(|s| s.conditions);
+        let conditions = claims
+            .get(name)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.conditions);
         assert!(
             conditions.as_ref().is_none_or(Vec::is_empty),
             "the reference sets no condition on a claim it realised: {name} has {conditions:?}"
@@ -206,12 +211,7 @@ async fn migrate_and_roll_back(release: Release) {
             "inpool to let the claim in its grace period go, keeping its address",
             Duration::from_secs(30),
             || async {
-                claims
-                    .get_opt(graced)
-                    .await
-                    .ok()?
-                    .is_none()
-                    .then_some(())?;
+                claims.get_opt(graced).await.ok()?.is_none().then_some(())?;
                 let held = reservations(&client).await;
                 held.get(graced_address)
                     .is_some_and(|(_, released)| *released)

@@ -18,11 +18,16 @@ fn single_addresses() {
 #[test]
 fn ipv4_mapped_ipv6_addresses_are_refused_in_every_form_as_the_crds_refuse_them() {
     let refused = |text: &str| {
-        format!("`{text}` is an IPv4-mapped IPv6 address, which is not allowed: write the IPv4 address")
+        format!(
+            "`{text}` is an IPv4-mapped IPv6 address, which is not allowed: write the IPv4 address"
+        )
     };
     assert_eq!(error("::ffff:10.0.0.5"), refused("::ffff:10.0.0.5"));
     assert_eq!(error("::ffff:10.0.0.5/24"), refused("::ffff:10.0.0.5"));
-    assert_eq!(error("::ffff:10.0.0.5-10.0.0.9"), refused("::ffff:10.0.0.5"));
+    assert_eq!(
+        error("::ffff:10.0.0.5-10.0.0.9"),
+        refused("::ffff:10.0.0.5")
+    );
     assert_eq!(error("fd00::1-::ffff:10.0.0.5"), refused("::ffff:10.0.0.5"));
     assert_eq!(
         parse_ip("::ffff:10.0.0.5").unwrap_err().to_string(),
