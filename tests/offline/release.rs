@@ -1,6 +1,7 @@
 //! The release, checked without publishing one: the workflows under `.github/workflows/` pass
 //! actionlint (v1.7.12, built from the Go module proxy), which runs shellcheck on their `run:`
-//! blocks; the release workflow publishes what docs/install.md promises (a tag-triggered
+//! blocks, as committed and as copies whose actions are named by tag, whose inputs actionlint
+//! knows; the release workflow publishes what docs/install.md promises (a tag-triggered
 //! release, images for linux/amd64 and linux/arm64, kubectl-inpool for linux and darwin on both,
 //! the components rendered by kustomize for the tag); its kustomize steps (v5.8.0) change the
 //! components' image and nothing else; and a kubectl-inpool archive made by
@@ -37,8 +38,8 @@ fn workflows() -> Vec<PathBuf> {
     files
 }
 
-/// actionlint on `files`, with shellcheck when it is installed.
-fn actionlint(files: &[PathBuf], test: &str) -> Output {
+/// actionlint on `files`, run in `root`, with shellcheck when it is installed.
+fn actionlint(root: &Path, files: &[PathBuf], test: &str) -> Output {
     let actionlint = release::actionlint().unwrap_or_else(|e| panic!("{e}"));
     let mut command = Command::new(actionlint);
     command.args(["-no-color", "-oneline"]);
@@ -55,31 +56,72 @@ fn actionlint(files: &[PathBuf], test: &str) -> Output {
     }
     command
         .args(files)
-        .current_dir(support::repo_root())
+        .current_dir(root)
         .output()
         .expect("running actionlint")
 }
 
+/// A workflow with each action pinned by commit named by the tag of its major release instead:
+/// `owner/repo@<sha> # vX.Y.Z` becomes `owner/repo@vX` (and `@<sha> # stable`, a branch,
+/// `@stable`). actionlint knows the inputs of popular actions by such tags and checks a step's
+/// `with:` against them; an action pinned by commit it runs unchecked.
+fn named_by_tag(workflow: &str) -> String {
+    let pin = regex::Regex::new(r"@[0-9a-f]{40} # (v[0-9]+|stable)\b\S*").unwrap();
+    let named = pin.replace_all(workflow, "@$1").into_owned();
+    assert_ne!(named, workflow, "no action pinned by commit");
+    named
+}
+
+/// actionlint on copies of `workflows` (file name, text) named by tag ([`named_by_tag`]), in
+/// `.github/workflows/` of a fresh directory that actionlint takes for a repository (it has a
+/// `.git`), so that a call of a local reusable workflow is checked too.
+fn actionlint_named_by_tag(dir: &str, workflows: &[(&str, String)], test: &str) -> Output {
+    let root = scratch(dir);
+    std::fs::write(root.join(".git"), "").unwrap();
+    let dir = root.join(".github").join("workflows");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut files = Vec::new();
+    for (name, text) in workflows {
+        std::fs::write(dir.join(name), named_by_tag(text)).unwrap();
+        files.push(PathBuf::from(".github/workflows").join(name));
+    }
+    actionlint(&root, &files, test)
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 #[test]
 fn the_workflows_pass_actionlint() {
+    let test = "the_workflows_pass_actionlint";
     let files = workflows();
     let names: Vec<_> = files.iter().map(|f| f.file_name().unwrap()).collect();
     assert_eq!(names, ["ci.yml", "release.yml"]);
-    let output = actionlint(&files, "the_workflows_pass_actionlint");
-    assert!(
-        output.status.success() && output.stdout.is_empty(),
-        "actionlint found problems ({}):\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let named: Vec<(&str, String)> = files
+        .iter()
+        .map(|f| (f.file_name().unwrap().to_str().unwrap(), read(f)))
+        .collect();
+    for output in [
+        actionlint(&support::repo_root(), &files, test),
+        actionlint_named_by_tag("actionlint-named-by-tag", &named, test),
+    ] {
+        assert!(
+            output.status.success() && output.stdout.is_empty(),
+            "actionlint found problems ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
 }
 
 /// The lint can fail: the release workflow with one output name misspelt, an unknown input of an
-/// action, and (with shellcheck) an unquoted variable is reported at each.
+/// action (found in the copy named by tag), and (with shellcheck) an unquoted variable is
+/// reported at each.
 #[test]
 fn actionlint_reports_what_is_wrong_in_a_broken_workflow() {
-    let release = std::fs::read_to_string(repo(".github/workflows/release.yml")).unwrap();
+    let release = read(&repo(".github/workflows/release.yml"));
     let broken = release
         .replacen(
             "${{ needs.version.outputs.image }}",
@@ -93,13 +135,12 @@ fn actionlint_reports_what_is_wrong_in_a_broken_workflow() {
             1,
         );
     assert_ne!(broken, release);
-    let dir = scratch("actionlint-broken")
-        .join(".github")
-        .join("workflows");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("release.yml"), broken).unwrap();
-    let output = actionlint(
-        &[dir.join("release.yml")],
+    let output = actionlint_named_by_tag(
+        "actionlint-broken",
+        &[
+            ("ci.yml", read(&repo(".github/workflows/ci.yml"))),
+            ("release.yml", broken),
+        ],
         "actionlint_reports_what_is_wrong_in_a_broken_workflow",
     );
     let report = String::from_utf8_lossy(&output.stdout);
