@@ -179,7 +179,7 @@ fn the_release_workflow_publishes_both_platforms_the_plugin_and_the_components()
     let workflow = yaml(&repo(".github/workflows/release.yml"));
     assert_eq!(
         workflow["on"]["push"]["tags"],
-        serde_json::json!(["v[0-9]+.[0-9]+.[0-9]+"])
+        serde_json::json!(["v[0-9]+.[0-9]+.[0-9]+", "v[0-9]+.[0-9]+.[0-9]+-rc.[0-9]+"])
     );
     let jobs = &workflow["jobs"];
     let pairs = |job: &str, keys: &[&str]| -> Vec<String> {
