@@ -3,13 +3,19 @@
 # non-root user 65532. Build from the repository root:
 #   docker build -t inpool:dev .
 # .github/workflows/release.yml builds it for linux/amd64 and linux/arm64, each on a native runner.
-# No container engine runs the tests: tests/process/image.rs builds the binary as the build stage
-# does and runs it as this image would (static, uid 65532, read-only root).
+# No container engine runs the tests: tests/process/image.rs builds the binary from what the build
+# stage copies, with its build arguments (by `cargo build`: all cargo-auditable adds is the
+# dependency list), and runs it as this image would (static, uid 65532, read-only root).
 
 FROM rust:1.95-alpine AS build
 # The Alpine image targets x86_64-unknown-linux-musl (or aarch64-unknown-linux-musl) natively,
 # and musl binaries are statically linked by default; gcc and musl-dev build ring's C parts.
 RUN apk add --no-cache gcc musl-dev
+# cargo-auditable builds as `cargo build` does and embeds the dependency tree (crate names,
+# versions and sources from Cargo.lock) in a section of the binary, so that scanners such as
+# Trivy, Syft and `cargo audit bin` list the crates of a static binary that has no package
+# database beside it.
+RUN cargo install cargo-auditable --locked --version 0.7.7
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 # Cargo reads every workspace member's manifest, and every target a manifest declares must exist,
@@ -21,7 +27,7 @@ COPY testenv/Cargo.toml ./testenv/
 COPY testenv/src ./testenv/src
 COPY conformance/Cargo.toml ./conformance/
 COPY conformance/src ./conformance/src
-RUN cargo build --release --locked --package inpool --bin inpool \
+RUN cargo auditable build --release --locked --package inpool --bin inpool \
  && cp target/release/inpool /inpool
 
 FROM gcr.io/distroless/static:nonroot

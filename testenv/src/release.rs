@@ -8,8 +8,8 @@
 //! - [`krew`] builds `target/krew/krew` (the same test installs a kubectl-inpool archive with the
 //!   krew manifest `hack/krew-manifest.sh` writes).
 //! - [`static_inpool`] builds the image's binary into `target/musl/` from what the Dockerfile's
-//!   build stage copies, with its `cargo build` command (`tests/process/image.rs` runs it as the
-//!   image would).
+//!   build stage copies, with its build command's arguments (`tests/process/image.rs` runs it as
+//!   the image would).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -112,7 +112,9 @@ fn rustc() -> String {
 
 /// The Dockerfile's build stage, as far as a build outside a container needs it: the paths each
 /// `COPY` takes from the build context (the repository) with their destinations under the
-/// `WORKDIR`, and the arguments of its `cargo build` command.
+/// `WORKDIR`, and the arguments of its build command as `cargo` arguments: `cargo auditable build
+/// ARGS` is taken as `build ARGS`. cargo-auditable builds what `cargo build` builds and adds the
+/// dependency list in a section of its own, so the binary checked here needs no cargo-auditable.
 #[derive(Debug)]
 struct BuildStage {
     copies: Vec<(Vec<String>, String)>,
@@ -144,16 +146,17 @@ fn build_stage(dockerfile: &str) -> Result<BuildStage, String> {
                     dest.to_string(),
                 ));
             }
-            Some("RUN") if line.contains("cargo build") => {
-                let command = line[line.find("cargo build").unwrap()..]
-                    .split("&&")
-                    .next()
-                    .unwrap_or_default();
-                stage.cargo_args = command
-                    .split_whitespace()
-                    .skip(1)
-                    .map(str::to_string)
-                    .collect();
+            Some("RUN") => {
+                let build = ["cargo auditable build", "cargo build"]
+                    .iter()
+                    .find_map(|command| line.find(command).map(|at| at + command.len()));
+                if let Some(args) = build {
+                    let args = line[args..].split("&&").next().unwrap_or_default();
+                    stage.cargo_args = std::iter::once("build")
+                        .chain(args.split_whitespace())
+                        .map(str::to_string)
+                        .collect();
+                }
             }
             _ => {}
         }
@@ -183,7 +186,8 @@ fn copy_preserving(from: &Path, to: &Path) -> Result<(), String> {
 
 /// Builds the `inpool` binary as the Dockerfile's build stage does, once per process: a build
 /// context holding only what the stage's `COPY` lines take (`target/musl-context/`, laid out
-/// anew each time), then the stage's own `cargo build` command there, for the musl target that
+/// anew each time), then `cargo build` with the stage's build arguments there (its `cargo
+/// auditable build` less the dependency list, see [`BuildStage`]), for the musl target that
 /// the stage's Alpine image builds natively. A file the stage does not copy but the build needs
 /// fails here as it would in `docker build`. `target/musl/` is the build's own target
 /// directory, so that it never waits for the `cargo test` that runs it, nor invalidates that

@@ -3,7 +3,7 @@
 //! the Deployment adds a read-only root filesystem, no privilege escalation and no capabilities.
 //! No container engine runs here, so this test does what the image does by hand: it builds the
 //! binary as the Dockerfile's build stage does (its `COPY` lines make the build context, its
-//! `cargo build` command runs there, for the musl target), checks
+//! build arguments run there with `cargo build`, for the musl target), checks
 //! that its ELF headers name no interpreter and no shared library, and runs it in a root that
 //! holds only the binary and a kubeconfig, bind-mounted read-only in a mount namespace of its
 //! own, as uid and gid 65532 with no-new-privileges: it must serve `/readyz`, realise a claim as
