@@ -130,8 +130,8 @@ fn actionlint_reports_what_is_wrong_in_a_broken_workflow() {
         )
         .replacen("persist-credentials: false", "persist-credential: false", 1)
         .replacen(
-            r#"hack/krew-manifest.sh "$TAG""#,
-            r#"hack/krew-manifest.sh $TAG"#,
+            r#"hack/release-assets.sh "$TAG""#,
+            r#"hack/release-assets.sh $TAG"#,
             1,
         );
     assert_ne!(broken, release);
@@ -212,17 +212,14 @@ fn the_release_workflow_publishes_both_platforms_the_plugin_and_the_components()
     );
     let release = scripts(&jobs["release"]);
     for needle in [
-        r#"edit set image "controller=$IMAGE:$TAG""#,
-        "build config/default > dist/ipam-components.yaml",
-        "cp config/clusterctl/metadata.yaml dist/metadata.yaml",
-        "hack/krew-manifest.sh",
+        r#"hack/release-assets.sh "$TAG" "$IMAGE" "$REPOSITORY" dist notes.md"#,
         "gh release create",
     ] {
         assert!(release.contains(needle), "the release job lacks {needle:?}");
     }
     // The scripts the workflow calls exist and run.
     let all = std::fs::read_to_string(repo(".github/workflows/release.yml")).unwrap();
-    for script in ["hack/plugin-archive.sh", "hack/krew-manifest.sh"] {
+    for script in ["hack/plugin-archive.sh", "hack/release-assets.sh"] {
         assert!(all.contains(script), "{script}");
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(repo(script)).unwrap().permissions(),
@@ -559,42 +556,97 @@ fn the_supply_chain_check_names_each_step_at_fault() {
     assert_eq!(faults_of(&workflows), expected);
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &to.join(entry.file_name()));
-        } else {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-        }
-    }
-}
-
-/// The release job's two kustomize steps, on a copy of `config/` and `crds/`: `kustomize edit
-/// set image controller=IMAGE:TAG` in `config/default`, then `kustomize build config/default`.
-/// The result is the committed components file with the image line changed, and nothing else.
+/// A release dry run: `hack/release-assets.sh`, the script the release job runs, on a plugin
+/// archive of this machine's platform, with kustomize v5.8.0 from the Go module proxy. It makes
+/// every asset the release job makes before signing: the components (the committed file with
+/// the tag's image and nothing else changed), metadata.yaml, the krew manifest naming the
+/// archive's digest, and checksums.txt covering every file; and the notes. The checkout is left
+/// as it was.
 #[test]
-fn the_release_renders_the_components_with_the_tags_image_and_nothing_else() {
+fn a_release_dry_run_makes_every_asset_and_leaves_the_checkout_alone() {
     let tag = format!("v{}", env!("CARGO_PKG_VERSION"));
-    let image = format!("ghcr.io/another-owner/inpool:{tag}");
-    let copy = scratch("release-components");
-    for dir in ["config", "crds"] {
-        copy_tree(&repo(dir), &copy.join(dir));
-    }
-    let kustomize = kustomize::binary().unwrap_or_else(|e| panic!("{e}"));
-    run(Command::new(kustomize)
-        .args(["edit", "set", "image", &format!("controller={image}")])
-        .current_dir(copy.join("config/default")));
-    let rendered = kustomize::build(&copy.join("config/default")).unwrap_or_else(|e| panic!("{e}"));
-    let committed =
-        std::fs::read_to_string(repo("config/clusterctl/ipam-components.yaml")).unwrap();
+    let (os, arch) = krew_platform();
+    let dist = scratch("release-dry-run");
+    run(Command::new(repo("hack/plugin-archive.sh"))
+        .arg(env!("CARGO_BIN_EXE_kubectl-inpool"))
+        .args([os, arch, &tag])
+        .arg(&dist));
+    let kustomization = read(&repo("config/default/kustomization.yaml"));
+    let notes = dist.with_file_name("release-dry-run-notes.md");
+    run(Command::new(repo("hack/release-assets.sh"))
+        .args([&tag, "ghcr.io/another-owner/inpool", "another-owner/inpool"])
+        .arg(&dist)
+        .arg(&notes)
+        .env(
+            "KUSTOMIZE",
+            kustomize::binary().unwrap_or_else(|e| panic!("{e}")),
+        ));
+    assert_eq!(
+        read(&repo("config/default/kustomization.yaml")),
+        kustomization,
+        "the dry run changed the checkout"
+    );
+
+    let mut made: Vec<String> = std::fs::read_dir(&dist)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    made.sort();
+    let archive = format!("kubectl-inpool_{tag}_{os}_{arch}.tar.gz");
+    assert_eq!(
+        made,
+        [
+            "checksums.txt",
+            "inpool.yaml",
+            "ipam-components.yaml",
+            archive.as_str(),
+            "metadata.yaml"
+        ]
+    );
+    let committed = read(&repo("config/clusterctl/ipam-components.yaml"));
     let committed_image = format!("image: ghcr.io/inpool-dev/inpool:{tag}");
     assert_eq!(committed.matches(&committed_image).count(), 1);
     assert_eq!(
-        rendered,
-        committed.replace(&committed_image, &format!("image: {image}"))
+        read(&dist.join("ipam-components.yaml")),
+        committed.replace(
+            &committed_image,
+            &format!("image: ghcr.io/another-owner/inpool:{tag}")
+        )
     );
+    assert_eq!(
+        read(&dist.join("metadata.yaml")),
+        read(&repo("config/clusterctl/metadata.yaml"))
+    );
+    let plugin = yaml(&dist.join("inpool.yaml"));
+    assert_eq!(
+        plugin["spec"]["platforms"][0]["sha256"],
+        sha256(&dist.join(&archive)).as_str()
+    );
+    let sums = read(&dist.join("checksums.txt"));
+    let mut summed: Vec<&str> = sums
+        .lines()
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    summed.sort();
+    let others: Vec<&str> = made
+        .iter()
+        .map(String::as_str)
+        .filter(|f| *f != "checksums.txt")
+        .collect();
+    assert_eq!(summed, others, "checksums.txt covers every other asset");
+    run(Command::new("sha256sum")
+        .args(["-c", "checksums.txt"])
+        .current_dir(&dist));
+    let notes = read(&notes);
+    for line in [
+        format!("- Image: `ghcr.io/another-owner/inpool:{tag}`"),
+        format!(
+            "cosign verify ghcr.io/another-owner/inpool:{tag} --certificate-identity \
+             https://github.com/another-owner/inpool/.github/workflows/release.yml@refs/tags/{tag}"
+        ),
+    ] {
+        assert!(notes.contains(&line), "the notes lack {line:?}:\n{notes}");
+    }
 }
 
 /// krew's names for this machine's platform.
