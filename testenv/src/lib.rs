@@ -15,7 +15,8 @@
 //! - [`common`]: what the integration tests share: object builders, waits, reads, invariants, an
 //!   in-process controller and the `inpool` binary as a process.
 //! - [`fault_proxy`]: an HTTPS proxy in front of the API server that injects HTTP-level faults
-//!   (throttling, errors, resets, delays, blackholes) on command, for the fault suite.
+//!   (throttling, errors, resets, delays, blackholes) on command, for the fault suite; [`etcd`]:
+//!   compaction and defragmentation of a control plane's etcd.
 //! - [`scale`]: the scale harness's engine.
 //! - `src/bin/demo.rs`: the demo (`cargo run --bin demo`).
 //! - `src/bin/scale/`, `src/bin/scale_slope.rs`, `src/bin/soak.rs`: the scale harness
@@ -46,6 +47,7 @@ pub mod capi;
 pub mod capm3;
 pub mod capv;
 pub mod common;
+pub mod etcd;
 pub mod fault_proxy;
 pub mod kustomize;
 pub mod metal3_ipam;
