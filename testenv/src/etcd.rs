@@ -60,7 +60,10 @@ impl Etcd {
             Ok(_) => Ok(revision),
             // Compacted there already (the API server compacts too, every 5 minutes by
             // default): the history ends where it was asked to.
-            Err(e) if e.to_string().contains("required revision has been compacted") => {
+            Err(e)
+                if e.to_string()
+                    .contains("required revision has been compacted") =>
+            {
                 Ok(revision)
             }
             Err(e) => Err(e),

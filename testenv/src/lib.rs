@@ -16,7 +16,8 @@
 //!   in-process controller and the `inpool` binary as a process.
 //! - [`fault_proxy`]: an HTTPS proxy in front of the API server that injects HTTP-level faults
 //!   (throttling, errors, resets, delays, blackholes) on command, for the fault suite; [`etcd`]:
-//!   compaction and defragmentation of a control plane's etcd.
+//!   compaction and defragmentation of a control plane's etcd; [`ha`]: a second API server on
+//!   its etcd and a TCP balancer in front of both.
 //! - [`scale`]: the scale harness's engine.
 //! - `src/bin/demo.rs`: the demo (`cargo run --bin demo`).
 //! - `src/bin/scale/`, `src/bin/scale_slope.rs`, `src/bin/soak.rs`: the scale harness
@@ -49,6 +50,7 @@ pub mod capv;
 pub mod common;
 pub mod etcd;
 pub mod fault_proxy;
+pub mod ha;
 pub mod kustomize;
 pub mod metal3_ipam;
 pub mod operator;

@@ -97,6 +97,11 @@ impl Tethered {
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
+    /// The process id of the shell that runs the program (the program is its child).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// True while the program runs.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -1,6 +1,7 @@
 //! The fault suite: inpool as a real process against a real control plane, with faults injected
 //! for real — SIGKILL of the provider at random moments, a second provider killed mid-burst, the
 //! control plane restarted, etcd compacted and defragmented, the API server frozen with SIGSTOP,
+//! one of two API servers behind a balancer stopped, frozen or its connections moved,
 //! a leader partitioned from the API
 //! server while a standby takes over, objects removed out of band while
 //! the provider was frozen (a re-list after an API-server restart), an `IPAddress` deleted under
@@ -35,6 +36,8 @@ use common::{
 mod overlap;
 // A leader cut off from the API server while a standby takes over.
 mod partition;
+// Two API servers on one etcd behind a balancer: one stopped, one frozen, connections moved.
+mod two_apiservers;
 // Pre-allocations, on a pool of two subnets, under SIGKILLs and control-plane restarts.
 mod pre_allocations;
 
@@ -90,9 +93,9 @@ async fn restart_plane() {
     .unwrap();
 }
 
-/// The kube-apiserver process of the control plane (a child of its supervisor).
-fn apiserver_pid() -> u32 {
-    let supervisor = PLANE
+/// The control plane's supervisor process.
+fn supervisor_pid() -> u32 {
+    PLANE
         .lock()
         .unwrap()
         .as_ref()
@@ -100,23 +103,25 @@ fn apiserver_pid() -> u32 {
         .running
         .as_ref()
         .unwrap()
-        .pid();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let second_arg = cmdline.split(|b| *b == 0).nth(1).unwrap_or_default();
-        if ppid == Some(supervisor) && second_arg == b"apiserver" {
-            return pid;
-        }
-    }
-    panic!("no kube-apiserver child of the control plane {supervisor}");
+        .pid()
+}
+
+/// The kube-apiserver process of the control plane (a child of its supervisor).
+fn apiserver_pid() -> u32 {
+    let supervisor = supervisor_pid();
+    inpool_testenv::ha::apiserver_pid(supervisor)
+        .unwrap_or_else(|| panic!("no kube-apiserver child of the control plane {supervisor}"))
+}
+
+/// The port the control plane's API server serves on.
+fn apiserver_port() -> u16 {
+    let plane = PLANE.lock().unwrap();
+    let server = &plane.as_ref().unwrap().running.as_ref().unwrap().server;
+    server
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {server}"))
 }
 
 /// `inpool` for one namespace, audited every 2 s, stray reservations collected after 5 s.
