@@ -1,21 +1,27 @@
-//! The API server and inpool agree on every IP pool spec: generated specs, valid and invalid and
-//! near the edges (prefix lengths 0, 1, 31, 32, 33; network and broadcast addresses; ranges
-//! reversed or spanning the subnet's end; gateways inside, outside, of the other family or not an
-//! address; text that is almost an address), are sent to the real API server (a dry-run create
-//! of an `InClusterIPPool`, so the CRD's CEL rules judge them) and to inpool's parser (what a
-//! pool's `Ready` condition reports). Each spec the API server accepts, inpool accepts; each it
-//! refuses comes with a message that names a field of `spec`. The other way round, a spec the
-//! parser accepts may be refused by the API server only where docs/pools.md says the CRD is the
-//! stricter (none today).
+//! The API server and inpool agree on every pool spec: generated specs, valid and invalid and
+//! near the edges, are sent to the real API server (a dry-run create, so the CRD's CEL rules judge
+//! them) and to inpool's parser (what a pool's `Ready` condition reports). Each spec the API
+//! server accepts, inpool accepts; each it refuses comes with a message that names a field of
+//! `spec`. The other way round, a spec the parser accepts may be refused by the API server only
+//! where docs/pools.md says the CRD is the stricter (none today).
+//!
+//! - IP pools (`InClusterIPPool`; the global kind has the same spec and rules): prefix lengths 0,
+//!   1, 31, 32, 33; network and broadcast addresses; ranges reversed or spanning the subnet's
+//!   end; gateways inside, outside, of the other family or not an address; text that is almost
+//!   an address.
+//! - Prefix pools (`InClusterPrefixPool`, likewise): prefixes of every length near the
+//!   allocation length, aligned or with host bits set, IPv4, IPv4-mapped, zoned or not a CIDR;
+//!   allocation lengths 0 to 129; gateways inside, outside or of the other family; exclusions
+//!   of every form.
 //!
 //! proptest shrinks a disagreement to its smallest spec before the test fails with it.
 
 use std::sync::{Arc, Mutex};
 
-use inpool::allocator::PoolSpecInput;
-use inpool::api::{InClusterIPPool, InClusterIPPoolSpec};
+use inpool::allocator::{PoolSpecInput, PrefixPoolSpecInput};
+use inpool::api::{InClusterIPPoolSpec, InClusterPrefixPoolSpec};
 use inpool_testenv::support;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
@@ -94,18 +100,85 @@ fn spec() -> impl Strategy<Value = Value> {
     })
 }
 
-/// The API server's verdict on `spec`: `Ok` or the message of its refusal.
-async fn api_server_verdict(pools: &Api<InClusterIPPool>, spec: &Value) -> Result<(), String> {
-    let pool: InClusterIPPool = match serde_json::from_value(json!({
+/// A prefix pool's entry: mostly an aligned CIDR of fd00::/48's neighbourhood, else a CIDR near
+/// the edges (host bits set, lengths 0, 1, 127, 128, 129) or text that is almost one.
+fn prefix() -> impl Strategy<Value = String> {
+    prop_oneof![
+        6 => prop::sample::select(vec![
+            "fd00::/48", "fd00:0:0:1::/64", "fd00::/56", "2001:db8::/32", "fd00:1::/48",
+        ])
+        .prop_map(str::to_string),
+        3 => (
+            prop::sample::select(vec!["fd00::", "fd00:0:0:1::", "fd00::1", "2001:db8::"]),
+            prop::sample::select(vec![0u8, 1, 16, 47, 48, 56, 63, 64, 65, 127, 128, 129]),
+        )
+            .prop_map(|(a, len)| format!("{a}/{len}")),
+        1 => prop::sample::select(vec![
+            "fd00::", "10.0.0.0/8", "::ffff:10.0.0.0/104", "fd00::/048", "fe80::%eth0/64",
+            " fd00::/48", "fd00::-fd00::ffff", "", "fd00::/",
+        ])
+        .prop_map(str::to_string),
+    ]
+}
+
+/// A prefix pool's `excludedPrefixes` entry: an address, a CIDR or a range.
+fn excluded_prefix() -> impl Strategy<Value = String> {
+    prop_oneof![
+        2 => prefix(),
+        1 => prop::sample::select(vec![
+            "fd00::5", "fd00::-fd00::ffff", "fd00:0:0:1::-fd00::", "10.0.0.1", "::ffff:10.0.0.1",
+        ])
+        .prop_map(str::to_string),
+    ]
+}
+
+/// A prefix pool's spec, as JSON: one to three prefixes, an allocation length (mostly one that
+/// fits), perhaps a gateway and exclusions.
+fn prefix_spec() -> impl Strategy<Value = Value> {
+    (
+        prop::collection::vec(prefix(), 1..3),
+        prop_oneof![
+            3 => prop::option::of(prop::sample::select(vec![64i64, 56, 128])),
+            1 => prop::sample::select(vec![0i64, 1, 47, 48, 65, 96, 129]).prop_map(Some),
+        ],
+        prop_oneof![
+            3 => Just(None),
+            1 => prop::sample::select(vec![
+                "fd00::1", "fd00::", "2001:db8::1", "10.0.0.1", "", "fe80::1%eth0",
+                "::ffff:10.0.0.1",
+            ])
+            .prop_map(Some),
+        ],
+        prop::collection::vec(excluded_prefix(), 0..2),
+    )
+        .prop_map(|(prefixes, length, gateway, excluded)| {
+            let mut spec = json!({ "prefixes": prefixes });
+            if let Some(length) = length {
+                spec["allocationPrefixLength"] = json!(length);
+            }
+            if let Some(gateway) = gateway {
+                spec["gateway"] = json!(gateway);
+            }
+            if !excluded.is_empty() {
+                spec["excludedPrefixes"] = json!(excluded);
+            }
+            spec
+        })
+}
+
+/// The API server's verdict on `spec` for a pool of `kind`: `Ok` or the message of its refusal.
+async fn api_server_verdict(
+    pools: &Api<DynamicObject>,
+    kind: &str,
+    spec: &Value,
+) -> Result<(), String> {
+    let pool: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2",
-        "kind": "InClusterIPPool",
+        "kind": kind,
         "metadata": {"name": "agreement"},
         "spec": spec,
-    })) {
-        Ok(pool) => pool,
-        // Out of the Rust type's range (the prefix is an i32): not a spec to compare.
-        Err(e) => return Err(format!("spec: {e}")),
-    };
+    }))
+    .expect("a pool object");
     let dry_run = PostParams {
         dry_run: true,
         ..PostParams::default()
@@ -117,8 +190,8 @@ async fn api_server_verdict(pools: &Api<InClusterIPPool>, spec: &Value) -> Resul
     }
 }
 
-/// inpool's verdict on `spec`: `Ok` or the errors its pool condition would report.
-fn inpool_verdict(spec: &Value) -> Result<(), String> {
+/// inpool's verdict on an IP pool's `spec`: `Ok` or the errors its pool condition would report.
+fn ip_pool_verdict(spec: &Value) -> Result<(), String> {
     let spec: InClusterIPPoolSpec =
         serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
     PoolSpecInput::from(&spec)
@@ -127,11 +200,31 @@ fn inpool_verdict(spec: &Value) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_server_and_inpool_agree_on_generated_ip_pool_specs() {
+/// inpool's verdict on a prefix pool's `spec`.
+fn prefix_pool_verdict(spec: &Value) -> Result<(), String> {
+    let spec: InClusterPrefixPoolSpec =
+        serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
+    PrefixPoolSpecInput::from(&spec)
+        .parse()
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Sends 400 specs of `strategy` to the API server (as pools of `kind`) and to `parser`, and
+/// fails at the first disagreement, shrunk; also when the generator reaches only one side.
+async fn agree(
+    kind: &str,
+    strategy: impl Strategy<Value = Value>,
+    parser: fn(&Value) -> Result<(), String>,
+) {
     let env = support::env();
     let (client, ns) = env.namespace().await;
-    let pools: Api<InClusterIPPool> = Api::namespaced(client, &ns);
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "ipam.cluster.x-k8s.io",
+        "v1alpha2",
+        kind,
+    ));
+    let pools: Api<DynamicObject> = Api::namespaced_with(client, &ns, &resource);
     let judged = Arc::new(Mutex::new((0usize, 0usize)));
     let mut runner = TestRunner::new(Config {
         cases: 400,
@@ -140,9 +233,9 @@ async fn the_api_server_and_inpool_agree_on_generated_ip_pool_specs() {
     });
     let handle = tokio::runtime::Handle::current();
     let result = tokio::task::block_in_place(|| {
-        runner.run(&spec(), |spec| {
-            let server = handle.block_on(api_server_verdict(&pools, &spec));
-            let parser = inpool_verdict(&spec);
+        runner.run(&strategy, |spec| {
+            let server = handle.block_on(api_server_verdict(&pools, kind, &spec));
+            let inpool = parser(&spec);
             {
                 let mut judged = judged.lock().unwrap();
                 if server.is_ok() {
@@ -151,7 +244,7 @@ async fn the_api_server_and_inpool_agree_on_generated_ip_pool_specs() {
                     judged.1 += 1;
                 }
             }
-            match (&server, &parser) {
+            match (&server, &inpool) {
                 (Ok(()), Err(why)) => Err(TestCaseError::fail(format!(
                     "the API server accepts {spec}, inpool refuses it: {why}"
                 ))),
@@ -166,7 +259,7 @@ async fn the_api_server_and_inpool_agree_on_generated_ip_pool_specs() {
         })
     });
     let (accepted, refused) = *judged.lock().unwrap();
-    eprintln!("judged {accepted} specs accepted and {refused} refused by both");
+    eprintln!("{kind}: judged {accepted} specs accepted and {refused} refused by both");
     if let Err(e) = result {
         panic!("{e}");
     }
@@ -174,4 +267,14 @@ async fn the_api_server_and_inpool_agree_on_generated_ip_pool_specs() {
         accepted >= 20 && refused >= 20,
         "the generator reaches both sides: {accepted} accepted, {refused} refused"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_and_inpool_agree_on_generated_ip_pool_specs() {
+    agree("InClusterIPPool", spec(), ip_pool_verdict).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_and_inpool_agree_on_generated_prefix_pool_specs() {
+    agree("InClusterPrefixPool", prefix_spec(), prefix_pool_verdict).await;
 }

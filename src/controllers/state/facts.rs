@@ -33,7 +33,9 @@ pub fn parse_spec(spec: PoolSpecRef<'_>) -> Result<ParsedSpec, SpecErrors> {
         PoolSpecRef::Addresses(spec) => {
             PoolSpecInput::from(spec).parse().map(ParsedSpec::Addresses)
         }
-        PoolSpecRef::Prefixes(spec) => prefix_spec_input(spec).parse().map(ParsedSpec::Prefixes),
+        PoolSpecRef::Prefixes(spec) => PrefixPoolSpecInput::from(spec)
+            .parse()
+            .map(ParsedSpec::Prefixes),
     }
 }
 
@@ -71,12 +73,14 @@ impl From<&InClusterIPPoolSpec> for PoolSpecInput {
     }
 }
 
-pub fn prefix_spec_input(spec: &InClusterPrefixPoolSpec) -> PrefixPoolSpecInput {
-    PrefixPoolSpecInput {
-        prefixes: spec.prefixes.clone(),
-        allocation_prefix_length: spec.allocation_prefix_length.map(i64::from),
-        gateway: spec.gateway.clone(),
-        excluded_prefixes: spec.excluded_prefixes.clone().unwrap_or_default(),
+impl From<&InClusterPrefixPoolSpec> for PrefixPoolSpecInput {
+    fn from(spec: &InClusterPrefixPoolSpec) -> Self {
+        PrefixPoolSpecInput {
+            prefixes: spec.prefixes.clone(),
+            allocation_prefix_length: spec.allocation_prefix_length.map(i64::from),
+            gateway: spec.gateway.clone(),
+            excluded_prefixes: spec.excluded_prefixes.clone().unwrap_or_default(),
+        }
     }
 }
 
