@@ -19,7 +19,9 @@ use libfuzzer_sys::fuzz_target;
 #[path = "../../src/allocator/mod.rs"]
 mod allocator;
 
-use allocator::{AllocError, Allocator, PoolSpecInput, SubnetInput, parse_entry, parse_ip};
+use allocator::{
+    AllocError, Allocator, EntryError, PoolSpecInput, SubnetInput, parse_entry, parse_ip,
+};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
@@ -59,10 +61,20 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// A parsed entry prints as canonical text that parses back to itself.
+/// A parsed entry prints as canonical text that parses back to itself, unless an end of the
+/// range it covers is an IPv4-mapped IPv6 address (`::/80` ends at `::ffff:255.255.255.255`),
+/// which an entry may cover but not name.
 fn check_entry(line: &str) {
     if let Ok(range) = parse_entry(line) {
-        assert_eq!(parse_entry(&range.to_string()), Ok(range));
+        let mapped = |ip: std::net::IpAddr| {
+            matches!(ip, std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some())
+        };
+        match parse_entry(&range.to_string()) {
+            Err(EntryError::Mapped(_)) => {
+                assert!(mapped(range.first()) || mapped(range.last()), "{range}")
+            }
+            reparsed => assert_eq!(reparsed, Ok(range)),
+        }
     }
     if let Ok(ip) = parse_ip(line) {
         assert_eq!(parse_ip(&ip.to_string()), Ok(ip));
