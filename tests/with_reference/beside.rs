@@ -73,15 +73,7 @@ async fn inpool_allocates_nothing_while_the_reference_holds_its_lease_and_says_s
         },
     )
     .await;
-    wait_for(
-        "inpool's /readyz to answer 200",
-        Duration::from_secs(30),
-        || async { inpool.get("/readyz").await.filter(|r| r.status == 200) },
-    )
-    .await;
-    // Creation timestamps have whole seconds: an object created in the second inpool's
-    // controllers started counts as a leftover, not as foreign.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ready_and_a_second_on(&inpool).await;
     let after: Vec<String> = (4..8).map(|i| format!("b-{i}")).collect();
     for name in &after {
         create(&claims, &claim(name, "beside")).await;
@@ -259,6 +251,19 @@ async fn the_reference_taking_its_lease_stops_inpool_at_once() {
     drop(reference);
 }
 
+/// Waits until inpool's `/readyz` answers 200, then a second more: creation timestamps have whole
+/// seconds, and an object created in the second inpool's controllers started counts as a
+/// leftover, not as foreign.
+async fn ready_and_a_second_on(inpool: &Inpool) {
+    wait_for(
+        "inpool's /readyz to answer 200",
+        Duration::from_secs(30),
+        || async { inpool.get("/readyz").await.filter(|r| r.status == 200) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+}
+
 /// Whether this process runs as root, as the reference's leader election needs (a mount
 /// namespace of its own); otherwise it prints NOT RUN for `test`.
 fn runs_as_root(test: &str) -> bool {
@@ -328,14 +333,7 @@ async fn without_its_leader_election_the_reference_is_reported_and_inpool_never_
         env.kubeconfig(),
         &[],
     );
-    wait_for(
-        "inpool's /readyz to answer 200",
-        Duration::from_secs(30),
-        || async { inpool.get("/readyz").await.filter(|r| r.status == 200) },
-    )
-    .await;
-    // Objects created in the second inpool's controllers started count as leftovers.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ready_and_a_second_on(&inpool).await;
 
     let names: Vec<String> = (0..50).map(|i| format!("r-{i:02}")).collect();
     let mut reference = None;
