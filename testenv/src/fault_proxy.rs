@@ -340,13 +340,7 @@ impl FaultProxy {
     pub async fn start(kubeconfig: &Path, pki: &Path) -> anyhow::Result<FaultProxy> {
         let text = std::fs::read_to_string(kubeconfig)
             .with_context(|| format!("reading {}", kubeconfig.display()))?;
-        let parsed = kube::config::Kubeconfig::from_yaml(&text)?;
-        let cluster = parsed
-            .clusters
-            .first()
-            .and_then(|c| c.cluster.as_ref())
-            .context("the kubeconfig names no cluster")?;
-        let server = cluster.server.clone().context("no server")?;
+        let server = crate::kubeconfig_server(&text)?;
         let upstream: SocketAddr = server
             .trim_start_matches("https://")
             .trim_end_matches('/')

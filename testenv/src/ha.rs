@@ -59,15 +59,12 @@ fn child_pids(parent: u32) -> Vec<u32> {
 pub fn kubeconfig_on_port(kubeconfig: &Path, port: u16, name: &str) -> anyhow::Result<PathBuf> {
     let text = std::fs::read_to_string(kubeconfig)
         .with_context(|| format!("reading {}", kubeconfig.display()))?;
-    let server = regex::Regex::new(r"server: https://127\.0\.0\.1:\d+")?;
-    anyhow::ensure!(
-        server.is_match(&text),
-        "no loopback server in {}",
-        kubeconfig.display()
-    );
+    let server = crate::kubeconfig_server(&text)?;
     let path = kubeconfig.with_file_name(format!("kubeconfig-{name}"));
-    let replaced = server.replace_all(&text, format!("server: https://127.0.0.1:{port}"));
-    std::fs::write(&path, replaced.as_bytes())?;
+    std::fs::write(
+        &path,
+        text.replace(&server, &format!("https://127.0.0.1:{port}")),
+    )?;
     Ok(path)
 }
 

@@ -638,6 +638,21 @@ pub async fn client_from_kubeconfig(
     Client::try_from(config).context("building the Kubernetes client")
 }
 
+/// The server URL of a test kubeconfig's first cluster (`https://127.0.0.1:PORT`), from its
+/// text: what the fault proxy and the balancer put themselves in place of.
+pub fn kubeconfig_server(text: &str) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    let parsed = Kubeconfig::from_yaml(text)?;
+    parsed
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .context("the kubeconfig names no cluster")?
+        .server
+        .clone()
+        .context("the kubeconfig's cluster has no server")
+}
+
 /// The `*.yaml` / `*.yml` files of `dir` but its `kustomization.yaml` (which kustomize reads, not
 /// the API server), sorted by name (none if `dir` does not exist).
 pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
