@@ -7,7 +7,11 @@
 //!   `apiserver` mode) with the first API server's very arguments (read from its
 //!   `/proc/PID/cmdline`: the same etcd, certificates, tokens and service-account keys) but its
 //!   port. Each API server keeps its own watch cache, so a list or a watch through one can be
-//!   behind the other. The test freezes (SIGSTOP), stops and starts it.
+//!   behind the other. The test freezes (SIGSTOP), stops and starts it. Its etcd connections go
+//!   through a [`Link`] the test can hold ([`SecondApiServer::hold_etcd`]): its watch cache then
+//!   stops at what it had, and serves that to a list that accepts any resource version
+//!   (`resourceVersion=0`), while the first API server serves the truth, as a control-plane node
+//!   cut off from etcd does.
 //! - [`Balancer`] accepts TCP connections on a loopback port and hands each, round robin, to an
 //!   API server its health check finds ready (`GET /readyz` answered within a second, every
 //!   half second; any when none is), then copies bytes both ways: TLS passes through, so a client keeps the test
@@ -21,7 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::tethered::{Tethered, free_ports};
@@ -77,6 +83,7 @@ pub struct SecondApiServer {
     /// The port it serves on.
     pub port: u16,
     process: Option<Tethered>,
+    etcd: Link,
 }
 
 impl SecondApiServer {
@@ -85,16 +92,28 @@ impl SecondApiServer {
     pub async fn start(supervisor: u32, kubeconfig: &Path) -> anyhow::Result<SecondApiServer> {
         let first = apiserver_pid(supervisor).context("no kube-apiserver runs")?;
         let cmdline = std::fs::read(format!("/proc/{first}/cmdline"))?;
-        let mut words = cmdline
+        let words: Vec<String> = cmdline
             .split(|b| *b == 0)
             .filter(|w| !w.is_empty())
-            .map(|w| String::from_utf8_lossy(w).into_owned());
-        let binary = PathBuf::from(words.next().context("an empty command line")?);
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect();
+        let (binary, words) = words.split_first().context("an empty command line")?;
+        let binary = PathBuf::from(binary);
         let [port] = free_ports()?;
+        let etcd_server = "--etcd-servers=http://127.0.0.1:";
+        let etcd_port = words
+            .iter()
+            .find_map(|w| w.strip_prefix(etcd_server)?.parse::<u16>().ok())
+            .context("the first API server names no single etcd on 127.0.0.1")?;
+        let etcd = Link::start(etcd_port).await?;
         let args: Vec<String> = words
+            .iter()
+            .cloned()
             .map(|w| {
                 if w.starts_with("--secure-port=") {
                     format!("--secure-port={port}")
+                } else if w.starts_with(etcd_server) {
+                    format!("{etcd_server}{}", etcd.port)
                 } else {
                     w
                 }
@@ -112,6 +131,7 @@ impl SecondApiServer {
             log,
             port,
             process: None,
+            etcd,
         };
         second.start_again(kubeconfig).await?;
         Ok(second)
@@ -154,6 +174,16 @@ impl SecondApiServer {
         self.process = None;
     }
 
+    /// Holds its link to etcd: nothing more passes either way until [`SecondApiServer::release_etcd`].
+    pub fn hold_etcd(&self) {
+        self.etcd.hold(true);
+    }
+
+    /// Lets its link to etcd pass again, what was held first.
+    pub fn release_etcd(&self) {
+        self.etcd.hold(false);
+    }
+
     /// Sends `signal` (`STOP`, `CONT`) to the API server process itself (not the shell that
     /// tethers it).
     pub fn signal(&self, signal: &str) {
@@ -164,6 +194,70 @@ impl SecondApiServer {
             .pid();
         let pid = apiserver_pid(shell).expect("the second kube-apiserver process");
         crate::common::signal(pid, signal);
+    }
+}
+
+/// A TCP relay from a loopback port to another, which the test can hold as a link that stalls:
+/// while held, what either side sends waits in the relay (and then in the kernel's buffers) and a
+/// new connection waits before it is passed on; released, everything goes on in order. Nothing is
+/// lost or closed, so neither side sees an error until its own timeouts give up.
+struct Link {
+    port: u16,
+    held: watch::Sender<bool>,
+    accept: JoinHandle<()>,
+}
+
+impl Link {
+    async fn start(target: u16) -> anyhow::Result<Link> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let (held, watching) = watch::channel(false);
+        let accept = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((inbound, _)) = listener.accept().await {
+                let mut held = watching.clone();
+                connections.spawn(async move {
+                    if held.wait_for(|h| !*h).await.is_err() {
+                        return;
+                    }
+                    let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
+                        return;
+                    };
+                    let (from_client, to_client) = inbound.into_split();
+                    let (from_server, to_server) = outbound.into_split();
+                    tokio::join!(
+                        relay(from_client, to_server, held.clone()),
+                        relay(from_server, to_client, held),
+                    );
+                });
+            }
+        });
+        Ok(Link { port, held, accept })
+    }
+
+    fn hold(&self, held: bool) {
+        self.held.send_replace(held);
+    }
+}
+
+impl Drop for Link {
+    /// Ends the relay and, with its task set, every connection through it.
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// Copies `from` to `to`, each chunk once the link is not held.
+async fn relay(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut held: watch::Receiver<bool>,
+) {
+    let mut chunk = vec![0; 64 * 1024];
+    while let Ok(n @ 1..) = from.read(&mut chunk).await {
+        if held.wait_for(|h| !*h).await.is_err() || to.write_all(&chunk[..n]).await.is_err() {
+            return;
+        }
     }
 }
 

@@ -9,18 +9,30 @@
 //!   the frozen one (watches, requests) hangs until inpool's own timeouts give it up, while its
 //!   new connections reach the other;
 //! - every connection cut three times, so that inpool's watches resume on whichever API server
-//!   the balancer hands them to, from a resource version the other one served.
+//!   the balancer hands them to, from a resource version the other one served;
+//! - one API server cut off from etcd for 20 s: it still answers, lists that accept any resource
+//!   version from a watch cache that no longer moves, while its writes and its watches' events
+//!   wait, and its `/readyz` fails so that the balancer hands it no new connection.
 //!
 //! After each: every invariant of `assert_invariants` (no address twice, no `Ready=True` without
 //! its `IPAddress`, no drift found by the audit), and every claim settled within [`SETTLED_WITHIN`]
 //! of the fault's end.
+//!
+//! That the bed really serves stale reads, and that the checker catches a writer that trusts one,
+//! is shown by a planted fault: the second API server cut off from etcd serves a list from its
+//! watch cache that misses addresses inpool has since handed out through the first, and a writer
+//! that picks a free address from that list holds one twice, which `violations` names.
 
 use std::time::{Duration, Instant};
 
-use inpool::api::IPAddressClaim;
-use inpool_testenv::common::{assert_invariants, create, pool};
-use inpool_testenv::ha::{Balancer, SecondApiServer};
-use kube::Api;
+use inpool::api::{IPAddress, IPAddressClaim};
+use inpool_testenv::common::{
+    assert_invariants, claim, claim_on, create, pool, snapshot, violations, wait_for,
+};
+use inpool_testenv::ha::{Balancer, SecondApiServer, kubeconfig_on_port};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
 
 use super::{Scenario, client, create_claims_in_background, start_provider, wait_realised};
 
@@ -34,6 +46,7 @@ enum Fault {
     StopAndStart,
     Freeze,
     CutConnections,
+    CutFromEtcd,
 }
 
 /// Runs the burst through a balancer over the control plane's API server and a second one,
@@ -68,6 +81,11 @@ async fn burst_over_two_api_servers(range: &str, fault: Fault, name: &str) {
             second.signal("STOP");
             tokio::time::sleep(Duration::from_secs(20)).await;
             second.signal("CONT");
+        }
+        Fault::CutFromEtcd => {
+            second.hold_etcd();
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            second.release_etcd();
         }
         Fault::CutConnections => {
             for _ in 0..3 {
@@ -112,6 +130,118 @@ async fn one_of_two_api_servers_frozen_mid_burst_loses_nothing() {
 }
 
 #[tokio::test]
+async fn one_of_two_api_servers_cut_off_from_etcd_mid_burst_loses_nothing() {
+    burst_over_two_api_servers("10.33.0.1-10.33.0.25", Fault::CutFromEtcd, "cut-from-etcd").await;
+}
+
+#[tokio::test]
 async fn watches_moved_between_two_api_servers_mid_burst_lose_nothing() {
     burst_over_two_api_servers("10.31.0.1-10.31.0.25", Fault::CutConnections, "moved").await;
+}
+
+/// The planted fault "a stale read trusted": proves that the second API server of the bed serves
+/// reads behind the first's, and that the invariant checker names the address a writer trusting
+/// such a read holds twice. inpool realises 10 claims; the second API server has seen them; its
+/// link to etcd is held; inpool realises 10 more through the first. A list through the second
+/// that accepts any resource version (`resourceVersion=0`, served from its watch cache) still
+/// shows 10 `IPAddress`es while the first shows 20. The planted writer takes the pool's first
+/// address missing from that list (one inpool has handed out since) for a claim of its own,
+/// without inpool's reservation, as a provider deciding from a cache would.
+#[tokio::test]
+async fn a_writer_trusting_a_stale_read_from_the_second_api_server_is_caught() {
+    let scenario = Scenario::start().await;
+    let range = ("10.32.0.1", 25);
+    create(
+        &scenario.pools,
+        &pool("pool", &[&format!("{}-10.32.0.25", range.0)], 24, None),
+    )
+    .await;
+    let second = SecondApiServer::start(super::supervisor_pid(), &scenario.kubeconfig)
+        .await
+        .expect("a second API server starts");
+    let through_second = client(
+        &kubeconfig_on_port(&scenario.kubeconfig, second.port, "stale-reader")
+            .expect("a kubeconfig for the second API server"),
+    )
+    .await;
+    let stale_addresses: Api<IPAddress> = Api::namespaced(through_second, &scenario.ns);
+    let addresses: Api<IPAddress> = Api::namespaced(scenario.client.clone(), &scenario.ns);
+    let mut provider = start_provider(&scenario.kubeconfig, &scenario.ns, "p");
+    let any_version = ListParams::default().match_any();
+    let held = |list: &[IPAddress]| -> Vec<String> {
+        list.iter().map(|a| a.spec.address.clone()).collect()
+    };
+
+    for i in 0..10 {
+        create(&scenario.claims, &claim(&format!("c-{i:02}"), "pool")).await;
+    }
+    wait_realised(&scenario.claims, 10, 0).await;
+    wait_for(
+        "the second API server's cache showing the 10 IPAddresses",
+        Duration::from_secs(30),
+        || async {
+            let list = stale_addresses.list(&any_version).await.ok()?;
+            (list.items.len() == 10).then_some(())
+        },
+    )
+    .await;
+    second.hold_etcd();
+    for i in 10..20 {
+        create(&scenario.claims, &claim(&format!("c-{i:02}"), "pool")).await;
+    }
+    wait_realised(&scenario.claims, 20, 0).await;
+    let truth_list = addresses.list(&ListParams::default()).await.unwrap().items;
+    let truth = held(&truth_list);
+    let stale = tokio::time::timeout(Duration::from_secs(10), stale_addresses.list(&any_version))
+        .await
+        .expect("the second API server answers from its watch cache, without etcd")
+        .expect("a list through the second API server");
+    let stale = held(&stale.items);
+    assert_eq!(
+        (stale.len(), truth.len()),
+        (10, 20),
+        "the second API server, cut off from etcd, serves the 10 IPAddresses it had seen while \
+         the first serves all 20"
+    );
+    assert_invariants(&scenario.client, &scenario.ns, &mut [&mut provider]).await;
+
+    // The planted writer: the pool's first address its stale list does not show.
+    let first: std::net::Ipv4Addr = range.0.parse().unwrap();
+    let taken = (0..range.1)
+        .map(|i| std::net::Ipv4Addr::from(u32::from(first) + i).to_string())
+        .find(|a| !stale.contains(a))
+        .expect("a free address by the stale list");
+    let not_inpools = inpool::api::IPPoolReference::new("ipam.example.com", "CachedPool", "pool");
+    let planted = create(&scenario.claims, &claim_on("planted", not_inpools)).await;
+    let planted_address: IPAddress = serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+        "metadata": {"name": "planted", "ownerReferences": [{
+            "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+            "name": "planted", "uid": planted.uid().unwrap()}]},
+        "spec": {"address": taken, "prefix": 24, "claimRef": {"name": "planted"},
+            "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool",
+                "name": "pool"}}}))
+    .unwrap();
+    addresses
+        .create(&PostParams::default(), &planted_address)
+        .await
+        .expect("the planted IPAddress");
+    let holder = truth_list
+        .iter()
+        .find(|a| a.spec.address == taken)
+        .map(|a| a.name_any())
+        .unwrap_or_else(|| panic!("{taken} is held by none of {truth:?}"));
+    let found = violations(&snapshot(&scenario.client, &scenario.ns).await.unwrap());
+    assert!(
+        found.iter().any(|v| v.contains("share addresses")
+            && v.contains(&format!("IPAddress {holder} "))
+            && v.contains("IPAddress planted ")),
+        "the checker names {taken} held by {holder} and by the planted IPAddress: {found:#?}"
+    );
+    println!(
+        "FAULTS stale-read-trusted: the second API server cut off from etcd listed 10 of 20 \
+         IPAddresses; a writer trusting it took {taken}, held by {holder}; the checker said: \
+         {found:?}"
+    );
+    second.release_etcd();
 }
