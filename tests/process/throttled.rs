@@ -11,25 +11,15 @@ use std::time::Duration;
 
 use inpool::api::{IPAddressClaim, InClusterIPPool};
 use inpool_testenv::{common, support};
-use kube::api::{Api, DynamicObject, PatchParams};
-use serde_json::json;
+use kube::api::Api;
 
 use common::{
-    Inpool, SERVICE_ACCOUNT, SYSTEM_NAMESPACE, apply_objects, claim, claim_states, create,
-    ensure_applied, one_inpool_test_at_a_time, pool, service_account_kubeconfig, wait_explained,
+    Inpool, apiserver_metrics, apply_priority_level_for_inpool, claim, claim_states, create,
+    delete_priority_level, ensure_applied, one_inpool_test_at_a_time, pool, priority_level_counts,
+    rest_client_requests, service_account_kubeconfig, wait_explained,
 };
 
 const CLAIMS: usize = 200;
-
-/// The sum of `rest_client_requests_total` samples whose labels contain every one of `labels`.
-fn requests(exposition: &str, labels: &[&str]) -> f64 {
-    exposition
-        .lines()
-        .filter(|l| l.starts_with("rest_client_requests_total{"))
-        .filter(|l| labels.iter().all(|label| l.contains(label)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_throttled_by_priority_and_fairness_is_realised_without_a_retry_storm() {
@@ -38,23 +28,7 @@ async fn a_burst_throttled_by_priority_and_fairness_is_realised_without_a_retry_
     let env = support::env();
     let (client, ns) = env.namespace().await;
     let level = "inpool-test-small";
-    let flow_control = [
-        json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1",
-            "kind": "PriorityLevelConfiguration", "metadata": {"name": level},
-            "spec": {"type": "Limited", "limited": {
-                "nominalConcurrencyShares": 1,
-                "lendablePercent": 0,
-                "limitResponse": {"type": "Reject"}}}}),
-        json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
-            "metadata": {"name": level},
-            "spec": {"priorityLevelConfiguration": {"name": level}, "matchingPrecedence": 100,
-                "distinguisherMethod": {"type": "ByUser"},
-                "rules": [{"subjects": [{"kind": "ServiceAccount", "serviceAccount": {
-                        "namespace": SYSTEM_NAMESPACE, "name": SERVICE_ACCOUNT}}],
-                    "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"],
-                        "resources": ["*"], "clusterScope": true, "namespaces": ["*"]}]}]}}),
-    ];
-    apply_objects(&client, &flow_control, &PatchParams::apply("test"))
+    apply_priority_level_for_inpool(&client, level, 1)
         .await
         .expect("the flow control objects");
 
@@ -83,55 +57,18 @@ async fn a_burst_throttled_by_priority_and_fairness_is_realised_without_a_retry_
     )
     .await;
     let metrics = inpool.metrics().await.expect("inpool's /metrics");
-    let server = client
-        .request_text(
-            http::Request::get("/metrics")
-                .body(Vec::new())
-                .expect("a request"),
-        )
+    let server = apiserver_metrics(&client)
         .await
         .expect("the API server's /metrics");
-    let rejected = server
-        .lines()
-        .filter(|l| {
-            l.starts_with("apiserver_flowcontrol_rejected_requests_total{")
-                && l.contains(&format!("priority_level=\"{level}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>();
-    let dispatched = server
-        .lines()
-        .filter(|l| {
-            l.starts_with("apiserver_flowcontrol_dispatched_requests_total{")
-                && l.contains(&format!("priority_level=\"{level}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>();
+    let (dispatched, rejected) = priority_level_counts(&server, level);
     eprintln!("the API server: {dispatched} dispatched, {rejected} rejected at {level}");
-    let throttled = requests(&metrics, &["code=\"429\""]);
-    let created = requests(&metrics, &["code=\"201\"", "method=\"POST\""]);
-    let patched = requests(&metrics, &["code=\"200\"", "method=\"PATCH\""]);
+    let throttled = rest_client_requests(&metrics, &["code=\"429\""]);
+    let created = rest_client_requests(&metrics, &["code=\"201\"", "method=\"POST\""]);
+    let patched = rest_client_requests(&metrics, &["code=\"200\"", "method=\"PATCH\""]);
     eprintln!(
         "{CLAIMS} claims: {throttled} requests answered 429, {created} creates and {patched} patches that succeeded"
     );
-    for plumbing in ["PriorityLevelConfiguration", "FlowSchema"] {
-        let resource = if plumbing == "FlowSchema" {
-            "flowschemas"
-        } else {
-            "prioritylevelconfigurations"
-        };
-        let api: Api<DynamicObject> = Api::all_with(
-            client.clone(),
-            &kube::api::ApiResource {
-                group: "flowcontrol.apiserver.k8s.io".into(),
-                version: "v1".into(),
-                api_version: "flowcontrol.apiserver.k8s.io/v1".into(),
-                kind: plumbing.into(),
-                plural: resource.into(),
-            },
-        );
-        let _ = api.delete(level, &Default::default()).await;
-    }
+    delete_priority_level(&client, level).await;
     drop(inpool);
     assert!(
         rejected > 0.0,

@@ -398,6 +398,9 @@ pub struct Run {
     /// Reconciles per claim, from the provider's own metrics (inpool only).
     pub reconciles_per_claim: Option<f64>,
     pub reconcile_errors: Option<f64>,
+    /// Requests the provider was answered `429` (its `rest_client_requests_total{code="429"}`:
+    /// API Priority and Fairness, with `--priority-level-shares`), inpool only.
+    pub throttled_requests: Option<f64>,
     /// Provider CPU seconds between the first create and the last Ready.
     pub provider_cpu_seconds: Option<f64>,
     /// Provider CPU seconds between the first create and every pool's status counting its
@@ -1582,6 +1585,7 @@ async fn measure_scenario(
             process::metric_sum(page, r#"inpool_reconciles_total{controller="claim"}"#)
                 .map(|r| r / total as f64);
         run.reconcile_errors = process::metric_sum(page, "inpool_reconcile_errors_total");
+        run.throttled_requests = Some(crate::common::rest_client_requests(page, &["code=\"429\""]));
     }
     eprintln!(
         "  all {total} Ready in {:.1} s ({:.0} claims/s); checking",

@@ -9,6 +9,7 @@
 //!     [--json PATH]
 //!     [--scenarios restart,idle,trickle] [--idle-window 600] [--trickle-claims 100]
 //!     [--restart-signal term|kill] [--inpool-args "ARGS"] [--keep-claims]
+//!     [--priority-level-shares N]
 //! ```
 //!
 //! It starts its own control plane (`inpool-testenv`, the one the tests use; built by Go on first
@@ -30,6 +31,11 @@
 //! 7. with `--foreign-claims F`, a fresh provider process beside F claims of a pool kind inpool
 //!    does not serve (see `testenv/src/scale/foreign.rs`).
 //!
+//! With `--priority-level-shares N`, the provider runs as inpool's ServiceAccount with the shipped
+//! RBAC, and API Priority and Fairness gives that ServiceAccount a priority level of its own of N
+//! nominal shares (none lent, the surplus answered `429`), as a busy management cluster may; the
+//! report adds the requests the API server dispatched and rejected at that level.
+//!
 //! With `--scenarios`, the scenarios at size run on the single-pool scenario once its
 //! claims are Ready, before its check and release (see `testenv/src/scale/atsize.rs`): `restart`,
 //! `idle`, `trickle`.
@@ -50,7 +56,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use inpool_testenv::scale::{atsize, foreign, harness, process};
-use inpool_testenv::{reference, repo_root, support};
+use inpool_testenv::{common, reference, repo_root, support};
 
 use harness::{Run, Scenario};
 use process::{ProviderSpec, StopSignal};
@@ -145,6 +151,11 @@ struct Args {
     /// in another run: at 100,000 claims it takes as long again as realising.
     #[arg(long)]
     keep_claims: bool,
+    /// Run the provider as inpool's ServiceAccount (the shipped RBAC applied) in an API Priority
+    /// and Fairness priority level of its own with this many nominal concurrency shares, none
+    /// lent, the surplus rejected (`429`). The harness itself stays exempt. inpool only.
+    #[arg(long)]
+    priority_level_shares: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -277,6 +288,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     );
     let client = plane.client().await;
     let plane_pid = Some(plane.pid());
+    let provider_kubeconfig = match args.priority_level_shares {
+        Some(shares) => throttle(&client, &plane.kubeconfig, shares).await?,
+        None => plane.kubeconfig.clone(),
+    };
     let timeout = Duration::from_secs(args.timeout);
 
     let mut runs: Vec<Run> = Vec::new();
@@ -357,7 +372,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             }
             match harness::run_scenario(
                 &client,
-                &plane.kubeconfig,
+                &provider_kubeconfig,
                 plane_pid,
                 provider,
                 &scenario,
@@ -392,6 +407,20 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             }
         }
     }
+
+    let priority_level = match args.priority_level_shares {
+        Some(shares) => {
+            let page = common::apiserver_metrics(&client).await?;
+            let (dispatched, rejected) = common::priority_level_counts(&page, PRIORITY_LEVEL);
+            Some(report::PriorityLevel {
+                name: PRIORITY_LEVEL.into(),
+                shares,
+                dispatched,
+                rejected,
+            })
+        }
+        None => None,
+    };
 
     let floor_rate = runs
         .iter()
@@ -431,6 +460,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             target.value.map_or("–".into(), |v| format!("{v:.2}"))
         );
     }
+    if let Some(level) = &priority_level {
+        println!(
+            "API Priority and Fairness: priority level {} ({} shares): {} requests dispatched, {} \
+             rejected (429)",
+            level.name, level.shares, level.dispatched, level.rejected
+        );
+    }
     for e in &errors {
         println!("error: {e}");
     }
@@ -444,6 +480,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         floor_definition: harness::FLOOR_DEFINITION.to_string(),
         runs,
         foreign: foreign_run,
+        priority_level,
         targets,
         errors: errors.clone(),
     };
@@ -452,6 +489,34 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     println!("JSON: {}", display(&json_path));
     drop(plane);
     Ok(correct && errors.is_empty())
+}
+
+/// The priority level of `--priority-level-shares`.
+const PRIORITY_LEVEL: &str = "inpool-scale";
+
+/// Applies the shipped ServiceAccount and RBAC and a priority level of `shares` for it; returns a
+/// kubeconfig that acts as that ServiceAccount.
+async fn throttle(client: &kube::Client, admin: &Path, shares: u32) -> anyhow::Result<PathBuf> {
+    let access = [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ];
+    let objects: Vec<_> = common::components()
+        .into_iter()
+        .filter(|o| access.contains(&common::kind(o)))
+        .collect();
+    let params = kube::api::PatchParams::apply(common::FIELD_MANAGER);
+    common::apply_objects(client, &objects, &params)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    common::apply_priority_level_for_inpool(client, PRIORITY_LEVEL, shares)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    Ok(common::service_account_kubeconfig(admin))
 }
 
 /// `git rev-parse --short HEAD`, and whether `src/` has uncommitted changes.

@@ -23,8 +23,19 @@ pub struct Report {
     pub runs: Vec<Run>,
     /// The foreign-claims scenario, when run.
     pub foreign: Option<ForeignRun>,
+    /// With `--priority-level-shares`: what the API server counted at the provider's level.
+    pub priority_level: Option<PriorityLevel>,
     pub targets: Vec<Target>,
     pub errors: Vec<String>,
+}
+
+/// The API Priority and Fairness level the provider ran in, and the API server's counts at it.
+#[derive(Debug, Serialize)]
+pub struct PriorityLevel {
+    pub name: String,
+    pub shares: u32,
+    pub dispatched: f64,
+    pub rejected: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -184,6 +195,10 @@ pub fn table(runs: &[Run]) -> String {
         );
     }
     row("API GETs/claim", each(&|r| f(r.gets_per_claim, 2)));
+    row(
+        "requests answered 429, per claim",
+        each(&|r| opt(r.throttled_requests.map(|t| t / r.claims.max(1) as f64), 2)),
+    );
     row(
         "reconciles/claim",
         each(&|r| opt(r.reconciles_per_claim, 2)),
