@@ -57,19 +57,19 @@ spec:
 "#;
 
 /// inpool's release as clusterctl sees it (`metadata.yaml` maps 0.1 to the v1beta2 contract).
-fn inpool_version() -> String {
+pub(crate) fn inpool_version() -> String {
     format!("v{}", env!("CARGO_PKG_VERSION"))
 }
 
 /// A clusterctl with its own configuration: a local repository with inpool's packaging as
 /// committed, and CAPI core's CRDs standing in for its components.
-struct Clusterctl {
+pub(crate) struct Clusterctl {
     binary: PathBuf,
     dir: PathBuf,
 }
 
 impl Clusterctl {
-    fn new(dir: &Path) -> Clusterctl {
+    pub(crate) fn new(dir: &Path) -> Clusterctl {
         let binary = capi::binaries().expect("clusterctl").clusterctl;
         let repo = dir.join("repository");
         let inpool = repo.join("ipam-inpool").join(inpool_version());
@@ -109,7 +109,7 @@ impl Clusterctl {
     }
 
     /// Runs clusterctl with this configuration: everything it said, or a panic with it.
-    async fn run(&self, args: &[&str]) -> String {
+    pub(crate) async fn run(&self, args: &[&str]) -> String {
         self.run_with(args, &[]).await
     }
 
@@ -140,7 +140,33 @@ impl Clusterctl {
         said
     }
 
-    async fn init(&self, kubeconfig: &Path, variables: &[(&str, &str)]) -> String {
+    /// Adds release `version` of inpool to the local repository: the committed components with
+    /// the image tag `version`, as a release of the same series would publish them (no second
+    /// release exists to take them from).
+    pub(crate) fn add_release(&self, version: &str) {
+        let packaging = support::repo_root().join("config").join("clusterctl");
+        let release = self
+            .dir
+            .join("repository")
+            .join("ipam-inpool")
+            .join(version);
+        std::fs::create_dir_all(&release).unwrap();
+        let components = std::fs::read_to_string(packaging.join("ipam-components.yaml")).unwrap();
+        let image = format!("ghcr.io/inpool-dev/inpool:{}", inpool_version());
+        assert!(components.contains(&image), "the components name {image}");
+        std::fs::write(
+            release.join("ipam-components.yaml"),
+            components.replace(&image, &format!("ghcr.io/inpool-dev/inpool:{version}")),
+        )
+        .unwrap();
+        std::fs::copy(
+            packaging.join("metadata.yaml"),
+            release.join("metadata.yaml"),
+        )
+        .unwrap();
+    }
+
+    pub(crate) async fn init(&self, kubeconfig: &Path, variables: &[(&str, &str)]) -> String {
         let kubeconfig = kubeconfig.to_str().unwrap();
         #[rustfmt::skip]
         let args = [
@@ -152,14 +178,24 @@ impl Clusterctl {
     }
 }
 
-fn provider_inventory(client: &Client) -> Api<DynamicObject> {
+/// inpool's entry in clusterctl's inventory (`ipam-inpool`).
+pub(crate) async fn inventory_of_inpool(client: &Client) -> DynamicObject {
     let gvk = GroupVersionKind::gvk("clusterctl.cluster.x-k8s.io", "v1alpha3", "Provider");
-    Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
+    let inventory = Api::<DynamicObject>::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    inventory
+        .items
+        .iter()
+        .find(|p| p.name_any() == "ipam-inpool")
+        .cloned()
+        .unwrap_or_else(|| panic!("no ipam-inpool in the inventory: {:?}", inventory.items))
 }
 
 /// Starts a control plane for this test with every CAPI CRD, inpool's CRDs and the cert-manager
 /// stand-ins.
-fn control_plane(name: &str) -> support::ControlPlane {
+pub(crate) fn control_plane(name: &str) -> support::ControlPlane {
     let data_dir =
         std::env::temp_dir().join(format!("inpool-clusterctl-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
@@ -175,7 +211,7 @@ fn control_plane(name: &str) -> support::ControlPlane {
         .unwrap_or_else(|e| panic!("control plane {name}: {e}"))
 }
 
-async fn create_namespace(client: &Client, name: &str) {
+pub(crate) async fn create_namespace(client: &Client, name: &str) {
     let namespace = Namespace {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -254,15 +290,7 @@ async fn clusterctl_init_installs_inpool_and_move_keeps_every_address() {
             ]
         );
     }
-    let inventory = provider_inventory(&src)
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    let inpool = inventory
-        .items
-        .iter()
-        .find(|p| p.name_any() == "ipam-inpool")
-        .unwrap_or_else(|| panic!("no ipam-inpool in the inventory: {:?}", inventory.items));
+    let inpool = inventory_of_inpool(&src).await;
     assert_eq!(inpool.namespace().as_deref(), Some("inpool-system"));
     assert_eq!(inpool.data["type"], "IPAMProvider");
     assert_eq!(inpool.data["providerName"], "inpool");

@@ -4,4 +4,5 @@
 
 mod claims;
 mod clusterctl;
+mod upgrade;
 mod v1beta1;

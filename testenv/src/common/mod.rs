@@ -13,6 +13,7 @@
 
 pub mod consumers;
 pub mod controller;
+pub mod deployment;
 pub mod flow_control;
 pub mod invariants;
 pub mod objects;
@@ -24,6 +25,7 @@ pub mod wait;
 // One flat namespace for the test modules (`use common::*`).
 pub use consumers::*;
 pub use controller::*;
+pub use deployment::*;
 pub use flow_control::*;
 pub use invariants::*;
 pub use objects::*;
