@@ -15,7 +15,7 @@
 //! printed, and docs/install.md#upgrade states it.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use inpool::api::{IPAddressClaim, InClusterIPPool};
 use inpool_testenv::common::*;
@@ -64,21 +64,10 @@ async fn clusterctl_upgrade_apply_under_a_burst_reallocates_nothing() {
 
     clusterctl.add_release(NEXT);
     // A claim every 100 ms, from before clusterctl starts until after it is done.
-    let burst = {
-        let claims = claims.clone();
-        tokio::spawn(async move {
-            let mut created = Vec::new();
-            for i in 10..70 {
-                create(&claims, &claim(&format!("u-{i:02}"), "pool")).await;
-                created.push(Instant::now());
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            created
-        })
-    };
+    let burst = claims_arriving(&claims, "pool", "u", 10..70);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let upgrade = format!("inpool-system/inpool:{NEXT}");
-    let said = clusterctl
+    clusterctl
         .run(&[
             "upgrade",
             "apply",
@@ -91,36 +80,11 @@ async fn clusterctl_upgrade_apply_under_a_burst_reallocates_nothing() {
     let created = burst.await.unwrap();
     wait_counts(&claims, 70, 0).await;
 
+    let old = format!("ghcr.io/inpool-dev/inpool:{}", inpool_version());
+    let new = format!("ghcr.io/inpool-dev/inpool:{NEXT}");
+    let (gap, during_gap) =
+        replaced_once(&pods, [&old, &new], &created, &client, ns, &before).await;
     let runs = pods.runs();
-    assert_eq!(
-        runs.iter().map(|r| r.image.as_str()).collect::<Vec<_>>(),
-        [
-            format!("ghcr.io/inpool-dev/inpool:{}", inpool_version()),
-            format!("ghcr.io/inpool-dev/inpool:{NEXT}"),
-        ],
-        "one provider for each release's Deployment; clusterctl said:\n{said}"
-    );
-    let (stopped, code) = runs[0].stopped.expect("the old release's provider stopped");
-    assert_eq!(code, Some(0), "the old provider exits 0 on SIGTERM");
-    assert!(
-        runs[1].started >= stopped,
-        "the new provider starts only after the old one exited"
-    );
-    let ready = runs[1].ready.expect("the new provider ready");
-    let during_gap = created
-        .iter()
-        .filter(|t| (stopped..ready).contains(*t))
-        .count();
-
-    let after = addresses_by_claim(&client, ns).await;
-    for (claim, address) in &before {
-        assert_eq!(
-            after.get(claim),
-            Some(address),
-            "claim {claim} realised before the upgrade keeps its address"
-        );
-    }
-    assert_invariants(&client, ns, &mut []).await;
     let inpool = inventory_of_inpool(&client).await;
     assert_eq!(inpool.data["version"], NEXT);
     println!(
@@ -129,7 +93,7 @@ async fn clusterctl_upgrade_apply_under_a_burst_reallocates_nothing() {
          started {:.1} s after the exit); {during_gap} claims created meanwhile, all served \
          after it; the 10 claims realised before kept their addresses; 70 of 70 realised",
         inpool_version(),
-        (ready - stopped).as_secs_f64(),
-        (runs[1].started - stopped).as_secs_f64(),
+        gap.as_secs_f64(),
+        (runs[1].started - runs[0].stopped.unwrap().0).as_secs_f64(),
     );
 }

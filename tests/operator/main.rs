@@ -141,7 +141,134 @@ async fn inpool_installed_by_cluster_api_operator_serves_a_claim_and_goes_with_i
         inpool.logs()
     );
 
+    let pods = DeploymentStandIn::start(
+        &client,
+        &plane.kubeconfig,
+        std::path::Path::new(env!("CARGO_BIN_EXE_inpool")),
+    );
+    version_bumped_under_a_burst(&client, &operator, &pods).await;
     removed_with_its_provider(&client, &operator, &installed.objects).await;
+    wait_for(
+        "the stand-in to stop the provider of the deleted Deployment",
+        Duration::from_secs(30),
+        || async { pods.runs().last()?.stopped },
+    )
+    .await;
+}
+
+/// The release the version bump moves to: the committed components with another image tag (no
+/// second release exists).
+const NEXT: &str = "v0.1.1";
+
+/// The `IPAMProvider`'s `spec.version` moved to [`NEXT`] while claims arrive (one every 100 ms),
+/// its Deployment's provider run by `pods` as a kubelet would: the operator runs clusterctl's
+/// upgrader (scale to zero, delete, install), so the old provider exits 0 before the new one
+/// starts; the claims realised before keep their addresses, those created while no provider ran
+/// are served after, every invariant holds, and the operator reports the new version installed
+/// and the provider `Ready`. Prints the time without a provider.
+async fn version_bumped_under_a_burst(
+    client: &Client,
+    operator: &operator::Operator,
+    pods: &DeploymentStandIn,
+) {
+    wait_for(
+        "the installed release's provider to be ready",
+        Duration::from_secs(60),
+        || async { pods.runs().first()?.ready },
+    )
+    .await;
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), CLAIMS_NAMESPACE);
+    create(&pools, &pool("bump", &["10.43.0.10-10.43.0.99"], 24, None)).await;
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), CLAIMS_NAMESPACE);
+    for i in 0..10 {
+        create(&claims, &claim(&format!("b-{i:02}"), "bump")).await;
+    }
+    // The claim of `serves_a_claim` is realised too.
+    wait_counts(&claims, 11, 0).await;
+    let before = addresses_by_claim(client, CLAIMS_NAMESPACE).await;
+
+    let current = format!("ghcr.io/inpool-dev/inpool:v{}", env!("CARGO_PKG_VERSION"));
+    let clusterctl = repo_root().join("config").join("clusterctl");
+    let read = |file: &str| std::fs::read_to_string(clusterctl.join(file)).unwrap();
+    let components = read("ipam-components.yaml");
+    assert!(
+        components.contains(&current),
+        "the components name {current}"
+    );
+    // The operator allows one ConfigMap per selector: the next release's has a label of its own,
+    // which the IPAMProvider's fetchConfig names together with the new version.
+    let selector = BTreeMap::from([("provider-components".to_string(), "inpool-next".into())]);
+    let config_map = operator::components_config_map(
+        "inpool-components-next",
+        PROVIDER_NAMESPACE,
+        &selector,
+        NEXT,
+        &read("metadata.yaml"),
+        &components.replace(&current, &format!("ghcr.io/inpool-dev/inpool:{NEXT}")),
+    )
+    .unwrap();
+    create(
+        &Api::<ConfigMap>::namespaced(client.clone(), PROVIDER_NAMESPACE),
+        &config_map,
+    )
+    .await;
+
+    let burst = claims_arriving(&claims, "bump", "b", 10..50);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let providers: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        PROVIDER_NAMESPACE,
+        &operator::resource("IPAMProvider"),
+    );
+    providers
+        .patch(
+            "inpool",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"version": NEXT,
+                "fetchConfig": {"selector": {"matchLabels": selector}}}})),
+        )
+        .await
+        .unwrap();
+    let created = burst.await.unwrap();
+    wait_explained(
+        "the operator to report the new version installed",
+        INSTALL,
+        || async {
+            let provider = providers.get("inpool").await.ok()?;
+            (provider.data["status"]["installedVersion"] == NEXT).then_some(())
+        },
+        || format!("; the operator's log ends:\n{}", operator.log_tail()),
+    )
+    .await;
+    wait_counts(&claims, 51, 0).await;
+    wait_for_condition(
+        client,
+        "IPAMProvider",
+        PROVIDER_NAMESPACE,
+        "inpool",
+        "Ready",
+        operator,
+    )
+    .await;
+
+    let new = format!("ghcr.io/inpool-dev/inpool:{NEXT}");
+    let (gap, during_gap) = replaced_once(
+        pods,
+        [&current, &new],
+        &created,
+        client,
+        CLAIMS_NAMESPACE,
+        &before,
+    )
+    .await;
+    println!(
+        "UPGRADE cluster-api-operator IPAMProvider spec.version v{} -> {NEXT} under a burst (a \
+         claim every 100 ms): no provider for {:.1} s (the old one's exit to the new one's \
+         readiness); {during_gap} claims created meanwhile, all served after it; the 11 claims \
+         realised before kept their addresses",
+        env!("CARGO_PKG_VERSION"),
+        gap.as_secs_f64(),
+    );
 }
 
 /// Installs Cluster API core through a `CoreProvider`, runs its manager with its webhooks
@@ -469,33 +596,6 @@ fn manager_container(deployment: &Deployment) -> Container {
         .and_then(|s| s.containers.iter().find(|c| c.name == "manager"))
         .cloned()
         .expect("a container named manager")
-}
-
-/// The container's environment as the kubelet gives it to the process: plain values, and the
-/// pod's namespace and name for the downward API's `metadata.namespace` and `metadata.name` (a
-/// pod of the Deployment is named after it); any other source fails the test.
-fn container_env(container: &Container, deployment: &Deployment) -> Vec<(String, String)> {
-    let pod_name = format!("{}-0", deployment.name_any());
-    let namespace = deployment.namespace().unwrap_or_default();
-    container
-        .env
-        .iter()
-        .flatten()
-        .map(|var| {
-            let value = match (&var.value, &var.value_from) {
-                (Some(value), None) => value.clone(),
-                (None, Some(from)) => {
-                    match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
-                        Some("metadata.namespace") => namespace.clone(),
-                        Some("metadata.name") => pod_name.clone(),
-                        _ => panic!("no kubelet here to resolve {var:?}"),
-                    }
-                }
-                _ => String::new(),
-            };
-            (var.name.clone(), value)
-        })
-        .collect()
 }
 
 async fn create_namespace(client: &Client, name: &str) {

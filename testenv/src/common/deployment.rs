@@ -1,23 +1,31 @@
 //! What a kubelet and the Deployment controller do for inpool's Deployment, stood in for where no
 //! pod runs: while the Deployment exists, undeleted, with `spec.replicas` of 1 or more, one
-//! `inpool` process runs as its ServiceAccount with its leader election, and `status.replicas`
-//! says 1; scaled to zero or deleted, the process gets SIGTERM and is waited for, as a pod's
-//! graceful termination, and then `status.replicas` says 0. clusterctl's and
+//! `inpool` process runs its `manager` container as deployed (its args, its env with the downward
+//! API resolved, as its ServiceAccount), and once it is ready the Deployment's status says one
+//! replica available; scaled to zero or deleted, the process gets SIGTERM and is waited for, as a
+//! pod's graceful termination, and then `status.replicas` says 0. clusterctl's and
 //! cluster-api-operator's upgrades scale the provider down, wait for that 0, delete its
 //! components and install the new ones: with this stand-in a test sees the provider stop and the
 //! new one start exactly where those steps put them. The image of each run is recorded, so that a
 //! test can tell which release's Deployment it stood in for.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::Client;
+use k8s_openapi::api::core::v1::Container;
 use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::{Inpool, SERVICE_ACCOUNT, SYSTEM_NAMESPACE, service_account_kubeconfig};
+use inpool::api::IPAddressClaim;
+
+use super::{
+    Inpool, SYSTEM_NAMESPACE, addresses_by_claim, assert_invariants, claim, create,
+    service_account_kubeconfig_of,
+};
 
 /// inpool's Deployment as the components name it.
 pub const DEPLOYMENT: &str = "inpool-controller-manager";
@@ -25,7 +33,7 @@ pub const DEPLOYMENT: &str = "inpool-controller-manager";
 /// One run of the process the stand-in made.
 #[derive(Clone, Debug)]
 pub struct PodRun {
-    /// The Deployment's image when the run began.
+    /// The container's image when the run began.
     pub image: String,
     pub started: Instant,
     /// When its `/readyz` first answered 200.
@@ -47,7 +55,7 @@ impl DeploymentStandIn {
         let runs = Arc::new(Mutex::new(Vec::new()));
         let task = tokio::spawn(stand_in(
             Api::namespaced(client.clone(), SYSTEM_NAMESPACE),
-            service_account_kubeconfig(admin),
+            admin.to_path_buf(),
             binary.to_path_buf(),
             runs.clone(),
         ));
@@ -69,12 +77,13 @@ impl Drop for DeploymentStandIn {
 
 async fn stand_in(
     deployments: Api<Deployment>,
-    kubeconfig: PathBuf,
+    admin: PathBuf,
     binary: PathBuf,
     runs: Arc<Mutex<Vec<PodRun>>>,
 ) {
     let mut running: Option<Inpool> = None;
-    let mut reported: Option<i32> = None;
+    // The status last reported: none yet, 0 replicas, or 1 available.
+    let mut reported: Option<bool> = None;
     loop {
         let deployment = match deployments.get_opt(DEPLOYMENT).await {
             Ok(found) => found,
@@ -84,35 +93,22 @@ async fn stand_in(
                 continue;
             }
         };
-        let wanted = deployment.as_ref().is_some_and(|d| {
+        let wanted = deployment.as_ref().filter(|d| {
             d.metadata.deletion_timestamp.is_none()
                 && d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1) > 0
         });
         running = match (running.take(), wanted) {
-            (None, true) => {
-                let image = deployment
-                    .as_ref()
-                    .and_then(|d| d.spec.as_ref()?.template.spec.as_ref())
-                    .and_then(|pod| pod.containers.first()?.image.clone())
-                    .unwrap_or_default();
-                let leader_election = format!("--leader-election-namespace={SYSTEM_NAMESPACE}");
-                let name = format!("{SERVICE_ACCOUNT} ({image})");
-                let started = Instant::now();
-                let process = Inpool::start(
-                    &binary,
-                    &name,
-                    &kubeconfig,
-                    &["--leader-elect", &leader_election],
-                );
+            (None, Some(deployment)) => {
+                let (image, process) = run_as_deployed(deployment, &admin, &binary);
                 runs.lock().unwrap().push(PodRun {
                     image,
-                    started,
+                    started: Instant::now(),
                     ready: None,
                     stopped: None,
                 });
                 Some(process)
             }
-            (Some(mut process), false) => {
+            (Some(mut process), None) => {
                 // SIGTERM, waited for off the runtime's threads (it blocks up to 20 s).
                 let code = tokio::task::spawn_blocking(move || process.terminate())
                     .await
@@ -122,7 +118,7 @@ async fn stand_in(
                 }
                 None
             }
-            (Some(process), true) => {
+            (Some(process), Some(_)) => {
                 let waiting = runs
                     .lock()
                     .unwrap()
@@ -139,21 +135,157 @@ async fn stand_in(
                 }
                 Some(process)
             }
-            (None, false) => None,
+            (None, None) => None,
         };
-        let replicas = i32::from(running.is_some());
-        if deployment.is_some() && reported != Some(replicas) {
-            let status = json!({"status": {"replicas": replicas}});
+        let available = running.is_some()
+            && runs
+                .lock()
+                .unwrap()
+                .last()
+                .is_some_and(|r| r.ready.is_some());
+        if deployment.is_none() {
+            reported = None;
+        } else if reported != Some(available) {
+            let status = if available {
+                let now = k8s_openapi::jiff::Timestamp::now().to_string();
+                json!({"status": {
+                    "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
+                    "conditions": [{
+                        "type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                        "message": "Deployment has minimum availability.",
+                        "lastUpdateTime": now, "lastTransitionTime": now,
+                    }],
+                }})
+            } else {
+                json!({"status": {"replicas": i32::from(running.is_some()), "updatedReplicas": null,
+                    "readyReplicas": null, "availableReplicas": null, "conditions": null}})
+            };
             if deployments
                 .patch_status(DEPLOYMENT, &PatchParams::default(), &Patch::Merge(&status))
                 .await
                 .is_ok()
             {
-                reported = Some(replicas);
+                reported = Some(available);
             }
-        } else if deployment.is_none() {
-            reported = None;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Starts `binary` as the `manager` container of `deployment` runs: its args, its env (the
+/// downward API resolved) and `KUBECONFIG` acting as the pod's ServiceAccount; returns the
+/// container's image and the process.
+fn run_as_deployed(deployment: &Deployment, admin: &Path, binary: &Path) -> (String, Inpool) {
+    let pod = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("the Deployment has a pod template");
+    let container = pod
+        .containers
+        .iter()
+        .find(|c| c.name == "manager")
+        .expect("a container named manager");
+    let namespace = deployment.namespace().unwrap_or_default();
+    let account = pod.service_account_name.as_deref().unwrap_or("default");
+    let mut env = container_env(container, deployment);
+    env.push((
+        "KUBECONFIG".into(),
+        service_account_kubeconfig_of(admin, &namespace, account)
+            .display()
+            .to_string(),
+    ));
+    let image = container.image.clone().unwrap_or_default();
+    let args = container.args.clone().unwrap_or_default();
+    let name = format!("{} ({image})", deployment.name_any());
+    (image, Inpool::start_as_deployed(binary, &name, &args, &env))
+}
+
+/// The container's environment as the kubelet gives it to the process: plain values, and the
+/// pod's namespace and name for the downward API's `metadata.namespace` and `metadata.name` (a
+/// pod of the Deployment is named after it); any other source fails the test.
+pub fn container_env(container: &Container, deployment: &Deployment) -> Vec<(String, String)> {
+    let pod_name = format!("{}-0", deployment.name_any());
+    let namespace = deployment.namespace().unwrap_or_default();
+    container
+        .env
+        .iter()
+        .flatten()
+        .map(|var| {
+            let value = match (&var.value, &var.value_from) {
+                (Some(value), None) => value.clone(),
+                (None, Some(from)) => {
+                    match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
+                        Some("metadata.namespace") => namespace.clone(),
+                        Some("metadata.name") => pod_name.clone(),
+                        _ => panic!("no kubelet here to resolve {var:?}"),
+                    }
+                }
+                _ => String::new(),
+            };
+            (var.name.clone(), value)
+        })
+        .collect()
+}
+
+/// Claims `PREFIX-NN` on `pool` for each of `numbers`, one every 100 ms, in a task: as machines
+/// arrive while a provider is upgraded. The task returns when each was created.
+pub fn claims_arriving(
+    claims: &Api<IPAddressClaim>,
+    pool: &str,
+    prefix: &str,
+    numbers: std::ops::Range<usize>,
+) -> tokio::task::JoinHandle<Vec<Instant>> {
+    let (claims, pool, prefix) = (claims.clone(), pool.to_string(), prefix.to_string());
+    tokio::spawn(async move {
+        let mut created = Vec::new();
+        for i in numbers {
+            create(&claims, &claim(&format!("{prefix}-{i:02}"), &pool)).await;
+            created.push(Instant::now());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        created
+    })
+}
+
+/// Judges a provider replaced by an upgrade while the claims of `created` arrived: `pods` ran
+/// one provider for each of `images` in turn, the old one exited 0 before the new one started
+/// and the new one got ready; every claim of `before` (claim → address, read before the upgrade)
+/// keeps its address in `ns`; every invariant of `ns` holds. Returns the time without a provider
+/// (the old one's exit to the new one's readiness) and how many claims were created in it.
+pub async fn replaced_once(
+    pods: &DeploymentStandIn,
+    images: [&str; 2],
+    created: &[Instant],
+    client: &Client,
+    ns: &str,
+    before: &BTreeMap<String, String>,
+) -> (Duration, usize) {
+    let runs = pods.runs();
+    assert_eq!(
+        runs.iter().map(|r| r.image.as_str()).collect::<Vec<_>>(),
+        images,
+        "one provider for each release's Deployment"
+    );
+    let (stopped, code) = runs[0].stopped.expect("the old release's provider stopped");
+    assert_eq!(code, Some(0), "the old provider exits 0 on SIGTERM");
+    assert!(
+        runs[1].started >= stopped,
+        "the new provider starts only after the old one exited"
+    );
+    let ready = runs[1].ready.expect("the new provider ready");
+    let after = addresses_by_claim(client, ns).await;
+    for (claim, address) in before {
+        assert_eq!(
+            after.get(claim),
+            Some(address),
+            "claim {claim} realised before the upgrade keeps its address"
+        );
+    }
+    assert_invariants(client, ns, &mut []).await;
+    let during_gap = created
+        .iter()
+        .filter(|t| (stopped..ready).contains(*t))
+        .count();
+    (ready - stopped, during_gap)
 }
