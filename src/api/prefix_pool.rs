@@ -280,7 +280,7 @@ pub mod rules {
     pub fn prefix_is_ipv6_cidr() -> Value {
         to_json(rule(
             "isCIDR(self) && cidr(self).ip().family() == 6".into(),
-            "'spec.prefixes: \"' + self + '\" is not an IPv6 CIDR (such as fd00::/48)'".into(),
+            "'must be an IPv6 CIDR (such as fd00::/48)'".into(),
             None,
         ))
     }
@@ -291,7 +291,7 @@ pub mod rules {
         to_json(rule(
             "!isCIDR(self) || cidr(self).ip().family() != 6 || cidr(self).masked() == cidr(self)"
                 .into(),
-            "'spec.prefixes: \"' + self + '\" is not network-aligned: bits of its address after the prefix length are set (write the prefix\\'s first address)'".into(),
+            "'must be network-aligned: bits of its address after the prefix length are set (write the prefix\\'s first address)'".into(),
             None,
         ))
     }
@@ -300,7 +300,7 @@ pub mod rules {
     pub fn prefixes_not_empty() -> Value {
         to_json(rule(
             "size(self) > 0".into(),
-            "'spec.prefixes: at least one IPv6 CIDR is required'".into(),
+            "'at least one IPv6 CIDR is required'".into(),
             None,
         ))
     }
@@ -311,7 +311,7 @@ pub mod rules {
         to_json(rule(
             "self == oldSelf".into(),
             format!(
-                "'spec.allocationPrefixLength is immutable: it was ' + {n}[oldSelf] + ', not ' + {n}[self] + '; create a new pool for another length'",
+                "'must stay ' + {n}[oldSelf] + ' (it is immutable): create a new pool for another length'",
                 n = numbers()
             ),
             None,
@@ -322,7 +322,7 @@ pub mod rules {
     pub fn gateway_is_ipv6() -> Value {
         to_json(rule(
             "self == '' || (isIP(self) && ip(self).family() == 6)".into(),
-            "'spec.gateway: \"' + self + '\" is not an IPv6 address'".into(),
+            "'must be an IPv6 address'".into(),
             None,
         ))
     }
@@ -336,7 +336,7 @@ pub mod rules {
                 entry = entry_rule(),
                 family = entry_family("self")
             ),
-            "'spec.excludedPrefixes: \"' + self + '\" is not an IPv6 address, CIDR or first-last range (first <= last, no spaces)'".into(),
+            "'must be an IPv6 address, CIDR or first-last range (first <= last, no spaces)'".into(),
             None,
         ))
     }
@@ -349,7 +349,7 @@ pub mod rules {
         rule(
             format!("self.prefixes.all(p, !({too_long}))"),
             format!(
-                "'spec.prefixes: ' + self.prefixes.filter(p, {too_long})[0] + ' is longer than spec.allocationPrefixLength (' + ({length} >= 0 && {length} <= 128 ? {n}[{length}] : 'out of range') + '): each prefix must hold at least one sub-prefix'",
+                "self.prefixes.filter(p, {too_long})[0] + ' is longer than spec.allocationPrefixLength (' + ({length} >= 0 && {length} <= 128 ? {n}[{length}] : 'out of range') + '): each prefix must hold at least one sub-prefix'",
                 n = numbers()
             ),
             Some(".prefixes"),

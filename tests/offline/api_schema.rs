@@ -287,32 +287,32 @@ fn invalid_corpus_is_large_enough_and_states_expectations() {
     }
     assert_eq!(kinds.len(), 2, "the invalid corpus must cover both kinds");
 
-    // Every CEL rule of the CRD is exercised by at least one case: each rule's message starts
-    // with one of these texts.
+    // Every CEL rule of the CRD is exercised by at least one case: each rule's refusal contains
+    // one of these texts (the field's path, as the API server writes it, then the message).
     let all_expectations: Vec<&String> = cases.iter().flat_map(|c| &c.expect).collect();
     for needle in [
-        "spec.addresses: \"",                                    // entry parses
-        "spec.excludedAddresses: \"",                            // excluded entry parses
-        "spec.addresses: at least one address",                  // not empty
-        "is IPv6 but the first entry",                           // one family (v4 pool)
-        "is IPv4 but the first entry",                           // one family (v6 pool)
-        "spec.prefix: 0 is not a valid prefix length",           // prefix >= 1
-        "is longer than 32, the longest prefix of an IPv4 pool", // IPv4 prefix
-        "subnet (spec.prefix) of",                               // inside the subnet
-        "spec.gateway: \"",                                      // gateway parses
-        "but spec.addresses is IPv4",                            // gateway / excluded family
-        "spec.gateway: 10.0.0.1 is IPv4 but spec.addresses is IPv6",
-        "spec.excludedAddresses: 2001:db8::5 is IPv6", // excluded family
+        "spec.addresses[0]: Invalid value: \"10.0.0.300\": must be an IP address", // entry parses
+        "spec.excludedAddresses[0]: Invalid value: \"10.0.0.x\": must be", // excluded entry parses
+        "spec.addresses: Invalid value: at least one address",             // not empty
+        "is IPv6 but the first entry",                                     // one family (v4 pool)
+        "is IPv4 but the first entry",                                     // one family (v6 pool)
+        "spec.prefix: Invalid value: 0: must be at least 1",               // prefix >= 1
+        "is longer than 32, the longest prefix of an IPv4 pool",           // IPv4 prefix
+        "subnet (spec.prefix) of",                                         // inside the subnet
+        "spec.gateway: Invalid value: \"10.0.0.256\": must be an IP address", // gateway parses
+        "but spec.addresses is IPv4", // gateway / excluded family
+        "spec.gateway: Invalid value: 10.0.0.1 is IPv4 but spec.addresses is IPv6",
+        "spec.excludedAddresses: Invalid value: 2001:db8::5 is IPv6", // excluded family
         // Each rule about an entry of spec.additionalSubnets:
-        "spec.additionalSubnets.addresses: \"", // entry parses
-        "spec.additionalSubnets.addresses: at least one", // not empty
-        "spec.additionalSubnets.addresses: 2001:db8::1 is IPv6 but the first entry", // one family
-        "spec.additionalSubnets.prefix: 33 is longer than 32", // IPv4 prefix
+        "spec.additionalSubnets[0].addresses[0]: Invalid value: \"10.2.0.x\": must be", // entry parses
+        "spec.additionalSubnets[0].addresses: Invalid value: at least one",             // not empty
+        "spec.additionalSubnets[0].addresses: Invalid value: 2001:db8::1 is IPv6 but the first entry", // one family
+        "spec.additionalSubnets[0].prefix: Invalid value: 33 is longer than 32", // IPv4 prefix
         "subnet (spec.additionalSubnets.prefix) of", // inside the subnet
-        "spec.additionalSubnets.gateway: \"",   // gateway parses
-        "spec.additionalSubnets.gateway: 2001:db8::1 is IPv6", // gateway family
-        "spec.additionalSubnets.gateway: 10.1.0.1 is not inside", // gateway inside
-        "spec.additionalSubnets: 2001:db8::10 is IPv6 but spec.addresses", // subnets' family
+        "spec.additionalSubnets[0].gateway: Invalid value: \"10.2.0.256\": must be", // gateway parses
+        "spec.additionalSubnets[0].gateway: Invalid value: 2001:db8::1 is IPv6", // gateway family
+        "spec.additionalSubnets[0].gateway: Invalid value: 10.1.0.1 is not inside", // gateway inside
+        "spec.additionalSubnets: Invalid value: 2001:db8::10 is IPv6 but spec.addresses", // subnets' family
         "overlaps the subnet of spec.addresses or of another entry", // subnets disjoint
     ] {
         assert!(

@@ -106,7 +106,7 @@ async fn the_references_examples_are_accepted_and_the_length_defaults_to_64() {
         .await
         .expect_err("an IPv4 prefix in a global prefix pool");
     assert!(
-        refused.to_string().contains("is not an IPv6 CIDR"),
+        refused.to_string().contains("must be an IPv6 CIDR"),
         "{refused}"
     );
     global.delete(&name, &Default::default()).await.unwrap();
@@ -125,31 +125,31 @@ async fn what_the_references_webhook_refuses_is_refused_with_a_message_naming_th
         (json!({}), "spec.prefixes: Required value"),
         (
             json!({"prefixes": []}),
-            "spec.prefixes: at least one IPv6 CIDR is required",
+            "spec.prefixes: Invalid value: at least one IPv6 CIDR is required",
         ),
         (
             json!({"prefixes": ["10.0.0.0/24"]}),
-            "spec.prefixes: \"10.0.0.0/24\" is not an IPv6 CIDR",
+            "spec.prefixes[0]: Invalid value: \"10.0.0.0/24\": must be an IPv6 CIDR",
         ),
         (
             json!({"prefixes": ["fd00::"]}),
-            "spec.prefixes: \"fd00::\" is not an IPv6 CIDR",
+            "spec.prefixes[0]: Invalid value: \"fd00::\": must be an IPv6 CIDR",
         ),
         (
             json!({"prefixes": ["fd00::/48", "nonsense"]}),
-            "spec.prefixes: \"nonsense\" is not an IPv6 CIDR",
+            "spec.prefixes[1]: Invalid value: \"nonsense\": must be an IPv6 CIDR",
         ),
         (
             json!({"prefixes": ["fd00::1/48"]}),
-            "spec.prefixes: \"fd00::1/48\" is not network-aligned",
+            "spec.prefixes[0]: Invalid value: \"fd00::1/48\": must be network-aligned",
         ),
         (
             json!({"prefixes": ["fd00::/72"]}),
-            "spec.prefixes: fd00::/72 is longer than spec.allocationPrefixLength (64)",
+            "spec.prefixes: Invalid value: fd00::/72 is longer than spec.allocationPrefixLength (64)",
         ),
         (
             json!({"prefixes": ["fd00::/48", "fd01::/60"], "allocationPrefixLength": 56}),
-            "spec.prefixes: fd01::/60 is longer than spec.allocationPrefixLength (56)",
+            "spec.prefixes: Invalid value: fd01::/60 is longer than spec.allocationPrefixLength (56)",
         ),
         (
             json!({"prefixes": ["fd00::/48"], "allocationPrefixLength": 0}),
@@ -161,19 +161,19 @@ async fn what_the_references_webhook_refuses_is_refused_with_a_message_naming_th
         ),
         (
             json!({"prefixes": ["fd00::/48"], "gateway": "10.0.0.1"}),
-            "spec.gateway: \"10.0.0.1\" is not an IPv6 address",
+            "spec.gateway: Invalid value: \"10.0.0.1\": must be an IPv6 address",
         ),
         (
             json!({"prefixes": ["fd00::/48"], "gateway": "fd00::/64"}),
-            "spec.gateway: \"fd00::/64\" is not an IPv6 address",
+            "spec.gateway: Invalid value: \"fd00::/64\": must be an IPv6 address",
         ),
         (
             json!({"prefixes": ["fd00::/48"], "excludedPrefixes": ["10.0.0.1"]}),
-            "spec.excludedPrefixes: \"10.0.0.1\" is not an IPv6 address, CIDR or first-last range",
+            "spec.excludedPrefixes[0]: Invalid value: \"10.0.0.1\": must be an IPv6 address, CIDR or first-last range",
         ),
         (
             json!({"prefixes": ["fd00::/48"], "excludedPrefixes": ["fd00::9-fd00::1"]}),
-            "spec.excludedPrefixes: \"fd00::9-fd00::1\" is not an IPv6 address, CIDR or first-last range",
+            "spec.excludedPrefixes[0]: Invalid value: \"fd00::9-fd00::1\": must be an IPv6 address, CIDR or first-last range",
         ),
     ];
     for (i, (spec, message)) in refused.into_iter().enumerate() {
@@ -212,9 +212,9 @@ async fn the_allocation_length_never_changes_but_the_rest_may() {
         .await
         .expect_err("a new allocation length");
     assert!(
-        error
-            .to_string()
-            .contains("spec.allocationPrefixLength is immutable: it was 64, not 56"),
+        error.to_string().contains(
+            "spec.allocationPrefixLength: Invalid value: 56: must stay 64 (it is immutable)"
+        ),
         "{error}"
     );
     // Growing the pool, excluding and a gateway are fine.

@@ -166,7 +166,9 @@ async fn claims_take_the_prefix_and_gateway_of_their_subnet_and_an_exhausted_poo
         .expect_err("a subnet of the other family")
         .to_string();
     assert!(
-        message.contains("spec.additionalSubnets: fd00::1 is IPv6 but spec.addresses is IPv4"),
+        message.contains(
+            "spec.additionalSubnets: Invalid value: fd00::1 is IPv6 but spec.addresses is IPv4"
+        ),
         "{message}"
     );
     set_subnets(

@@ -109,8 +109,8 @@ pub const MAX_SUBNET_ADDRESS_ENTRIES: usize = MAX_ADDRESS_ENTRIES / MAX_ADDITION
 #[schemars(
     description = "InClusterIPPoolSpec defines the desired state of a pool: the addresses it hands out, their prefix and gateway."
 )]
-#[x_kube(validation = rules::single_family(rules::SPEC))]
-#[x_kube(validation = rules::ipv4_prefix(rules::SPEC))]
+#[x_kube(validation = rules::single_family())]
+#[x_kube(validation = rules::ipv4_prefix())]
 #[x_kube(validation = rules::within_subnet(rules::SPEC))]
 #[x_kube(validation = rules::gateway_family(rules::SPEC))]
 #[x_kube(validation = rules::excluded_family())]

@@ -17,7 +17,7 @@
 //! | each `preAllocations[].address` | one IP (no CIDR, no range) |
 //! | spec | every `preAllocations[].address` of `first`'s family |
 //! | each `preAllocations` entry (per kind, added in [`crate::api::crds`]) | `claimNamespace` empty on an `InClusterIPPool`, set on a `GlobalInClusterIPPool` |
-//! | each `additionalSubnets` entry | the rules of the spec's own `addresses`, `prefix` and `gateway` above, on the entry's (messages name `spec.additionalSubnets.…`; `prefix` is bounded `1..=128` by the schema) |
+//! | each `additionalSubnets` entry | the rules of the spec's own `addresses`, `prefix` and `gateway` above, on the entry's (`prefix` is bounded `1..=128` by the schema) |
 //! | each `additionalSubnets` entry | `gateway` inside the subnet of the entry's first address and `prefix` |
 //! | spec | the first address of every `additionalSubnets` entry of `first`'s family |
 //! | spec | no two subnets overlap (the spec's own, every `additionalSubnets` entry's) |
@@ -51,27 +51,26 @@ pub(crate) fn to_json(r: Rule) -> Value {
 const FIRST: &str = "self.addresses[0]";
 
 /// How the messages of the rules about one subnet (`self` is an object with `addresses`,
-/// `prefix` and `gateway`) name its fields: the spec's own, or an entry of
-/// `additionalSubnets` (the API server's error adds the entry's index to the path).
+/// `prefix` and `gateway`) name its other fields: the spec's own, or an entry of
+/// `additionalSubnets`. A message never starts with the field it is about: the API server's
+/// error already begins with that field's path (the rule's place, or its `fieldPath`), entry
+/// indices included.
 #[derive(Clone, Copy, Debug)]
 pub struct SubnetNames {
     pub addresses: &'static str,
     pub prefix: &'static str,
-    pub gateway: &'static str,
 }
 
 /// The spec's own subnet.
 pub const SPEC: SubnetNames = SubnetNames {
     addresses: "spec.addresses",
     prefix: "spec.prefix",
-    gateway: "spec.gateway",
 };
 
 /// An entry of `spec.additionalSubnets`.
 pub const ADDITIONAL_SUBNET: SubnetNames = SubnetNames {
     addresses: "spec.additionalSubnets.addresses",
     prefix: "spec.additionalSubnets.prefix",
-    gateway: "spec.additionalSubnets.gateway",
 };
 
 /// `['0', '1', ..., '128']`: the text of a prefix length, by index.
@@ -184,34 +183,29 @@ pub fn entry_rule() -> String {
     )
 }
 
-/// Rule on each entry of `field` (`spec.addresses` or `spec.excludedAddresses`).
-pub fn entry_parses(field: &str) -> Value {
+/// Rule on each entry of `addresses` or `excludedAddresses`.
+pub fn entry_parses() -> Value {
     to_json(rule(
         entry_rule(),
-        format!(
-            "'{field}: \"' + self + '\" is not an IP address, a CIDR or a first-last range (two addresses of one family, first <= last, no spaces)'"
-        ),
+        "'must be an IP address, a CIDR or a first-last range (two addresses of one family, first <= last, no spaces)'".into(),
         None,
     ))
 }
 
 /// Rule on `addresses` itself: not empty.
-pub fn addresses_not_empty(names: SubnetNames) -> Value {
+pub fn addresses_not_empty() -> Value {
     to_json(rule(
         "size(self) > 0".into(),
-        format!(
-            "'{}: at least one address, CIDR or first-last range is required'",
-            names.addresses
-        ),
+        "'at least one address, CIDR or first-last range is required'".into(),
         None,
     ))
 }
 
 /// Rule on `gateway`: empty (unset, as in the reference) or an IP.
-pub fn gateway_parses(names: SubnetNames) -> Value {
+pub fn gateway_parses() -> Value {
     to_json(rule(
         "self == '' || isIP(self)".into(),
-        format!("'{}: \"' + self + '\" is not an IP address'", names.gateway),
+        "'must be an IP address'".into(),
         None,
     ))
 }
@@ -220,13 +214,13 @@ pub fn gateway_parses(names: SubnetNames) -> Value {
 pub fn prefix_positive() -> Rule {
     rule(
         "self >= 1".into(),
-        "'spec.prefix: ' + (self == 0 ? '0' : 'a negative value') + ' is not a valid prefix length: use 1-32 for IPv4, 1-128 for IPv6'".into(),
+        "'must be at least 1: use 1-32 for IPv4, 1-128 for IPv6'".into(),
         None,
     )
 }
 
 /// Subnet rule: every entry of `addresses` has the family of the first.
-pub fn single_family(names: SubnetNames) -> Rule {
+pub fn single_family() -> Rule {
     let f = entry_family(FIRST);
     rule(
         format!(
@@ -236,8 +230,7 @@ pub fn single_family(names: SubnetNames) -> Rule {
             fe = entry_family("e"),
         ),
         format!(
-            "'{a}: ' + self.addresses.filter(e, {ge} && {fe} != {f})[0] + ' is IPv' + ({f} == 4 ? '6' : '4') + ' but the first entry ' + {FIRST} + ' is IPv' + {ft} + ': a pool holds addresses of one family'",
-            a = names.addresses,
+            "self.addresses.filter(e, {ge} && {fe} != {f})[0] + ' is IPv' + ({f} == 4 ? '6' : '4') + ' but the first entry ' + {FIRST} + ' is IPv' + {ft} + ': a pool holds addresses of one family'",
             ge = entry_shaped("e"),
             fe = entry_family("e"),
             ft = family_text(&f),
@@ -247,7 +240,7 @@ pub fn single_family(names: SubnetNames) -> Rule {
 }
 
 /// Subnet rule: `prefix <= 32` for an IPv4 pool.
-pub fn ipv4_prefix(names: SubnetNames) -> Rule {
+pub fn ipv4_prefix() -> Rule {
     rule(
         format!(
             "size(self.addresses) == 0 || !{g} || {f} == 6 || self.prefix <= 32",
@@ -255,8 +248,7 @@ pub fn ipv4_prefix(names: SubnetNames) -> Rule {
             f = entry_family(FIRST)
         ),
         format!(
-            "'{n}: ' + {p} + ' is longer than 32, the longest prefix of an IPv4 pool'",
-            n = names.prefix,
+            "{p} + ' is longer than 32, the longest prefix of an IPv4 pool'",
             p = prefix_text()
         ),
         Some(".prefix"),
@@ -303,7 +295,7 @@ pub fn within_subnet(names: SubnetNames) -> Rule {
             ie = inside("e", "s"),
         ),
         format!(
-            "[{s}].map(s, '{n}: ' + self.addresses.filter(e, !{ie})[0] + ' is not inside the /' + {p} + ' subnet ({prefix}) of ' + {a} + ', the first address of {n}')[0]",
+            "[{s}].map(s, self.addresses.filter(e, !{ie})[0] + ' is not inside the /' + {p} + ' subnet ({prefix}) of ' + {a} + ', the first address of {n}')[0]",
             n = names.addresses,
             prefix = names.prefix,
             s = subnet_cidr(),
@@ -326,8 +318,7 @@ pub fn gateway_inside(names: SubnetNames) -> Rule {
             s = subnet_cidr(),
         ),
         format!(
-            "'{g}: ' + self.gateway + ' is not inside the /' + {p} + ' subnet ({prefix}) of ' + {a} + ', the first address of {n}'",
-            g = names.gateway,
+            "self.gateway + ' is not inside the /' + {p} + ' subnet ({prefix}) of ' + {a} + ', the first address of {n}'",
             n = names.addresses,
             prefix = names.prefix,
             p = prefix_text(),
@@ -346,8 +337,7 @@ pub fn gateway_family(names: SubnetNames) -> Rule {
             g = entry_shaped(FIRST)
         ),
         format!(
-            "'{g}: ' + self.gateway + ' is IPv' + {gt} + ' but {a} is IPv' + {ft}",
-            g = names.gateway,
+            "self.gateway + ' is IPv' + {gt} + ' but {a} is IPv' + {ft}",
             a = names.addresses,
             gt = family_text("ip(self.gateway).family()"),
             ft = family_text(&f),
@@ -367,7 +357,7 @@ pub fn excluded_family() -> Rule {
             fx = entry_family("x"),
         ),
         format!(
-            "'spec.excludedAddresses: ' + self.excludedAddresses.filter(x, {gx} && {fx} != {f})[0] + ' is IPv' + ({f} == 4 ? '6' : '4') + ' but spec.addresses is IPv' + {ft}",
+            "self.excludedAddresses.filter(x, {gx} && {fx} != {f})[0] + ' is IPv' + ({f} == 4 ? '6' : '4') + ' but spec.addresses is IPv' + {ft}",
             gx = entry_shaped("x"),
             fx = entry_family("x"),
             ft = family_text(&f),
@@ -380,7 +370,7 @@ pub fn excluded_family() -> Rule {
 pub fn pre_allocation_address_parses() -> Value {
     to_json(rule(
         "isIP(self)".into(),
-        "'spec.preAllocations: address \"' + self + '\" is not an IP address (one address, no CIDR or range)'".into(),
+        "'must be one IP address (no CIDR or range)'".into(),
         None,
     ))
 }
@@ -394,7 +384,7 @@ pub fn pre_allocation_family() -> Rule {
             g = entry_shaped(FIRST),
         ),
         format!(
-            "'spec.preAllocations: every address must be IPv' + {ft} + ', the family of spec.addresses'",
+            "'every address must be IPv' + {ft} + ', the family of spec.addresses'",
             ft = family_text(&f),
         ),
         Some(".preAllocations"),
@@ -409,13 +399,13 @@ pub fn pre_allocation_namespace(namespaced: bool) -> Value {
     if namespaced {
         to_json(rule(
             "self.claimNamespace == ''".into(),
-            "'spec.preAllocations: claimNamespace ' + self.claimNamespace + ' is set for claim ' + self.claimName + ': an InClusterIPPool serves the claims of its own namespace only; leave claimNamespace out'".into(),
+            "'claimNamespace ' + self.claimNamespace + ' is set for claim ' + self.claimName + ': an InClusterIPPool serves the claims of its own namespace only; leave claimNamespace out'".into(),
             None,
         ))
     } else {
         to_json(rule(
             "self.claimNamespace != ''".into(),
-            "'spec.preAllocations: claimNamespace is required on a GlobalInClusterIPPool (claim ' + self.claimName + ')'".into(),
+            "'claimNamespace is required on a GlobalInClusterIPPool (claim ' + self.claimName + ')'".into(),
             None,
         ))
     }
@@ -461,7 +451,7 @@ pub fn additional_subnets_family() -> Rule {
             o = other_family("s"),
         ),
         format!(
-            "'spec.additionalSubnets: ' + self.additionalSubnets.filter(s, {o})[0].addresses[0] + ' is IPv' + ({f} == 4 ? '6' : '4') + ' but spec.addresses is IPv' + {ft} + ': a pool holds addresses of one family'",
+            "self.additionalSubnets.filter(s, {o})[0].addresses[0] + ' is IPv' + ({f} == 4 ? '6' : '4') + ' but spec.addresses is IPv' + {ft} + ': a pool holds addresses of one family'",
             o = other_family("s"),
             ft = family_text(&f),
         ),
@@ -493,7 +483,7 @@ pub fn additional_subnets_disjoint() -> Rule {
             g = entry_shaped(FIRST),
         ),
         format!(
-            "[self.additionalSubnets.filter(s, !{clear})[0]].map(s, 'spec.additionalSubnets: the /' + {n}[s.prefix] + ' subnet of ' + {a} + ' overlaps the subnet of spec.addresses or of another entry: the subnets of one pool must not overlap, so that each address has one prefix and one gateway')[0]",
+            "[self.additionalSubnets.filter(s, !{clear})[0]].map(s, 'the /' + {n}[s.prefix] + ' subnet of ' + {a} + ' overlaps the subnet of spec.addresses or of another entry: the subnets of one pool must not overlap, so that each address has one prefix and one gateway')[0]",
             n = numbers(),
             a = entry_address("s.addresses[0]"),
         ),

@@ -27,7 +27,7 @@ pub(super) fn gateway_schema(_: &mut schemars::SchemaGenerator) -> schemars::Sch
         "type": "string",
         "maxLength": MAX_ADDRESS_TEXT,
         "description": "Gateway is the address of the network's gateway (optional, same family as the addresses).",
-        "x-kubernetes-validations": [rules::gateway_parses(rules::SPEC)]
+        "x-kubernetes-validations": [rules::gateway_parses()]
     })
 }
 
@@ -39,9 +39,9 @@ pub(super) fn addresses_schema(_: &mut schemars::SchemaGenerator) -> schemars::S
         "items": {
             "type": "string",
             "maxLength": MAX_ADDRESS_TEXT,
-            "x-kubernetes-validations": [rules::entry_parses("spec.addresses")]
+            "x-kubernetes-validations": [rules::entry_parses()]
         },
-        "x-kubernetes-validations": [rules::addresses_not_empty(rules::SPEC)]
+        "x-kubernetes-validations": [rules::addresses_not_empty()]
     })
 }
 
@@ -63,9 +63,9 @@ pub(super) fn additional_subnets_schema(_: &mut schemars::SchemaGenerator) -> sc
                     "items": {
                         "type": "string",
                         "maxLength": MAX_ADDRESS_TEXT,
-                        "x-kubernetes-validations": [rules::entry_parses(names.addresses)]
+                        "x-kubernetes-validations": [rules::entry_parses()]
                     },
-                    "x-kubernetes-validations": [rules::addresses_not_empty(names)]
+                    "x-kubernetes-validations": [rules::addresses_not_empty()]
                 },
                 "prefix": {
                     "type": "integer",
@@ -78,12 +78,12 @@ pub(super) fn additional_subnets_schema(_: &mut schemars::SchemaGenerator) -> sc
                     "type": "string",
                     "maxLength": MAX_ADDRESS_TEXT,
                     "description": "Gateway of the subnet (optional): an address inside it, carried by every IPAddress handed out of it and never handed out.",
-                    "x-kubernetes-validations": [rules::gateway_parses(names)]
+                    "x-kubernetes-validations": [rules::gateway_parses()]
                 }
             },
             "x-kubernetes-validations": [
-                rules::to_json(rules::single_family(names)),
-                rules::to_json(rules::ipv4_prefix(names)),
+                rules::to_json(rules::single_family()),
+                rules::to_json(rules::ipv4_prefix()),
                 rules::to_json(rules::within_subnet(names)),
                 rules::to_json(rules::gateway_family(names)),
                 rules::to_json(rules::gateway_inside(names))
@@ -100,7 +100,7 @@ pub(super) fn excluded_addresses_schema(_: &mut schemars::SchemaGenerator) -> sc
         "items": {
             "type": "string",
             "maxLength": MAX_ADDRESS_TEXT,
-            "x-kubernetes-validations": [rules::entry_parses("spec.excludedAddresses")]
+            "x-kubernetes-validations": [rules::entry_parses()]
         }
     })
 }
