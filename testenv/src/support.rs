@@ -374,6 +374,25 @@ impl TestEnv {
         self.capv.as_ref().map(|(_, simulator)| simulator)
     }
 
+    /// The ends of the logs of the infrastructure provider, CAPI core and the simulator, those
+    /// of them this bed runs, each headed by whose it is: what a test of a provider explains a
+    /// wait that timed out with.
+    pub fn log_tails(&self) -> String {
+        let tails = [
+            ("CAPV's", self.capv().map(capv::Manager::log_tail)),
+            ("CAPM3's", self.capm3().map(capm3::Manager::log_tail)),
+            ("CAPI core's", self.capi().map(capi::Manager::log_tail)),
+            (
+                "the simulator's",
+                self.simulator().map(capv::Simulator::log_tail),
+            ),
+        ];
+        tails
+            .into_iter()
+            .filter_map(|(whose, tail)| Some(format!("\n--- {whose} log ends:\n{}", tail?)))
+            .collect()
+    }
+
     pub fn kubeconfig(&self) -> &Path {
         &self.plane.kubeconfig
     }
