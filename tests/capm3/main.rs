@@ -486,14 +486,12 @@ async fn capm3_waits_on_an_exhausted_pool_and_renders_once_it_grows_or_an_addres
 
     // Growing the pool is all it takes: nothing is done to CAPM3's objects.
     let grown = Instant::now();
-    pools
-        .patch(
-            "one",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"addresses": ["10.20.0.10-10.20.0.11"]}})),
-        )
-        .await
-        .unwrap();
+    merge_patch(
+        &pools,
+        "one",
+        json!({"spec": {"addresses": ["10.20.0.10-10.20.0.11"]}}),
+    )
+    .await;
     wait_reason(&site.claims(), &claim_b, "AddressAllocated").await;
     let network_data = site.network_data("full-b").await;
     inpool_testenv::say(&format!(

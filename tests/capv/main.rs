@@ -17,7 +17,7 @@
 use inpool::api::{AdditionalSubnet, GlobalInClusterIPPool, InClusterIPPool, PreAllocation};
 use inpool_testenv::capv::{self, GROUP as INFRASTRUCTURE};
 use inpool_testenv::{common, support};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject};
 use serde_json::{Value, json};
 
 use common::*;
@@ -243,14 +243,12 @@ async fn capv_shows_pool_exhausted_from_inpool_and_proceeds_when_the_pool_grows(
     );
 
     // Growing the pool is all it takes: nothing is done to CAPV's objects.
-    pools
-        .patch(
-            "one",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"addresses": ["10.20.0.10-10.20.0.11"]}})),
-        )
-        .await
-        .unwrap();
+    merge_patch(
+        &pools,
+        "one",
+        json!({"spec": {"addresses": ["10.20.0.10-10.20.0.11"]}}),
+    )
+    .await;
     wait_reason(&site.claims(), "full-b-0-0", "AddressAllocated").await;
     assert_eq!(
         site.guest_network("full-b").await,

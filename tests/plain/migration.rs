@@ -51,9 +51,9 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use common::{
-    GROUP, Inpool, apply_objects, claim, components, create, global_prefix_claim, of_cluster,
-    ready_message, ready_of, reservations_of, service_account_kubeconfig, typed, wait_for,
-    wait_reason,
+    GROUP, Inpool, apply_objects, claim, components, create, global_prefix_claim, merge_patch,
+    of_cluster, ready_message, ready_of, reservations_of, service_account_kubeconfig, typed,
+    wait_for, wait_reason,
 };
 
 const NS: &str = "workloads";
@@ -837,14 +837,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
             ],
         }})
     };
-    pools
-        .patch(
-            "ref-pool",
-            &PatchParams::default(),
-            &Patch::Merge(edited("10.20.0.13")),
-        )
-        .await
-        .unwrap();
+    merge_patch(&pools, "ref-pool", edited("10.20.0.13")).await;
     create(&claims, &of_cluster(claim("m-pre", "ref-pool"), "prod")).await;
     create(&claims, &of_cluster(claim("m-clash", "ref-pool"), "prod")).await;
     wait_reason(&claims, "m-pre", "AddressAllocated").await;
@@ -869,14 +862,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     }
     // The entry moved to the second subnet: the claim is realised there, with its prefix and
     // gateway.
-    pools
-        .patch(
-            "ref-pool",
-            &PatchParams::default(),
-            &Patch::Merge(edited("10.21.0.15")),
-        )
-        .await
-        .unwrap();
+    merge_patch(&pools, "ref-pool", edited("10.21.0.15")).await;
     wait_reason(&claims, "m-clash", "AddressAllocated").await;
     let realised = Api::<IPAddress>::namespaced(client.clone(), NS)
         .get("m-clash")

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use inpool::allocator::{Allocator, PoolSpecInput};
 use inpool::api::{IPAddressClaim, IPAddressesStatus, InClusterIPPool};
 use inpool_testenv::{common, support};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -87,14 +87,7 @@ async fn delete_claim(claims: &Api<IPAddressClaim>, name: &str) {
 
 /// Merge-patches a pool's spec with `spec`.
 pub(super) async fn patch_spec(pools: &Api<InClusterIPPool>, name: &str, spec: serde_json::Value) {
-    pools
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "spec": spec })),
-        )
-        .await
-        .unwrap();
+    merge_patch(pools, name, json!({ "spec": spec })).await;
 }
 
 #[tokio::test]
