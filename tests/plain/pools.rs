@@ -18,18 +18,6 @@ use serde_json::json;
 
 use common::*;
 
-fn condition<'a>(
-    pool: &'a InClusterIPPool,
-    type_: &str,
-) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    pool.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-}
-
 /// The counts the allocator computes for the pool's current spec and the addresses held now.
 async fn expected_counts(client: &Client, ns: &str, pool: &InClusterIPPool) -> IPAddressesStatus {
     let spec = &pool.spec;
@@ -148,7 +136,7 @@ async fn counts_match_the_allocator_after_every_step() {
         Duration::from_secs(30),
         || async {
             let pool = pools.get("p").await.ok()?;
-            let cond = condition(&pool, "AddressesInRange")?;
+            let cond = pool_status_condition(pool.status.as_ref(), "AddressesInRange")?;
             (cond.status == "False").then(|| cond.message.clone())
         },
     )
@@ -239,7 +227,7 @@ async fn overlapping_pools_report_each_other_and_never_share_an_address() {
             Duration::from_secs(30),
             || async {
                 let pool = pools.get(name).await.ok()?;
-                let cond = condition(&pool, "Overlap")?;
+                let cond = pool_status_condition(pool.status.as_ref(), "Overlap")?;
                 (cond.status == "True").then(|| cond.message.clone())
             },
         )
@@ -300,7 +288,7 @@ async fn a_pool_in_use_is_deleted_only_after_its_last_claim() {
         .unwrap();
     let ready = wait_for("Ready=False/Deleting", Duration::from_secs(30), || async {
         let pool = pools.get("doomed").await.ok()?;
-        let cond = condition(&pool, "Ready")?;
+        let cond = pool_status_condition(pool.status.as_ref(), "Ready")?;
         (cond.reason == "Deleting").then(|| cond.clone())
     })
     .await;

@@ -36,12 +36,7 @@ fn entries(entries: &[(&str, &str)]) -> Vec<PreAllocation> {
 }
 
 fn pool_condition(pool: &InClusterIPPool, type_: &str) -> Option<(String, String, String)> {
-    pool.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
+    pool_status_condition(pool.status.as_ref(), type_)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 

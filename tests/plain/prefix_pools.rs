@@ -247,12 +247,7 @@ fn counts(status: Option<&InClusterIPPoolStatus>) -> Option<(i64, i64, i64, i64)
 
 /// The status of `type_` in the pool's conditions, with its message.
 fn pool_condition(status: Option<&InClusterIPPoolStatus>, type_: &str) -> Option<(String, String)> {
-    status?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.message.clone()))
+    pool_status_condition(status, type_).map(|c| (c.status.clone(), c.message.clone()))
 }
 
 /// Waits until the namespaced prefix pool `name` reports these counts.
