@@ -22,13 +22,11 @@
 
 use std::time::{Duration, Instant};
 
-use inpool::api::{
-    AdditionalSubnet, GlobalInClusterIPPool, IPAddressClaim, InClusterIPPool, PreAllocation,
-};
+use inpool::api::{IPAddressClaim, InClusterIPPool};
 use inpool_testenv::capm3::{self, GROUP as INFRASTRUCTURE};
 use inpool_testenv::{common, support};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use common::*;
@@ -558,14 +556,7 @@ async fn capm3_waits_on_an_exhausted_pool_and_renders_once_it_grows_or_an_addres
 /// lands in the second subnet whatever the order the claims come in.
 #[tokio::test]
 async fn capm3_renders_a_pre_allocated_address_and_the_second_subnets_prefix_and_gateway() {
-    let mut spanning = pool("spanning", &["10.40.0.10"], 24, Some("10.40.0.1"));
-    spanning.spec.pre_allocations = Some(vec![PreAllocation::new("pre-0-spanning", "10.40.0.10")]);
-    spanning.spec.additional_subnets = Some(vec![AdditionalSubnet::new(
-        ["10.41.0.10-10.41.0.20"],
-        26,
-        Some("10.41.0.1"),
-    )]);
-    let (_inpool, pools, site) = bed(&[spanning]).await;
+    let (_inpool, pools, site) = bed(&[spanning_pool("pre-0-spanning")]).await;
     let network = || Network::v4("InClusterIPPool", "spanning");
     site.data_template("pre", &[network()]).await;
     site.data_template("span", &[network()]).await;
@@ -620,18 +611,8 @@ async fn capm3_renders_a_pre_allocated_address_and_the_second_subnets_prefix_and
 /// `InClusterIPPool`, each with its gateway; CAPM3 creates one claim per pool.
 #[tokio::test]
 async fn capm3_renders_ipv4_from_a_global_pool_and_ipv6_from_a_namespaced_pool_on_one_host() {
-    let (_inpool, pools, site) = bed(&[pool(
-        "v6",
-        &["fd00:10::10-fd00:10::20"],
-        64,
-        Some("fd00:10::1"),
-    )])
-    .await;
-    let global_pools: Api<GlobalInClusterIPPool> = Api::all(site.client.clone());
-    let global_name = unique("capm3-global");
-    let mut global = global_pool(&global_name, &["10.30.0.10-10.30.0.12"], 24);
-    global.spec.gateway = Some("10.30.0.1".into());
-    create(&global_pools, &global).await;
+    let (_inpool, pools, site) = bed(&[v6_pool()]).await;
+    let (global_pools, global_name) = site.create_global_pool().await;
     site.data_template(
         "dual",
         &[
@@ -674,11 +655,7 @@ async fn capm3_renders_ipv4_from_a_global_pool_and_ipv6_from_a_namespaced_pool_o
     site.delete_machine("dual-m", "dual-0", &[&global_claim, &v6_claim])
         .await;
     wait_pool_used(&pools, "v6", 0).await;
-    wait_pool_used(&global_pools, &global_name, 0).await;
-    global_pools
-        .delete(&global_name, &DeleteParams::default())
-        .await
-        .unwrap();
+    site.delete_global_pool(&global_pools, &global_name).await;
 }
 
 /// The pitfall of `metal3-io/cluster-api-provider-metal3` PR #2810: a `fromPoolRef` that names an

@@ -14,10 +14,10 @@
 //! (v1beta1) and `IPAddressClaimsFulfilled` (v1beta2), which CAPV aggregates from the claims'
 //! `Ready` conditions as it reads them through CAPI's v1beta1 API.
 
-use inpool::api::{AdditionalSubnet, GlobalInClusterIPPool, InClusterIPPool, PreAllocation};
+use inpool::api::InClusterIPPool;
 use inpool_testenv::capv::{self, GROUP as INFRASTRUCTURE};
 use inpool_testenv::{common, support};
-use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::api::{Api, DynamicObject};
 use serde_json::{Value, json};
 
 use common::*;
@@ -264,18 +264,8 @@ async fn capv_shows_pool_exhausted_from_inpool_and_proceeds_when_the_pool_grows(
 
 #[tokio::test]
 async fn capv_takes_addresses_from_an_ipv6_pool_and_a_global_pool_the_same_way() {
-    let (_inpool, pools, site) = bed(&[pool(
-        "v6",
-        &["fd00:10::10-fd00:10::20"],
-        64,
-        Some("fd00:10::1"),
-    )])
-    .await;
-    let global_pools: Api<GlobalInClusterIPPool> = Api::all(site.client.clone());
-    let global_name = unique("capv-global");
-    let mut global = global_pool(&global_name, &["10.30.0.10-10.30.0.12"], 24);
-    global.spec.gateway = Some("10.30.0.1".into());
-    create(&global_pools, &global).await;
+    let (_inpool, pools, site) = bed(&[v6_pool()]).await;
+    let (global_pools, global_name) = site.create_global_pool().await;
     site.machine("v6-m1", &[("InClusterIPPool", "v6")]).await;
     site.machine("global-m1", &[("GlobalInClusterIPPool", &global_name)])
         .await;
@@ -309,11 +299,7 @@ async fn capv_takes_addresses_from_an_ipv6_pool_and_a_global_pool_the_same_way()
     site.delete_machine("v6-m1", &["v6-m1-0-0"]).await;
     site.delete_machine("global-m1", &["global-m1-0-0"]).await;
     wait_pool_used(&pools, "v6", 0).await;
-    wait_pool_used(&global_pools, &global_name, 0).await;
-    global_pools
-        .delete(&global_name, &DeleteParams::default())
-        .await
-        .unwrap();
+    site.delete_global_pool(&global_pools, &global_name).await;
 }
 
 /// A pool whose own subnet holds one address, pre-allocated to the claim CAPV creates for machine
@@ -323,14 +309,7 @@ async fn capv_takes_addresses_from_an_ipv6_pool_and_a_global_pool_the_same_way()
 /// exhausting anything by hand.
 #[tokio::test]
 async fn capv_gives_a_vm_its_pre_allocated_address_and_another_vm_the_second_subnets_gateway() {
-    let mut spanning = pool("spanning", &["10.40.0.10"], 24, Some("10.40.0.1"));
-    spanning.spec.pre_allocations = Some(vec![PreAllocation::new("pre-m1-0-0", "10.40.0.10")]);
-    spanning.spec.additional_subnets = Some(vec![AdditionalSubnet::new(
-        ["10.41.0.10-10.41.0.20"],
-        26,
-        Some("10.41.0.1"),
-    )]);
-    let (_inpool, pools, site) = bed(&[spanning]).await;
+    let (_inpool, pools, site) = bed(&[spanning_pool("pre-m1-0-0")]).await;
 
     // The machine without an entry comes first and is served first: the pre-allocated address,
     // the lowest of the pool's first subnet, is kept from it, so it gets the second subnet's first.

@@ -6,7 +6,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool};
+use inpool::api::{
+    AdditionalSubnet, GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool,
+    PreAllocation,
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -14,7 +17,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use super::controller::{RunningController, start_controller};
-use super::objects::{create, typed};
+use super::objects::{create, global_pool, pool, typed, unique};
 use super::packaging::api_of;
 use super::wait::{wait_explained, wait_for, wait_gone};
 use crate::support::TestEnv;
@@ -56,6 +59,28 @@ impl Consumer {
         let site = ConsumerSite::new(self, &client, &ns, infrastructure_cluster).await;
         (inpool, api, site)
     }
+}
+
+/// The pool `v6` of the consumers' dual-stack tests: fd00:10::10-fd00:10::20/64 with gateway
+/// fd00:10::1.
+pub fn v6_pool() -> InClusterIPPool {
+    pool("v6", &["fd00:10::10-fd00:10::20"], 64, Some("fd00:10::1"))
+}
+
+/// The pool `spanning` of the consumers' pre-allocation tests: its own subnet holds one address,
+/// 10.40.0.10/24 (gateway 10.40.0.1), pre-allocated to the claim `pre_allocated_to`, and a second
+/// subnet holds 10.41.0.10-10.41.0.20/26 (gateway 10.41.0.1). The pre-allocated address counts as
+/// used, so any other claim lands in the second subnet whatever the order the claims come in:
+/// the setup is deterministic without exhausting anything by hand.
+pub fn spanning_pool(pre_allocated_to: &str) -> InClusterIPPool {
+    let mut spanning = pool("spanning", &["10.40.0.10"], 24, Some("10.40.0.1"));
+    spanning.spec.pre_allocations = Some(vec![PreAllocation::new(pre_allocated_to, "10.40.0.10")]);
+    spanning.spec.additional_subnets = Some(vec![AdditionalSubnet::new(
+        ["10.41.0.10-10.41.0.20"],
+        26,
+        Some("10.41.0.1"),
+    )]);
+    spanning
 }
 
 /// One CAPI Cluster of a [`Consumer`] in a test's namespace.
@@ -198,6 +223,28 @@ impl ConsumerSite {
             "{provider} copies the cluster-name label"
         );
         claim
+    }
+
+    /// A `GlobalInClusterIPPool` of the test's own, named `<consumer>-global-…`:
+    /// 10.30.0.10-10.30.0.12/24 with gateway 10.30.0.1; returns its API and its name (see
+    /// [`ConsumerSite::delete_global_pool`]).
+    pub async fn create_global_pool(&self) -> (Api<GlobalInClusterIPPool>, String) {
+        let pools: Api<GlobalInClusterIPPool> = Api::all(self.client.clone());
+        let name = unique(&format!("{}-global", self.consumer.name.to_lowercase()));
+        let mut global = global_pool(&name, &["10.30.0.10-10.30.0.12"], 24);
+        global.spec.gateway = Some("10.30.0.1".into());
+        create(&pools, &global).await;
+        (pools, name)
+    }
+
+    /// Waits until the global pool `name` counts no address used, then deletes it: a global
+    /// pool outlives the test's namespace.
+    pub async fn delete_global_pool(&self, pools: &Api<GlobalInClusterIPPool>, name: &str) {
+        wait_pool_used(pools, name, 0).await;
+        pools
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("deleting GlobalInClusterIPPool {name}: {e}"));
     }
 
     /// Deletes the Machine `name` and waits until the provider's claims `claims` are gone (the
