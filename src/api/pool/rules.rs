@@ -292,6 +292,18 @@ fn subnet_undefined() -> String {
     )
 }
 
+/// The end of a subnet rule's message, after the address it refuses (CEL): the subnet, of the
+/// first entry's address and `prefix`, that the address is not inside.
+fn outside_the_subnet(names: SubnetNames) -> String {
+    format!(
+        "' is not inside the /' + {p} + ' subnet ({prefix}) of ' + {a} + ', the first address of {n}'",
+        n = names.addresses,
+        prefix = names.prefix,
+        p = prefix_text(),
+        a = entry_address(FIRST),
+    )
+}
+
 /// Subnet rule: every entry of `addresses` lies inside the subnet of the first entry's
 /// address and `prefix`.
 pub fn within_subnet(names: SubnetNames) -> Rule {
@@ -303,13 +315,11 @@ pub fn within_subnet(names: SubnetNames) -> Rule {
             ie = inside("e", "s"),
         ),
         format!(
-            "[{s}].map(s, '{n}: ' + self.addresses.filter(e, !{ie})[0] + ' is not inside the /' + {p} + ' subnet ({prefix}) of ' + {a} + ', the first address of {n}')[0]",
+            "[{s}].map(s, '{n}: ' + self.addresses.filter(e, !{ie})[0] + {outside})[0]",
             n = names.addresses,
-            prefix = names.prefix,
             s = subnet_cidr(),
             ie = inside("e", "s"),
-            p = prefix_text(),
-            a = entry_address(FIRST),
+            outside = outside_the_subnet(names),
         ),
         Some(".addresses"),
     )
@@ -326,12 +336,9 @@ pub fn gateway_inside(names: SubnetNames) -> Rule {
             s = subnet_cidr(),
         ),
         format!(
-            "'{g}: ' + self.gateway + ' is not inside the /' + {p} + ' subnet ({prefix}) of ' + {a} + ', the first address of {n}'",
+            "'{g}: ' + self.gateway + {outside}",
             g = names.gateway,
-            n = names.addresses,
-            prefix = names.prefix,
-            p = prefix_text(),
-            a = entry_address(FIRST),
+            outside = outside_the_subnet(names),
         ),
         Some(".gateway"),
     )
