@@ -150,40 +150,44 @@ async fn install_reference_webhooks(client: &Client) {
             }],
         })
     };
-    let mutating: MutatingWebhookConfiguration = typed(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-        "metadata": { "name": MUTATING_WEBHOOKS,
-                      "labels": { "cluster.x-k8s.io/provider": "ipam-in-cluster" } },
-        "webhooks": [
-            webhook("default.inclusterippool.ipam.cluster.x-k8s.io",
-                    "/mutate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool",
-                    "inclusterippools", &["CREATE", "UPDATE"]),
-            webhook("default.globalinclusterippool.ipam.cluster.x-k8s.io",
-                    "/mutate-ipam-cluster-x-k8s-io-v1alpha2-globalinclusterippool",
-                    "globalinclusterippools", &["CREATE", "UPDATE"]),
-        ],
-    }));
-    let validating: ValidatingWebhookConfiguration = typed(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-        "metadata": { "name": VALIDATING_WEBHOOKS,
-                      "labels": { "cluster.x-k8s.io/provider": "ipam-in-cluster" } },
-        "webhooks": [
-            webhook("validation.inclusterippool.ipam.cluster.x-k8s.io",
-                    "/validate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool",
-                    "inclusterippools", &["CREATE", "UPDATE", "DELETE"]),
-            webhook("validation.globalinclusterippool.ipam.cluster.x-k8s.io",
-                    "/validate-ipam-cluster-x-k8s-io-v1alpha2-globalinclusterippool",
-                    "globalinclusterippools", &["CREATE", "UPDATE", "DELETE"]),
-        ],
-    }));
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &mutating)
-        .await
-        .unwrap();
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &validating)
-        .await
-        .unwrap();
+    // A configuration of `kind` named `name`: for each pool kind, the webhook
+    // `<prefix>.<pool kind>.ipam.cluster.x-k8s.io` at `/<verb>-ipam-cluster-x-k8s-io-v1alpha2-<pool
+    // kind>`, as the reference's kustomize configuration names them.
+    let configuration = |kind: &str, name: &str, prefix: &str, verb: &str, operations: &[&str]| {
+        let webhooks: Vec<Value> = ["inclusterippool", "globalinclusterippool"]
+            .iter()
+            .map(|pool| {
+                webhook(
+                    &format!("{prefix}.{pool}.ipam.cluster.x-k8s.io"),
+                    &format!("/{verb}-ipam-cluster-x-k8s-io-v1alpha2-{pool}"),
+                    &format!("{pool}s"),
+                    operations,
+                )
+            })
+            .collect();
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+            "metadata": { "name": name,
+                          "labels": { "cluster.x-k8s.io/provider": "ipam-in-cluster" } },
+            "webhooks": webhooks,
+        })
+    };
+    let mutating: MutatingWebhookConfiguration = typed(configuration(
+        "MutatingWebhookConfiguration",
+        MUTATING_WEBHOOKS,
+        "default",
+        "mutate",
+        &["CREATE", "UPDATE"],
+    ));
+    create(&Api::all(client.clone()), &mutating).await;
+    let validating: ValidatingWebhookConfiguration = typed(configuration(
+        "ValidatingWebhookConfiguration",
+        VALIDATING_WEBHOOKS,
+        "validation",
+        "validate",
+        &["CREATE", "UPDATE", "DELETE"],
+    ));
+    create(&Api::all(client.clone()), &validating).await;
 }
 
 /// Pools, claims and addresses exactly as the reference provider leaves them.
