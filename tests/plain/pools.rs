@@ -67,12 +67,6 @@ async fn counts_match(client: &Client, ns: &str, name: &str, step: &str) -> IPAd
     waited.unwrap_or_else(|_| panic!("{step}: status counts never matched the allocator: {last:?}"))
 }
 
-/// Deletes a claim and waits until it is gone (its address released).
-async fn delete_claim(claims: &Api<IPAddressClaim>, name: &str) {
-    claims.delete(name, &DeleteParams::default()).await.unwrap();
-    wait_gone(claims, name, Duration::from_secs(30)).await;
-}
-
 /// Merge-patches a pool's spec with `spec`.
 pub(super) async fn patch_spec(pools: &Api<InClusterIPPool>, name: &str, spec: serde_json::Value) {
     merge_patch(pools, name, json!({ "spec": spec })).await;
@@ -109,7 +103,7 @@ async fn counts_match_the_allocator_after_every_step() {
         .find(|(_, address)| address == "10.40.0.10")
         .map(|(claim, _)| claim)
         .expect("a claim holds 10.40.0.10");
-    delete_claim(&claims, &lowest_holder).await;
+    delete_and_wait_gone(&claims, &lowest_holder).await;
     let c = counts_match(&client, &ns, "p", "release 1").await;
     assert_eq!((c.used, c.free), (5, 5));
 
@@ -176,7 +170,7 @@ async fn counts_match_the_allocator_after_every_step() {
         .filter(|name| *name != lowest_holder)
         .chain(["late".to_string()]);
     for name in others {
-        delete_claim(&claims, &name).await;
+        delete_and_wait_gone(&claims, &name).await;
     }
     let c = counts_match(&client, &ns, "p", "delete every claim").await;
     assert_eq!((c.used, c.out_of_range), (0, 0));
