@@ -93,43 +93,46 @@ impl Site {
         Api::namespaced_with(self.client.clone(), &self.ns, &capv::resource("VSphereVM"))
     }
 
+    /// Waits until the `VSphereVM` `vm` passes `check`, and returns it; `what` says what is
+    /// waited for.
+    async fn vm_when(
+        &self,
+        vm: &str,
+        what: &str,
+        check: impl Fn(&DynamicObject) -> Option<bool>,
+    ) -> DynamicObject {
+        let vms = self.vsphere_vms();
+        self.eventually(what, PROVISIONING, || async {
+            let object = vms.get_opt(vm).await.unwrap()?;
+            check(&object)?.then_some(object)
+        })
+        .await
+    }
+
     /// Waits until `vm`'s v1beta1 condition `IPAddressClaimed` has `status` and a reason that
     /// starts with `reason` (CAPV reports `IPAddressClaimsBeingCreated` until every claim has a
     /// `Ready` condition, then aggregates the claims' reasons), and returns the `VSphereVM`.
     async fn vm_with_claimed(&self, vm: &str, status: &str, reason: &str) -> DynamicObject {
-        let vms = self.vsphere_vms();
-        self.eventually(
-            &format!("VSphereVM {vm} to have IPAddressClaimed={status} ({reason}…)"),
-            PROVISIONING,
-            || async {
-                let object = vms.get_opt(vm).await.unwrap()?;
-                let claimed = condition_at(&object, "/status/conditions", "IPAddressClaimed")?;
-                let reason_matches = claimed["reason"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .starts_with(reason);
-                (claimed["status"] == status && reason_matches).then_some(object)
-            },
-        )
+        let what = format!("VSphereVM {vm} to have IPAddressClaimed={status} ({reason}…)");
+        self.vm_when(vm, &what, |object| {
+            let claimed = condition_at(object, "/status/conditions", "IPAddressClaimed")?;
+            let reason_matches = claimed["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with(reason);
+            Some(claimed["status"] == status && reason_matches)
+        })
         .await
     }
 
     /// Waits until the guest of `vm` reports `address` and CAPV has copied it into the
     /// `VSphereVM`'s `status.addresses`.
     async fn vm_reports(&self, vm: &str, address: &str) -> DynamicObject {
-        let vms = self.vsphere_vms();
-        self.eventually(
-            &format!("VSphereVM {vm} to report address {address}"),
-            PROVISIONING,
-            || async {
-                let object = vms.get_opt(vm).await.unwrap()?;
-                object.data["status"]["addresses"]
-                    .as_array()?
-                    .iter()
-                    .any(|a| a == address)
-                    .then_some(object)
-            },
-        )
+        let what = format!("VSphereVM {vm} to report address {address}");
+        self.vm_when(vm, &what, |object| {
+            let addresses = object.data["status"]["addresses"].as_array()?;
+            Some(addresses.iter().any(|a| a == address))
+        })
         .await
     }
 
@@ -142,6 +145,22 @@ impl Site {
             || async { simulator.guest_network(vm) },
         )
         .await
+    }
+
+    /// Waits until the machine `vm`, of one network device with one pool entry, is provisioned
+    /// with an address: CAPV has created its claim (`<VSphereVM>-<device>-<pool entry>`), inpool
+    /// has realised it as `cidr`, CAPV wrote the address into the VM and the guest configured
+    /// `guest` (as the simulator prints it), and CAPV reports the address and
+    /// `IPAddressClaimed=True` on the `VSphereVM`, which is returned.
+    async fn provisioned(&self, vm: &str, cidr: &str, guest: &str) -> DynamicObject {
+        let claim = format!("{vm}-0-0");
+        self.claim_created(&claim, vm).await;
+        wait_reason(&self.claims(), &claim, "AddressAllocated").await;
+        let address = self.addresses().get(&claim).await.unwrap();
+        assert_eq!(cidr_of(&address), cidr);
+        assert_eq!(self.guest_network(vm).await, guest);
+        self.vm_reports(vm, &address.spec.address).await;
+        self.vm_with_claimed(vm, "True", "").await
     }
 
     /// Deletes the Machine `name` and waits until CAPV has deleted its VM and the garbage
@@ -164,20 +183,15 @@ async fn capv_provisions_a_machine_from_an_inclusterippool_and_deleting_it_relea
     site.machine("v4-m1", &[("InClusterIPPool", "vm-pool")])
         .await;
 
-    // CAPV names the claim <VSphereVM>-<device>-<pool entry>.
-    site.claim_created("v4-m1-0-0", "v4-m1").await;
-    wait_reason(&site.claims(), "v4-m1-0-0", "AddressAllocated").await;
-    let address = site.addresses().get("v4-m1-0-0").await.unwrap();
-    assert_eq!(cidr_of(&address), "10.10.0.10/24");
-
     // CAPV wrote inpool's address and gateway into the VM, the guest applied them, and CAPV
     // reports the address on the VSphereVM.
-    assert_eq!(
-        site.guest_network("v4-m1").await,
-        "addresses=[10.10.0.10/24] gateway4=10.10.0.1 gateway6="
-    );
-    site.vm_reports("v4-m1", "10.10.0.10").await;
-    let vm = site.vm_with_claimed("v4-m1", "True", "").await;
+    let vm = site
+        .provisioned(
+            "v4-m1",
+            "10.10.0.10/24",
+            "addresses=[10.10.0.10/24] gateway4=10.10.0.1 gateway6=",
+        )
+        .await;
     let fulfilled = condition_at(
         &vm,
         "/status/v1beta2/conditions",
@@ -270,31 +284,10 @@ async fn capv_takes_addresses_from_an_ipv6_pool_and_a_global_pool_the_same_way()
     site.machine("global-m1", &[("GlobalInClusterIPPool", &global_name)])
         .await;
 
-    site.claim_created("v6-m1-0-0", "v6-m1").await;
-    wait_reason(&site.claims(), "v6-m1-0-0", "AddressAllocated").await;
-    assert_eq!(
-        cidr_of(&site.addresses().get("v6-m1-0-0").await.unwrap()),
-        "fd00:10::10/64"
-    );
-    assert_eq!(
-        site.guest_network("v6-m1").await,
-        "addresses=[fd00:10::10/64] gateway4= gateway6=fd00:10::1"
-    );
-    site.vm_reports("v6-m1", "fd00:10::10").await;
-    site.vm_with_claimed("v6-m1", "True", "").await;
-
-    site.claim_created("global-m1-0-0", "global-m1").await;
-    wait_reason(&site.claims(), "global-m1-0-0", "AddressAllocated").await;
-    assert_eq!(
-        cidr_of(&site.addresses().get("global-m1-0-0").await.unwrap()),
-        "10.30.0.10/24"
-    );
-    assert_eq!(
-        site.guest_network("global-m1").await,
-        "addresses=[10.30.0.10/24] gateway4=10.30.0.1 gateway6="
-    );
-    site.vm_reports("global-m1", "10.30.0.10").await;
-    site.vm_with_claimed("global-m1", "True", "").await;
+    let guest = "addresses=[fd00:10::10/64] gateway4= gateway6=fd00:10::1";
+    site.provisioned("v6-m1", "fd00:10::10/64", guest).await;
+    let guest = "addresses=[10.30.0.10/24] gateway4=10.30.0.1 gateway6=";
+    site.provisioned("global-m1", "10.30.0.10/24", guest).await;
 
     site.delete_machine("v6-m1", &["v6-m1-0-0"]).await;
     site.delete_machine("global-m1", &["global-m1-0-0"]).await;
