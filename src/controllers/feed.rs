@@ -76,12 +76,7 @@ fn apply(ctx: &Context, seen: Seen) {
             pools.changed(kind, changed);
         }
         Seen::Reservations { update, released } => {
-            let (change, relisted) = hold_change(
-                update,
-                Change::Reservation,
-                Change::ReservationGone,
-                Change::ReservationsListed,
-            );
+            let (change, relisted) = RESERVATION_CHANGES.of(update);
             apply_to_registry(ctx, change, relisted);
             for reservation in released {
                 // The controller is gone only when the whole run is ending.
@@ -90,12 +85,7 @@ fn apply(ctx: &Context, seen: Seen) {
         }
         Seen::Addresses(update) => {
             let (holds, creators) = split_creators(update);
-            let (change, relisted) = hold_change(
-                holds,
-                Change::Address,
-                Change::AddressGone,
-                Change::AddressesListed,
-            );
+            let (change, relisted) = ADDRESS_CHANGES.of(holds);
             apply_to_registry(ctx, change, relisted);
             ctx.writers
                 .observe(&ctx.stores, &ctx.metrics, &ctx.events, creators);
@@ -218,26 +208,45 @@ fn split_creators(
     }
 }
 
-/// The registry change for an update of objects keyed by `K` that may hold an address (a
-/// reservation, an `IPAddress`), and whether it is a re-list: `held` for one that holds, `gone`
-/// for one that holds nothing or is deleted, `listed` for a whole list of those that hold.
-fn hold_change<K>(
-    update: Update<(K, Option<HoldRecord>)>,
+/// The registry changes for objects keyed by `K` that may hold an address (a reservation, an
+/// `IPAddress`): `held` for one that holds, `gone` for one that holds nothing or is deleted,
+/// `listed` for a whole list of those that hold.
+struct HoldChanges<K> {
     held: fn(K, HoldRecord) -> Change,
     gone: fn(K) -> Change,
     listed: fn(Vec<(K, HoldRecord)>) -> Change,
-) -> (Change, bool) {
-    match update {
-        Update::Applied((key, Some(hold))) => (held(key, hold), false),
-        Update::Applied((key, None)) | Update::Deleted((key, _)) => (gone(key), false),
-        Update::Listed { items, first } => (
-            listed(
-                items
-                    .into_iter()
-                    .filter_map(|(key, hold)| Some((key, hold?)))
-                    .collect(),
+}
+
+/// Reservations, by name.
+const RESERVATION_CHANGES: HoldChanges<String> = HoldChanges {
+    held: Change::Reservation,
+    gone: Change::ReservationGone,
+    listed: Change::ReservationsListed,
+};
+
+/// `IPAddress`es, by namespace/name.
+const ADDRESS_CHANGES: HoldChanges<ObjectKey> = HoldChanges {
+    held: Change::Address,
+    gone: Change::AddressGone,
+    listed: Change::AddressesListed,
+};
+
+impl<K> HoldChanges<K> {
+    /// The registry change for `update`, and whether it is a re-list.
+    fn of(&self, update: Update<(K, Option<HoldRecord>)>) -> (Change, bool) {
+        let HoldChanges { held, gone, listed } = self;
+        match update {
+            Update::Applied((key, Some(hold))) => (held(key, hold), false),
+            Update::Applied((key, None)) | Update::Deleted((key, _)) => (gone(key), false),
+            Update::Listed { items, first } => (
+                listed(
+                    items
+                        .into_iter()
+                        .filter_map(|(key, hold)| Some((key, hold?)))
+                        .collect(),
+                ),
+                !first,
             ),
-            !first,
-        ),
+        }
     }
 }

@@ -26,7 +26,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Resource};
 use serde_json::json;
 
-use super::tethered::{ManagerPorts, Tethered, readyz};
+use super::tethered::{ManagerPorts, ReadyManager, Tethered};
 use super::webhooks::{register_admission, register_conversion};
 use super::{ControlPlane, go_build, repo_root, version_ldflags};
 
@@ -133,34 +133,31 @@ impl Manager {
         let binaries = binaries().map_err(anyhow::Error::msg)?;
         let ports = ManagerPorts::free()?;
         let pki = plane.data_dir.join("pki");
-        let mut process = Tethered::spawn(
+        let manager = ReadyManager::start(
+            plane,
             "capi-manager",
             &binaries.manager,
             &ports.flags(&pki),
             &[("KUBECONFIG", plane.kubeconfig.as_os_str())],
-            plane.data_dir.join("capi-manager.log"),
-        )?;
-        let started = Instant::now();
-        process
-            .wait_until(START_TIMEOUT, || readyz(ports.health))
-            .await?;
-        let client = plane.client().await?;
-        let ca_bundle =
-            std::fs::read(pki.join("ca.crt")).context("reading the control plane CA")?;
+            ports.health,
+            START_TIMEOUT,
+        )
+        .await?;
+        let (client, ca_bundle) = (&manager.client, &manager.ca_bundle);
         let base = ports.webhook_base();
         let patches = core_config()
             .map_err(anyhow::Error::msg)?
             .join("crd")
             .join("patches");
-        register_conversion(&client, &patches, &base, &ca_bundle).await?;
+        register_conversion(client, &patches, &base, ca_bundle).await?;
         let manifests = core_config()
             .map_err(anyhow::Error::msg)?
             .join("webhook")
             .join("manifests.yaml");
-        register_admission(&client, &manifests, "capi", &base, &ca_bundle).await?;
-        wait_until_served(&client, started).await?;
+        register_admission(client, &manifests, "capi", &base, ca_bundle).await?;
+        wait_until_served(client, manager.started).await?;
         Ok(Manager {
-            process,
+            process: manager.process,
             webhook_port: ports.webhook,
         })
     }

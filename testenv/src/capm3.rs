@@ -19,7 +19,7 @@
 //!   part, so only the kind is needed, not its operator. Metal3's own IPAM CRDs
 //!   (`ipam.metal3.io`) are not installed: CAPM3 watches `IPClaim`s only when the kind exists
 //!   (`controllers/metal3data_controller.go`), and the tests name only Cluster API pools.
-//! - [`Manager::start`] runs CAPM3's manager against a [`ControlPlane`] as CAPI core's and CAPV's
+//! - [`start_manager`] runs CAPM3's manager against a [`ControlPlane`] as CAPI core's and CAPV's
 //!   are run: its conversion webhook (`config/crd/patches/webhook_in_*.yaml`) and admission
 //!   webhooks (`config/webhook/manifests.yaml`) registered with a URL on 127.0.0.1. CAPM3's
 //!   webhooks cannot be turned off: its `main.go` registers them unconditionally, and its
@@ -33,16 +33,15 @@
 //! the Machine's owner reference on the `Metal3Machine`) v1.14.2 still writes
 //! (`core/reconcilers/cluster/cluster_controller_phases.go`). `tests/capm3/` shows it end to end.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use kube::core::{ApiResource, GroupVersionKind};
 
-use super::tethered::{ManagerPorts, Tethered, readyz};
+use super::tethered::{ManagerPorts, ReadyManager, serving_certificate_as_tls};
 use super::webhooks::{register_admission, register_conversion, write_labelled_crds};
-use super::{ControlPlane, GoProgram, repo_root};
+use super::{ControlPlane, GoProgram, RunningManager, repo_root};
 
 /// The CAPM3 release the tests run with (`testenv/capm3/go.mod` pins the same).
 pub const VERSION: &str = "v1.13.2";
@@ -103,83 +102,53 @@ pub fn crd_files() -> Result<Vec<PathBuf>, String> {
         .clone()
 }
 
-/// CAPM3's manager running against one control plane, its webhooks registered. It stops when
-/// dropped, or when the test binary exits.
-pub struct Manager {
-    process: Tethered,
-}
-
-impl Manager {
-    /// Starts CAPM3's manager for `plane` (whose CRDs must include CAPI's and [`crd_files`], and
-    /// whose CAPI core runs), points CAPM3's conversion and admission webhooks at it, and
-    /// returns once it reports ready.
-    pub async fn start(plane: &ControlPlane) -> anyhow::Result<Manager> {
-        let binary = PROGRAM.binary().map_err(anyhow::Error::msg)?;
-        let ports = ManagerPorts::free()?;
-        let pki = plane.data_dir.join("pki");
-        // CAPM3 has no flags for the certificate's file names: it serves controller-runtime's
-        // defaults, tls.crt and tls.key, from --webhook-cert-dir.
-        let certs = plane.data_dir.join("capm3-webhook-certs");
-        std::fs::create_dir_all(&certs).context("creating CAPM3's certificate directory")?;
-        for (from, to) in [("serving.crt", "tls.crt"), ("serving.key", "tls.key")] {
-            std::fs::copy(pki.join(from), certs.join(to))
-                .with_context(|| format!("copying the serving certificate's {from}"))?;
-        }
-        let args = vec![
-            format!("--webhook-port={}", ports.webhook),
-            format!("--webhook-cert-dir={}", certs.display()),
-            format!("--health-addr=127.0.0.1:{}", ports.health),
-            format!("--diagnostics-address=127.0.0.1:{}", ports.diagnostics),
-            "--insecure-diagnostics".into(),
-            "--leader-elect=false".into(),
-            // Verbose enough to show each claim CAPM3 creates and each address it reads.
-            "--v=4".into(),
-        ];
-        let mut process = Tethered::spawn(
-            "capm3-manager",
-            &binary,
-            &args,
-            &[("KUBECONFIG", plane.kubeconfig.as_os_str())],
-            plane.data_dir.join("capm3-manager.log"),
-        )?;
-        process
-            .wait_until(START_TIMEOUT, || readyz(ports.health))
-            .await?;
-        let client = plane.client().await?;
-        let ca_bundle =
-            std::fs::read(pki.join("ca.crt")).context("reading the control plane CA")?;
-        let config = PROGRAM
-            .module_dir()
-            .map_err(anyhow::Error::msg)?
-            .join("config");
-        let base = ports.webhook_base();
-        register_conversion(
-            &client,
-            &config.join("crd").join("patches"),
-            &base,
-            &ca_bundle,
-        )
-        .await?;
-        register_admission(
-            &client,
-            &config.join("webhook").join("manifests.yaml"),
-            "capm3",
-            &base,
-            &ca_bundle,
-        )
-        .await?;
-        Ok(Manager { process })
-    }
-
-    /// The manager's log, in the control plane's data directory.
-    pub fn log(&self) -> &Path {
-        &self.process.log
-    }
-
-    /// The last lines of the manager's log.
-    pub fn log_tail(&self) -> String {
-        self.process.log_tail()
-    }
+/// Starts CAPM3's manager for `plane` (whose CRDs must include CAPI's and [`crd_files`], and
+/// whose CAPI core runs), points CAPM3's conversion and admission webhooks at it, and returns
+/// once it reports ready. It stops when dropped, or when the test binary exits.
+pub async fn start_manager(plane: &ControlPlane) -> anyhow::Result<RunningManager> {
+    let binary = PROGRAM.binary().map_err(anyhow::Error::msg)?;
+    let ports = ManagerPorts::free()?;
+    // CAPM3 has no flags for the certificate's file names: it serves controller-runtime's
+    // defaults, tls.crt and tls.key, from --webhook-cert-dir.
+    let certs = serving_certificate_as_tls(plane, "capm3-webhook-certs")?;
+    let args = vec![
+        format!("--webhook-port={}", ports.webhook),
+        format!("--webhook-cert-dir={}", certs.display()),
+        format!("--health-addr=127.0.0.1:{}", ports.health),
+        format!("--diagnostics-address=127.0.0.1:{}", ports.diagnostics),
+        "--insecure-diagnostics".into(),
+        "--leader-elect=false".into(),
+        // Verbose enough to show each claim CAPM3 creates and each address it reads.
+        "--v=4".into(),
+    ];
+    let manager = ReadyManager::start(
+        plane,
+        "capm3-manager",
+        &binary,
+        &args,
+        &[("KUBECONFIG", plane.kubeconfig.as_os_str())],
+        ports.health,
+        START_TIMEOUT,
+    )
+    .await?;
+    let (client, ca_bundle) = (&manager.client, &manager.ca_bundle);
+    let config = PROGRAM
+        .module_dir()
+        .map_err(anyhow::Error::msg)?
+        .join("config");
+    let base = ports.webhook_base();
+    register_conversion(
+        client,
+        &config.join("crd").join("patches"),
+        &base,
+        ca_bundle,
+    )
+    .await?;
+    let manifests = config.join("webhook").join("manifests.yaml");
+    register_admission(client, &manifests, "capm3", &base, ca_bundle).await?;
+    Ok(RunningManager {
+        process: manager.process,
+    })
 }
 
 /// A CAPM3 kind (`v1beta2`, the version CAPM3 stores) for dynamic access.

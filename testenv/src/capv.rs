@@ -24,7 +24,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
-use super::tethered::{ManagerPorts, Tethered, readyz};
+use super::tethered::{ManagerPorts, ReadyManager, Tethered};
 use super::webhooks::{register_admission, write_labelled_crds};
 use super::{ControlPlane, go_build, repo_root};
 
@@ -205,21 +205,17 @@ impl Manager {
             "--leader-elect=false".into(),
         ];
         args.extend(ports.flags(&pki));
-        let mut process = Tethered::spawn(
+        let manager = ReadyManager::start(
+            plane,
             "capv-manager",
             &binaries.manager,
             &args,
             // Where CAPV looks for VSphereClusterIdentity secrets (unused by the test).
             &[("POD_NAMESPACE", "capv-system".as_ref())],
-            plane.data_dir.join("capv-manager.log"),
-        )?;
-        let started = Instant::now();
-        process
-            .wait_until(START_TIMEOUT, || readyz(ports.health))
-            .await?;
-        let client = plane.client().await?;
-        let ca_bundle =
-            std::fs::read(pki.join("ca.crt")).context("reading the control plane CA")?;
+            ports.health,
+            START_TIMEOUT,
+        )
+        .await?;
         let manifests = module_dir()
             .map_err(anyhow::Error::msg)?
             .join("config")
@@ -227,9 +223,12 @@ impl Manager {
             .join("webhook")
             .join("manifests.yaml");
         let base = ports.webhook_base();
-        register_admission(&client, &manifests, "capv", &base, &ca_bundle).await?;
-        wait_until_served(&client, started).await?;
-        Ok(Manager { process })
+        let (client, ca_bundle) = (&manager.client, &manager.ca_bundle);
+        register_admission(client, &manifests, "capv", &base, ca_bundle).await?;
+        wait_until_served(client, manager.started).await?;
+        Ok(Manager {
+            process: manager.process,
+        })
     }
 
     /// The manager's log, in the control plane's data directory.

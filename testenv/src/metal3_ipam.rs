@@ -20,9 +20,7 @@
 //!   and default only Metal3's own kinds (`IPPool`, `IPClaim`, `IPAddress` of `ipam.metal3.io`);
 //!   none of them sees a CAPI `IPAddressClaim` or `IPAddress`.
 
-use anyhow::Context as _;
-
-use super::tethered::free_ports;
+use super::tethered::{free_ports, serving_certificate_as_tls};
 use super::{ControlPlane, GoProgram, RunningManager};
 
 /// The release of Metal3's IPAM the bench runs (`testenv/metal3-ipam/go.mod` pins it).
@@ -44,15 +42,8 @@ pub static PROGRAM: GoProgram = GoProgram::new(
 pub async fn start(plane: &ControlPlane) -> anyhow::Result<RunningManager> {
     let [webhook, health, diagnostics] = free_ports()?;
     // Its webhook server reads controller-runtime's default file names, tls.crt and tls.key
-    // (it has no flags to name others): the control plane's serving certificate, valid for
-    // 127.0.0.1, copied under those names.
-    let pki = plane.data_dir.join("pki");
-    let certs = plane.data_dir.join("metal3-ipam-certs");
-    std::fs::create_dir_all(&certs).context("creating the webhook certificate directory")?;
-    for (from, to) in [("serving.crt", "tls.crt"), ("serving.key", "tls.key")] {
-        std::fs::copy(pki.join(from), certs.join(to))
-            .with_context(|| format!("copying the control plane's {from}"))?;
-    }
+    // (it has no flags to name others).
+    let certs = serving_certificate_as_tls(plane, "metal3-ipam-certs")?;
     let args = [
         format!("--kubeconfig={}", plane.kubeconfig.display()),
         "--leader-elect=false".into(),

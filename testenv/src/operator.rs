@@ -46,7 +46,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
 use super::kustomize;
-use super::tethered::{Tethered, free_ports, readyz};
+use super::tethered::{ReadyManager, Tethered, free_ports, serving_certificate_as_tls};
 use super::webhooks::register_admission;
 use super::{ControlPlane, capi, go_build, repo_root};
 
@@ -131,16 +131,9 @@ impl Operator {
     pub async fn start(plane: &ControlPlane) -> anyhow::Result<Operator> {
         let binary = binary().map_err(anyhow::Error::msg)?;
         let [webhook, health, diagnostics] = free_ports()?;
-        let pki = plane.data_dir.join("pki");
-        let cert_dir = plane.data_dir.join("operator-webhook-certs");
+        let cert_dir = serving_certificate_as_tls(plane, "operator-webhook-certs")?;
         let home = plane.data_dir.join("operator-home");
-        for dir in [&cert_dir, &home] {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        for (from, to) in [("serving.crt", "tls.crt"), ("serving.key", "tls.key")] {
-            std::fs::copy(pki.join(from), cert_dir.join(to))
-                .with_context(|| format!("copying the control plane's {from}"))?;
-        }
+        std::fs::create_dir_all(&home).with_context(|| format!("creating {}", home.display()))?;
         let args = vec![
             "--leader-elect=false".to_string(),
             format!("--health-addr=127.0.0.1:{health}"),
@@ -150,7 +143,8 @@ impl Operator {
             format!("--webhook-cert-dir={}", cert_dir.display()),
             "--profiler-address=".into(),
         ];
-        let mut process = Tethered::spawn(
+        let manager = ReadyManager::start(
+            plane,
             "cluster-api-operator",
             &binary,
             &args,
@@ -159,22 +153,22 @@ impl Operator {
                 ("HOME", home.as_os_str()),
                 ("XDG_CONFIG_HOME", home.as_os_str()),
             ],
-            plane.data_dir.join("cluster-api-operator.log"),
-        )?;
-        let started = Instant::now();
-        process.wait_until(START_TIMEOUT, || readyz(health)).await?;
-        let client = plane.client().await?;
-        let ca_bundle =
-            std::fs::read(pki.join("ca.crt")).context("reading the control plane CA")?;
+            health,
+            START_TIMEOUT,
+        )
+        .await?;
         let manifests = module_dir()
             .map_err(anyhow::Error::msg)?
             .join("config")
             .join("webhook")
             .join("manifests.yaml");
         let base = format!("https://127.0.0.1:{webhook}");
-        register_admission(&client, &manifests, "capi-operator", &base, &ca_bundle).await?;
-        wait_until_served(&client, started).await?;
-        Ok(Operator { process })
+        let (client, ca_bundle) = (&manager.client, &manager.ca_bundle);
+        register_admission(client, &manifests, "capi-operator", &base, ca_bundle).await?;
+        wait_until_served(client, manager.started).await?;
+        Ok(Operator {
+            process: manager.process,
+        })
     }
 
     /// The operator's log, in the control plane's data directory.

@@ -127,7 +127,7 @@ pub struct TestEnv {
     // Declared first: the providers stop before the control plane, CAPV, CAPM3 and the peers
     // before CAPI core.
     capv: Option<(capv::Manager, capv::Simulator)>,
-    capm3: Option<capm3::Manager>,
+    capm3: Option<testenv::RunningManager>,
     reference: Option<testenv::RunningManager>,
     metal3: Option<testenv::RunningManager>,
     capi: Option<capi::Manager>,
@@ -296,7 +296,7 @@ impl TestEnv {
             | Stack::ReferenceCrds => None,
         };
         let capm3 = match stack {
-            Stack::Capm3 => Some(on_own_runtime(capm3::Manager::start(&plane))?),
+            Stack::Capm3 => Some(on_own_runtime(capm3::start_manager(&plane))?),
             _ => None,
         };
         let (reference, metal3) = match stack {
@@ -332,7 +332,7 @@ impl TestEnv {
     }
 
     /// CAPM3's manager, when started by [`capm3_env`].
-    pub fn capm3(&self) -> Option<&capm3::Manager> {
+    pub fn capm3(&self) -> Option<&testenv::RunningManager> {
         self.capm3.as_ref()
     }
 
@@ -372,6 +372,28 @@ impl TestEnv {
     /// The vCenter simulator, when started by [`capv_env`].
     pub fn simulator(&self) -> Option<&capv::Simulator> {
         self.capv.as_ref().map(|(_, simulator)| simulator)
+    }
+
+    /// The ends of the logs of the infrastructure provider, CAPI core and the simulator, those
+    /// of them this bed runs, each headed by whose it is: what a test of a provider explains a
+    /// wait that timed out with.
+    pub fn log_tails(&self) -> String {
+        let tails = [
+            ("CAPV's", self.capv().map(capv::Manager::log_tail)),
+            (
+                "CAPM3's",
+                self.capm3().map(testenv::RunningManager::log_tail),
+            ),
+            ("CAPI core's", self.capi().map(capi::Manager::log_tail)),
+            (
+                "the simulator's",
+                self.simulator().map(capv::Simulator::log_tail),
+            ),
+        ];
+        tails
+            .into_iter()
+            .filter_map(|(whose, tail)| Some(format!("\n--- {whose} log ends:\n{}", tail?)))
+            .collect()
     }
 
     pub fn kubeconfig(&self) -> &Path {

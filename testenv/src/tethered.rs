@@ -1,5 +1,7 @@
 //! The Go programs the tests run beside the control plane (CAPI core's manager, CAPV's manager,
 //! the vCenter simulator): started tied to this process, logged to a file, probed until ready.
+//! [`ReadyManager`] is the start the managers with webhooks share; [`serving_certificate_as_tls`]
+//! is the certificate of those that read only controller-runtime's default file names.
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
@@ -8,6 +10,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+
+use super::ControlPlane;
 
 /// A child process that stops when this process exits, however it exits: its standard input is
 /// a pipe from this process, and a shell stops the program when the pipe closes (controller-
@@ -189,4 +193,61 @@ pub fn readyz(port: u16) -> bool {
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
     response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200")
+}
+
+/// A Go manager with webhooks (CAPI core's, CAPV's, CAPM3's, cluster-api-operator's) started
+/// against a control plane and ready, with what registering its webhooks needs.
+pub struct ReadyManager {
+    pub process: Tethered,
+    /// An admin client of the control plane.
+    pub client: kube::Client,
+    /// The control plane's CA, which signed the serving certificate the webhooks serve: the
+    /// `caBundle` of every webhook registration.
+    pub ca_bundle: Vec<u8>,
+    /// When the manager was started: the wait for the API server to call its webhooks counts
+    /// from here.
+    pub started: Instant,
+}
+
+impl ReadyManager {
+    /// Starts `program` with `args` and `env` as `name`, its output in `<name>.log` in the data
+    /// directory of `plane`, and returns once its `/readyz` on 127.0.0.1:`health` answers, within
+    /// `timeout`.
+    pub async fn start(
+        plane: &ControlPlane,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &std::ffi::OsStr)],
+        health: u16,
+        timeout: Duration,
+    ) -> anyhow::Result<ReadyManager> {
+        let log = plane.data_dir.join(format!("{name}.log"));
+        let mut process = Tethered::spawn(name, program, args, env, log)?;
+        let started = Instant::now();
+        process.wait_until(timeout, || readyz(health)).await?;
+        let client = plane.client().await?;
+        let ca_bundle = std::fs::read(plane.data_dir.join("pki").join("ca.crt"))
+            .context("reading the control plane CA")?;
+        Ok(ReadyManager {
+            process,
+            client,
+            ca_bundle,
+            started,
+        })
+    }
+}
+
+/// The control plane's serving certificate (valid for 127.0.0.1) copied, as `tls.crt` and
+/// `tls.key`, to the directory `dir` of its data directory, which is returned: a manager whose
+/// webhook server has no flags for the file names reads controller-runtime's defaults.
+pub fn serving_certificate_as_tls(plane: &ControlPlane, dir: &str) -> anyhow::Result<PathBuf> {
+    let pki = plane.data_dir.join("pki");
+    let certs = plane.data_dir.join(dir);
+    std::fs::create_dir_all(&certs).with_context(|| format!("creating {}", certs.display()))?;
+    for (from, to) in [("serving.crt", "tls.crt"), ("serving.key", "tls.key")] {
+        std::fs::copy(pki.join(from), certs.join(to))
+            .with_context(|| format!("copying the control plane's {from}"))?;
+    }
+    Ok(certs)
 }

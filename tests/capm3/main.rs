@@ -22,36 +22,38 @@
 
 use std::time::{Duration, Instant};
 
-use inpool::api::{
-    AdditionalSubnet, GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool,
-    PreAllocation,
-};
+use inpool::api::{IPAddressClaim, InClusterIPPool};
 use inpool_testenv::capm3::{self, GROUP as INFRASTRUCTURE};
 use inpool_testenv::{common, support};
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use common::*;
 
-/// How long CAPM3 may take to associate a host, create and fill claims and render the network
-/// data (seconds by hand; CAPM3 requeues every 30 s while it waits, and tests run side by side).
-const PROVISIONING: Duration = Duration::from_secs(180);
-
-/// CAPM3's finalizer on the claims it creates (`infrav1.DataFinalizer`).
-const CAPM3_CLAIM_FINALIZER: &str = "metal3data.infrastructure.cluster.x-k8s.io";
+/// CAPM3, as the shared part of a [`Site`] knows it; its finalizer on the claims it creates is
+/// `infrav1.DataFinalizer`.
+static CAPM3: Consumer = Consumer {
+    name: "CAPM3",
+    env: support::capm3_env,
+    claim_owner: "Metal3Data",
+    claim_finalizer: "metal3data.infrastructure.cluster.x-k8s.io",
+};
 
 /// The label each test's `BareMetalHost` carries, which its `Metal3Machine`'s `hostSelector`
 /// matches: CAPM3 picks a random host among those available, and the tests want to know which.
 const HOST_LABEL: &str = "inpool.test/host";
 
-/// One CAPI Cluster on bare metal, in a test's namespace.
-struct Site {
-    client: Client,
-    ns: String,
-    /// The `Metal3Cluster` and `Cluster` name.
-    cluster: String,
+/// One CAPI Cluster on bare metal, in a test's namespace: what CAPM3's tests add to the shared
+/// [`ConsumerSite`].
+struct Site(ConsumerSite);
+
+impl std::ops::Deref for Site {
+    type Target = ConsumerSite;
+
+    fn deref(&self) -> &ConsumerSite {
+        &self.0
+    }
 }
 
 /// One network of a `Metal3DataTemplate`: its address and its default route's gateway from the
@@ -80,34 +82,6 @@ impl<'a> Network<'a> {
 }
 
 impl Site {
-    /// A `Metal3Cluster` and a `Cluster` pointing at it.
-    async fn new(client: &Client, ns: &str) -> Site {
-        let site = Site {
-            client: client.clone(),
-            ns: ns.to_string(),
-            cluster: "c1".to_string(),
-        };
-        site.apply(json!({
-            "apiVersion": format!("{INFRASTRUCTURE}/v1beta2"), "kind": "Metal3Cluster",
-            "metadata": {"name": site.cluster},
-            "spec": {"controlPlaneEndpoint": {"host": "192.168.111.249", "port": 6443},
-                     "cloudProviderEnabled": false},
-        }))
-        .await;
-        site.apply(json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": site.cluster},
-            "spec": {"infrastructureRef": {"apiGroup": INFRASTRUCTURE, "kind": "Metal3Cluster",
-                                           "name": site.cluster}},
-        }))
-        .await;
-        site
-    }
-
-    fn labels(&self) -> Value {
-        json!({"cluster.x-k8s.io/cluster-name": self.cluster})
-    }
-
     /// A `Metal3DataTemplate` with one ethernet link and, on it, `networks`: each takes its
     /// address from `fromPoolRef` and its default route's gateway from `gateway.fromPoolRef`.
     async fn data_template(&self, name: &str, networks: &[Network<'_>]) {
@@ -179,45 +153,24 @@ impl Site {
             .unwrap_or_else(|e| panic!("setting BareMetalHost {name}'s status: {e}"));
     }
 
-    /// A Machine with its bootstrap data given by hand (no bootstrap provider needed) and a
-    /// `Metal3Machine` on host `host` rendering its data from the template `template`.
+    /// A Machine on a `Metal3Machine` on host `host` rendering its data from the template
+    /// `template`.
     async fn machine(&self, name: &str, template: &str, host: &str) {
-        let labels = self.labels();
-        self.apply(json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": format!("{name}-bootstrap"), "labels": labels},
-            "stringData": {"format": "cloud-config", "value": "#cloud-config\n"},
-        }))
-        .await;
-        self.apply(json!({
-            "apiVersion": format!("{INFRASTRUCTURE}/v1beta2"), "kind": "Metal3Machine",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {
-                "image": {"url": "http://192.168.111.1/images/node.qcow2",
-                          "checksum": "http://192.168.111.1/images/node.qcow2.sha256sum",
-                          "checksumType": "sha256", "diskFormat": "qcow2"},
-                "dataTemplate": {"name": template},
-                "hostSelector": {"matchLabels": {HOST_LABEL: host}},
-            },
-        }))
-        .await;
-        self.apply(machine(
-            &self.cluster,
-            name,
-            &labels,
-            INFRASTRUCTURE,
-            "Metal3Machine",
-        ))
-        .await;
-    }
-
-    async fn apply(&self, object: Value) {
-        apply_as(&self.client, &self.ns, "inpool-capm3-test", object).await;
-    }
-
-    /// CAPI's Machines (`cluster.x-k8s.io/v1beta2`) of the site's namespace.
-    fn machines(&self) -> Api<DynamicObject> {
-        capi_machines(&self.client, &self.ns)
+        self.0
+            .machine(
+                name,
+                json!({
+                    "apiVersion": format!("{INFRASTRUCTURE}/v1beta2"), "kind": "Metal3Machine",
+                    "spec": {
+                        "image": {"url": "http://192.168.111.1/images/node.qcow2",
+                                  "checksum": "http://192.168.111.1/images/node.qcow2.sha256sum",
+                                  "checksumType": "sha256", "diskFormat": "qcow2"},
+                        "dataTemplate": {"name": template},
+                        "hostSelector": {"matchLabels": {HOST_LABEL: host}},
+                    },
+                }),
+            )
+            .await;
     }
 
     fn capm3(&self, kind: &str) -> Api<DynamicObject> {
@@ -228,21 +181,9 @@ impl Site {
         Api::namespaced_with(self.client.clone(), &self.ns, &capm3::bare_metal_host())
     }
 
-    fn secrets(&self) -> Api<Secret> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    fn claims(&self) -> Api<IPAddressClaim> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    fn addresses(&self) -> Api<IPAddress> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
     /// Waits until CAPM3 has created the claim `<data>-<pool>` for the `Metal3Data` `data` and
-    /// returns it, after checking that it is CAPM3's: owned by that `Metal3Data`, holding CAPM3's
-    /// finalizer, labelled with the cluster name and naming inpool's pool.
+    /// returns it, after checking that it is CAPM3's ([`ConsumerSite::claim_created`]), that the
+    /// `Metal3Data` is its controller, and that it names inpool's pool.
     async fn claim_created_by_capm3(&self, data: &str, pool: (&str, &str)) -> IPAddressClaim {
         self.claim_in_group_created_by_capm3(data, GROUP, pool)
             .await
@@ -256,32 +197,15 @@ impl Site {
         pool: (&str, &str),
     ) -> IPAddressClaim {
         let name = format!("{data}-{}", pool.1);
-        let claims = self.claims();
-        let claim = eventually(
-            &format!("CAPM3 to create claim {}/{name}", self.ns),
-            PROVISIONING,
-            || async { claims.get_opt(&name).await.unwrap() },
-        )
-        .await;
+        let claim = self.claim_created(&name, data).await;
         let owner = claim
             .owner_references()
             .iter()
-            .find(|o| o.kind == "Metal3Data")
-            .unwrap_or_else(|| panic!("claim {name} has no Metal3Data owner: {claim:?}"));
-        assert_eq!(owner.name, data, "claim {name}'s owner");
-        assert_eq!(owner.controller, Some(true), "claim {name}'s owner");
-        assert!(
-            claim
-                .finalizers()
-                .iter()
-                .any(|f| f == CAPM3_CLAIM_FINALIZER),
-            "claim {name} lacks CAPM3's finalizer: {:?}",
-            claim.finalizers()
-        );
+            .find(|o| o.kind == "Metal3Data");
         assert_eq!(
-            claim.labels().get("cluster.x-k8s.io/cluster-name"),
-            Some(&self.cluster),
-            "CAPM3 copies the Metal3Data's labels, the cluster name among them"
+            owner.and_then(|o| o.controller),
+            Some(true),
+            "claim {name}'s owner"
         );
         assert_eq!(
             (
@@ -312,7 +236,7 @@ impl Site {
     /// condition may trail what the host shows.
     async fn metal3_data_ready(&self, machine: &str, status: &str) -> Value {
         let machines = self.capm3("Metal3Machine");
-        eventually(
+        self.eventually(
             &format!("Metal3Machine {machine} to have Metal3DataReady={status}"),
             PROVISIONING,
             || async {
@@ -337,12 +261,13 @@ impl Site {
     async fn network_data(&self, machine: &str) -> Value {
         let name = format!("{machine}-networkdata");
         let secrets = self.secrets();
-        let secret = eventually(
-            &format!("CAPM3 to write Secret {}/{name}", self.ns),
-            PROVISIONING,
-            || async { secrets.get_opt(&name).await.unwrap() },
-        )
-        .await;
+        let secret = self
+            .eventually(
+                &format!("CAPM3 to write Secret {}/{name}", self.ns),
+                PROVISIONING,
+                || async { secrets.get_opt(&name).await.unwrap() },
+            )
+            .await;
         let bytes = secret
             .data
             .as_ref()
@@ -357,7 +282,7 @@ impl Site {
     async fn host_points_at_network_data(&self, host: &str, machine: &str) {
         let hosts = self.hosts();
         let secret = format!("{machine}-networkdata");
-        eventually(
+        self.eventually(
             &format!("BareMetalHost {host}'s spec.networkData to name Secret {secret}"),
             PROVISIONING,
             || async {
@@ -375,7 +300,7 @@ impl Site {
     /// The name of the `Metal3Data` CAPM3 renders for `Metal3Machine` `machine`, once it has.
     async fn data_of(&self, machine: &str) -> String {
         let machines = self.capm3("Metal3Machine");
-        eventually(
+        self.eventually(
             &format!("Metal3Machine {machine} to name its Metal3Data"),
             PROVISIONING,
             || async {
@@ -397,14 +322,7 @@ impl Site {
     /// the host overwrites it, which the first test shows.
     async fn delete_machine(&self, name: &str, host: &str, claims: &[&str]) {
         let data = self.data_of(name).await;
-        self.machines()
-            .delete(name, &DeleteParams::default())
-            .await
-            .unwrap_or_else(|e| panic!("deleting Machine {name}: {e}"));
-        for claim in claims {
-            wait_gone(&self.claims(), claim, PROVISIONING).await;
-            wait_gone(&self.addresses(), claim, Duration::from_secs(60)).await;
-        }
+        self.delete_machine_and_claims(name, claims).await;
         wait_gone(&self.capm3("Metal3Machine"), name, PROVISIONING).await;
         wait_gone(&self.capm3("Metal3Data"), &data, PROVISIONING).await;
         wait_gone(
@@ -429,24 +347,6 @@ impl Site {
     }
 }
 
-/// [`wait_for`], failing with the end of CAPM3's and CAPI core's logs: what CAPM3 did not do is
-/// explained there.
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    wait_explained(what, timeout, check, || {
-        let env = support::capm3_env();
-        format!(
-            "\n--- CAPM3's log ends:\n{}\n--- CAPI core's log ends:\n{}",
-            env.capm3().map(|m| m.log_tail()).unwrap_or_default(),
-            env.capi().map(|m| m.log_tail()).unwrap_or_default(),
-        )
-    })
-    .await
-}
-
 /// The network `id` of rendered network data, as `[type, ip_address, netmask, gateway of its
 /// first route]`.
 fn rendered(network_data: &Value, id: &str) -> [String; 4] {
@@ -463,26 +363,19 @@ fn rendered(network_data: &Value, id: &str) -> [String; 4] {
     .map(|v| v.as_str().unwrap_or_default().to_string())
 }
 
-/// Prints what `kubectl get metal3datas,ipaddressclaims,ipaddresses` shows in `ns`.
-fn show_kubectl_get(ns: &str) {
-    print_kubectl_get(
-        support::capm3_env().kubeconfig(),
-        "metal3datas,ipaddressclaims.ipam.cluster.x-k8s.io,ipaddresses.ipam.cluster.x-k8s.io",
-        "metal3datas,ipaddressclaims,ipaddresses",
-        ns,
-    );
-}
-
-/// One test's bed: a namespace of its own with an inpool controller for it (kept running while
-/// the returned controller lives), `pools` created there, and a [`Site`] in it.
+/// One test's bed ([`Consumer::bed`]) whose site is a `Metal3Cluster`.
 async fn bed(pools: &[InClusterIPPool]) -> (RunningController, Api<InClusterIPPool>, Site) {
-    let (client, ns) = support::capm3_env().namespace().await;
-    let inpool = start_controller(&client, &ns);
-    let api: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
-    for pool in pools {
-        create(&api, pool).await;
-    }
-    (inpool, api, Site::new(&client, &ns).await)
+    let (inpool, api, site) = CAPM3
+        .bed(
+            pools,
+            json!({
+                "apiVersion": format!("{INFRASTRUCTURE}/v1beta2"), "kind": "Metal3Cluster",
+                "spec": {"controlPlaneEndpoint": {"host": "192.168.111.249", "port": 6443},
+                         "cloudProviderEnabled": false},
+            }),
+        )
+        .await;
+    (inpool, api, Site(site))
 }
 
 #[tokio::test]
@@ -528,7 +421,7 @@ async fn capm3_renders_network_data_from_an_inclusterippool_and_deleting_the_mac
         serde_json::to_string_pretty(&network_data).unwrap_or_default()
     ));
     site.metal3_data_ready("worker-a", "True").await;
-    show_kubectl_get(&site.ns);
+    site.show_kubectl_get();
 
     // Deleting the Machine releases the claim, the address and the host; the next machine on
     // the host gets the same address again.
@@ -587,18 +480,16 @@ async fn capm3_waits_on_an_exhausted_pool_and_renders_once_it_grows_or_an_addres
          {data_status}\nMetal3Machine full-b Metal3DataReady: {data_ready}",
         ready_message(&waiting),
     ));
-    show_kubectl_get(&site.ns);
+    site.show_kubectl_get();
 
     // Growing the pool is all it takes: nothing is done to CAPM3's objects.
     let grown = Instant::now();
-    pools
-        .patch(
-            "one",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"addresses": ["10.20.0.10-10.20.0.11"]}})),
-        )
-        .await
-        .unwrap();
+    merge_patch(
+        &pools,
+        "one",
+        json!({"spec": {"addresses": ["10.20.0.10-10.20.0.11"]}}),
+    )
+    .await;
     wait_reason(&site.claims(), &claim_b, "AddressAllocated").await;
     let network_data = site.network_data("full-b").await;
     inpool_testenv::say(&format!(
@@ -665,14 +556,7 @@ async fn capm3_waits_on_an_exhausted_pool_and_renders_once_it_grows_or_an_addres
 /// lands in the second subnet whatever the order the claims come in.
 #[tokio::test]
 async fn capm3_renders_a_pre_allocated_address_and_the_second_subnets_prefix_and_gateway() {
-    let mut spanning = pool("spanning", &["10.40.0.10"], 24, Some("10.40.0.1"));
-    spanning.spec.pre_allocations = Some(vec![PreAllocation::new("pre-0-spanning", "10.40.0.10")]);
-    spanning.spec.additional_subnets = Some(vec![AdditionalSubnet::new(
-        ["10.41.0.10-10.41.0.20"],
-        26,
-        Some("10.41.0.1"),
-    )]);
-    let (_inpool, pools, site) = bed(&[spanning]).await;
+    let (_inpool, pools, site) = bed(&[spanning_pool("pre-0-spanning")]).await;
     let network = || Network::v4("InClusterIPPool", "spanning");
     site.data_template("pre", &[network()]).await;
     site.data_template("span", &[network()]).await;
@@ -713,7 +597,7 @@ async fn capm3_renders_a_pre_allocated_address_and_the_second_subnets_prefix_and
     site.host_points_at_network_data("pre-host", "pre-m").await;
     site.host_points_at_network_data("span-host", "span-m")
         .await;
-    show_kubectl_get(&site.ns);
+    site.show_kubectl_get();
 
     // Released, the pre-allocated address is kept for its claim: it still counts as used.
     site.delete_machine("pre-m", "pre-host", &["pre-0-spanning"])
@@ -727,18 +611,8 @@ async fn capm3_renders_a_pre_allocated_address_and_the_second_subnets_prefix_and
 /// `InClusterIPPool`, each with its gateway; CAPM3 creates one claim per pool.
 #[tokio::test]
 async fn capm3_renders_ipv4_from_a_global_pool_and_ipv6_from_a_namespaced_pool_on_one_host() {
-    let (_inpool, pools, site) = bed(&[pool(
-        "v6",
-        &["fd00:10::10-fd00:10::20"],
-        64,
-        Some("fd00:10::1"),
-    )])
-    .await;
-    let global_pools: Api<GlobalInClusterIPPool> = Api::all(site.client.clone());
-    let global_name = unique("capm3-global");
-    let mut global = global_pool(&global_name, &["10.30.0.10-10.30.0.12"], 24);
-    global.spec.gateway = Some("10.30.0.1".into());
-    create(&global_pools, &global).await;
+    let (_inpool, pools, site) = bed(&[v6_pool()]).await;
+    let (global_pools, global_name) = site.create_global_pool().await;
     site.data_template(
         "dual",
         &[
@@ -781,11 +655,7 @@ async fn capm3_renders_ipv4_from_a_global_pool_and_ipv6_from_a_namespaced_pool_o
     site.delete_machine("dual-m", "dual-0", &[&global_claim, &v6_claim])
         .await;
     wait_pool_used(&pools, "v6", 0).await;
-    wait_pool_used(&global_pools, &global_name, 0).await;
-    global_pools
-        .delete(&global_name, &DeleteParams::default())
-        .await
-        .unwrap();
+    site.delete_global_pool(&global_pools, &global_name).await;
 }
 
 /// The pitfall of `metal3-io/cluster-api-provider-metal3` PR #2810: a `fromPoolRef` that names an

@@ -14,196 +14,132 @@
 //! (v1beta1) and `IPAddressClaimsFulfilled` (v1beta2), which CAPV aggregates from the claims'
 //! `Ready` conditions as it reads them through CAPI's v1beta1 API.
 
-use std::time::Duration;
-
-use inpool::api::{
-    AdditionalSubnet, GlobalInClusterIPPool, IPAddress, IPAddressClaim, InClusterIPPool,
-    PreAllocation,
-};
+use inpool::api::InClusterIPPool;
 use inpool_testenv::capv::{self, GROUP as INFRASTRUCTURE};
 use inpool_testenv::{common, support};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::{Client, ResourceExt};
+use kube::api::{Api, DynamicObject};
 use serde_json::{Value, json};
 
 use common::*;
 
-/// How long CAPV may take to clone, configure and power on a VM and report back (seconds by
-/// hand; CAPV requeues slowly after errors, and tests run side by side).
-const PROVISIONING: Duration = Duration::from_secs(180);
+/// CAPV, as the shared part of a [`Site`] knows it.
+static CAPV: Consumer = Consumer {
+    name: "CAPV",
+    env: support::capv_env,
+    claim_owner: "VSphereVM",
+    claim_finalizer: "vspherevm.infrastructure.cluster.x-k8s.io/ip-claim-protection",
+};
 
-/// CAPV's finalizer on the claims it creates.
-const CAPV_CLAIM_FINALIZER: &str = "vspherevm.infrastructure.cluster.x-k8s.io/ip-claim-protection";
+/// One CAPI Cluster on the simulator, in a test's namespace: what CAPV's tests add to the
+/// shared [`ConsumerSite`].
+struct Site(ConsumerSite);
 
-/// One CAPI Cluster on the simulator, in a test's namespace.
-struct Site {
-    client: Client,
-    ns: String,
-    /// The `VSphereCluster` and `Cluster` name.
-    cluster: String,
+impl std::ops::Deref for Site {
+    type Target = ConsumerSite;
+
+    fn deref(&self) -> &ConsumerSite {
+        &self.0
+    }
+}
+
+/// One test's bed ([`Consumer::bed`]) whose site is a `VSphereCluster` on the simulator (CAPV's
+/// default credentials, no thumbprint: CAPV then skips certificate checks).
+async fn bed(pools: &[InClusterIPPool]) -> (RunningController, Api<InClusterIPPool>, Site) {
+    let simulator = support::capv_env().simulator().expect("the simulator runs");
+    let (inpool, api, site) = CAPV
+        .bed(
+            pools,
+            json!({
+                "apiVersion": format!("{INFRASTRUCTURE}/v1beta1"), "kind": "VSphereCluster",
+                "spec": {"server": simulator.server,
+                         "controlPlaneEndpoint": {"host": "10.99.0.5", "port": 6443}},
+            }),
+        )
+        .await;
+    (inpool, api, Site(site))
 }
 
 impl Site {
-    /// A `VSphereCluster` on the simulator (CAPV's default credentials, no thumbprint: CAPV then
-    /// skips certificate checks) and a `Cluster` pointing at it.
-    async fn new(client: &Client, ns: &str) -> Site {
-        let simulator = support::capv_env().simulator().expect("the simulator runs");
-        let site = Site {
-            client: client.clone(),
-            ns: ns.to_string(),
-            cluster: "c1".to_string(),
-        };
-        site.apply(json!({
-            "apiVersion": format!("{INFRASTRUCTURE}/v1beta1"), "kind": "VSphereCluster",
-            "metadata": {"name": site.cluster},
-            "spec": {"server": simulator.server,
-                     "controlPlaneEndpoint": {"host": "10.99.0.5", "port": 6443}},
-        }))
-        .await;
-        site.apply(json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": site.cluster},
-            "spec": {"infrastructureRef": {"apiGroup": INFRASTRUCTURE, "kind": "VSphereCluster",
-                                           "name": site.cluster}},
-        }))
-        .await;
-        site
-    }
-
-    /// A Machine with its bootstrap data given by hand (no bootstrap provider needed) and a
-    /// `VSphereMachine` cloning the simulator's template, whose one network device takes one
-    /// address from each of `pools` (`(kind, name)`). VM names are global in the simulator, so
-    /// every machine of the test binary needs a name of its own.
+    /// A Machine on a `VSphereMachine` cloning the simulator's template, whose one network
+    /// device takes one address from each of `pools` (`(kind, name)`). VM names are global in
+    /// the simulator, so every machine of the test binary needs a name of its own.
     async fn machine(&self, name: &str, pools: &[(&str, &str)]) {
-        let labels = json!({"cluster.x-k8s.io/cluster-name": self.cluster});
-        self.apply(json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": format!("{name}-bootstrap"), "labels": labels},
-            "stringData": {"format": "cloud-config", "value": "#cloud-config\n"},
-        }))
-        .await;
         let from_pools: Vec<Value> = pools
             .iter()
             .map(|(kind, pool)| json!({"apiGroup": GROUP, "kind": kind, "name": pool}))
             .collect();
-        self.apply(json!({
-            "apiVersion": format!("{INFRASTRUCTURE}/v1beta1"), "kind": "VSphereMachine",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {
-                // The simulator's VPX model: its template disk is 10 GiB, and CAPV refuses to
-                // shrink a disk; its datacenter has two compute resources, so name the pool.
-                "template": "DC0_H0_VM0", "datacenter": "DC0", "datastore": "LocalDS_0",
-                "resourcePool": "/DC0/host/DC0_C0/Resources", "folder": "/DC0/vm",
-                "cloneMode": "fullClone", "numCPUs": 1, "memoryMiB": 512, "diskGiB": 10,
-                "network": {"devices": [
-                    {"networkName": "VM Network", "addressesFromPools": from_pools},
-                ]},
-            },
-        }))
-        .await;
-        self.apply(machine(
-            &self.cluster,
-            name,
-            &labels,
-            INFRASTRUCTURE,
-            "VSphereMachine",
-        ))
-        .await;
-    }
-
-    async fn apply(&self, object: Value) {
-        apply_as(&self.client, &self.ns, "inpool-capv-test", object).await;
-    }
-
-    /// CAPI's Machines (`cluster.x-k8s.io/v1beta2`) of the site's namespace.
-    fn machines(&self) -> Api<DynamicObject> {
-        capi_machines(&self.client, &self.ns)
+        self.0
+            .machine(
+                name,
+                json!({
+                    "apiVersion": format!("{INFRASTRUCTURE}/v1beta1"), "kind": "VSphereMachine",
+                    "spec": {
+                        // The simulator's VPX model: its template disk is 10 GiB, and CAPV
+                        // refuses to shrink a disk; its datacenter has two compute resources, so
+                        // name the pool.
+                        "template": "DC0_H0_VM0", "datacenter": "DC0", "datastore": "LocalDS_0",
+                        "resourcePool": "/DC0/host/DC0_C0/Resources", "folder": "/DC0/vm",
+                        "cloneMode": "fullClone", "numCPUs": 1, "memoryMiB": 512, "diskGiB": 10,
+                        "network": {"devices": [
+                            {"networkName": "VM Network", "addressesFromPools": from_pools},
+                        ]},
+                    },
+                }),
+            )
+            .await;
     }
 
     fn vsphere_vms(&self) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), &self.ns, &capv::resource("VSphereVM"))
     }
 
-    fn claims(&self) -> Api<IPAddressClaim> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    fn addresses(&self) -> Api<IPAddress> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    /// Waits until CAPV has created the claim `name` for a `VSphereVM` and returns it.
-    async fn claim_created_by_capv(&self, name: &str, vm: &str) -> IPAddressClaim {
-        let claims = self.claims();
-        let claim = eventually(
-            &format!("CAPV to create claim {}/{name}", self.ns),
-            PROVISIONING,
-            || async { claims.get_opt(name).await.unwrap() },
-        )
-        .await;
-        let owner = claim
-            .owner_references()
-            .iter()
-            .find(|o| o.kind == "VSphereVM")
-            .unwrap_or_else(|| panic!("claim {name} has no VSphereVM owner: {claim:?}"));
-        assert_eq!(owner.name, vm, "claim {name}'s owner");
-        assert!(
-            claim.finalizers().iter().any(|f| f == CAPV_CLAIM_FINALIZER),
-            "claim {name} lacks CAPV's finalizer: {:?}",
-            claim.finalizers()
-        );
-        assert_eq!(
-            claim.labels().get("cluster.x-k8s.io/cluster-name"),
-            Some(&self.cluster),
-            "CAPV copies the cluster-name label, its only link to the Cluster"
-        );
-        claim
+    /// Waits until the `VSphereVM` `vm` passes `check`, and returns it; `what` says what is
+    /// waited for.
+    async fn vm_when(
+        &self,
+        vm: &str,
+        what: &str,
+        check: impl Fn(&DynamicObject) -> Option<bool>,
+    ) -> DynamicObject {
+        let vms = self.vsphere_vms();
+        self.eventually(what, PROVISIONING, || async {
+            let object = vms.get_opt(vm).await.unwrap()?;
+            check(&object)?.then_some(object)
+        })
+        .await
     }
 
     /// Waits until `vm`'s v1beta1 condition `IPAddressClaimed` has `status` and a reason that
     /// starts with `reason` (CAPV reports `IPAddressClaimsBeingCreated` until every claim has a
     /// `Ready` condition, then aggregates the claims' reasons), and returns the `VSphereVM`.
     async fn vm_with_claimed(&self, vm: &str, status: &str, reason: &str) -> DynamicObject {
-        let vms = self.vsphere_vms();
-        eventually(
-            &format!("VSphereVM {vm} to have IPAddressClaimed={status} ({reason}…)"),
-            PROVISIONING,
-            || async {
-                let object = vms.get_opt(vm).await.unwrap()?;
-                let claimed = condition_at(&object, "/status/conditions", "IPAddressClaimed")?;
-                let reason_matches = claimed["reason"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .starts_with(reason);
-                (claimed["status"] == status && reason_matches).then_some(object)
-            },
-        )
+        let what = format!("VSphereVM {vm} to have IPAddressClaimed={status} ({reason}…)");
+        self.vm_when(vm, &what, |object| {
+            let claimed = condition_at(object, "/status/conditions", "IPAddressClaimed")?;
+            let reason_matches = claimed["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with(reason);
+            Some(claimed["status"] == status && reason_matches)
+        })
         .await
     }
 
     /// Waits until the guest of `vm` reports `address` and CAPV has copied it into the
     /// `VSphereVM`'s `status.addresses`.
     async fn vm_reports(&self, vm: &str, address: &str) -> DynamicObject {
-        let vms = self.vsphere_vms();
-        eventually(
-            &format!("VSphereVM {vm} to report address {address}"),
-            PROVISIONING,
-            || async {
-                let object = vms.get_opt(vm).await.unwrap()?;
-                object.data["status"]["addresses"]
-                    .as_array()?
-                    .iter()
-                    .any(|a| a == address)
-                    .then_some(object)
-            },
-        )
+        let what = format!("VSphereVM {vm} to report address {address}");
+        self.vm_when(vm, &what, |object| {
+            let addresses = object.data["status"]["addresses"].as_array()?;
+            Some(addresses.iter().any(|a| a == address))
+        })
         .await
     }
 
     /// What the simulated guest of `vm` configured from the metadata CAPV wrote into the VM.
     async fn guest_network(&self, vm: &str) -> String {
         let simulator = support::capv_env().simulator().expect("the simulator runs");
-        eventually(
+        self.eventually(
             &format!("the guest of VM {vm} to configure its network"),
             PROVISIONING,
             || async { simulator.guest_network(vm) },
@@ -211,79 +147,51 @@ impl Site {
         .await
     }
 
+    /// Waits until the machine `vm`, of one network device with one pool entry, is provisioned
+    /// with an address: CAPV has created its claim (`<VSphereVM>-<device>-<pool entry>`), inpool
+    /// has realised it as `cidr`, CAPV wrote the address into the VM and the guest configured
+    /// `guest` (as the simulator prints it), and CAPV reports the address and
+    /// `IPAddressClaimed=True` on the `VSphereVM`, which is returned.
+    async fn provisioned(&self, vm: &str, cidr: &str, guest: &str) -> DynamicObject {
+        let claim = format!("{vm}-0-0");
+        self.claim_created(&claim, vm).await;
+        wait_reason(&self.claims(), &claim, "AddressAllocated").await;
+        let address = self.addresses().get(&claim).await.unwrap();
+        assert_eq!(cidr_of(&address), cidr);
+        assert_eq!(self.guest_network(vm).await, guest);
+        self.vm_reports(vm, &address.spec.address).await;
+        self.vm_with_claimed(vm, "True", "").await
+    }
+
     /// Deletes the Machine `name` and waits until CAPV has deleted its VM and the garbage
     /// collector its claims, and inpool has released their addresses.
     async fn delete_machine(&self, name: &str, claims: &[&str]) {
-        self.machines()
-            .delete(name, &DeleteParams::default())
-            .await
-            .unwrap_or_else(|e| panic!("deleting Machine {name}: {e}"));
-        for claim in claims {
-            wait_gone(&self.claims(), claim, PROVISIONING).await;
-            wait_gone(&self.addresses(), claim, Duration::from_secs(60)).await;
-        }
+        self.delete_machine_and_claims(name, claims).await;
         wait_gone(&self.vsphere_vms(), name, PROVISIONING).await;
     }
 }
 
-/// [`wait_for`], failing with the end of CAPV's, CAPI core's and the simulator's logs: what
-/// CAPV did not do is explained there.
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    wait_explained(what, timeout, check, || {
-        let env = support::capv_env();
-        format!(
-            "\n--- CAPV's log ends:\n{}\n--- CAPI core's log ends:\n{}\n\
-             --- the simulator's log ends:\n{}",
-            env.capv().map(|m| m.log_tail()).unwrap_or_default(),
-            env.capi().map(|m| m.log_tail()).unwrap_or_default(),
-            env.simulator().map(|s| s.log_tail()).unwrap_or_default(),
-        )
-    })
-    .await
-}
-
-/// Prints what `kubectl get vspherevms,ipaddressclaims,ipaddresses` shows in `ns` (docs/contract.md's "Tested with" screen comes from here).
-fn show_kubectl_get(ns: &str) {
-    print_kubectl_get(
-        support::capv_env().kubeconfig(),
-        "vspherevms,ipaddressclaims.ipam.cluster.x-k8s.io,ipaddresses.ipam.cluster.x-k8s.io",
-        "vspherevms,ipaddressclaims,ipaddresses",
-        ns,
-    );
-}
-
 #[tokio::test]
 async fn capv_provisions_a_machine_from_an_inclusterippool_and_deleting_it_releases_the_address() {
-    let (client, ns) = support::capv_env().namespace().await;
-    let _inpool = start_controller(&client, &ns);
-    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
-    create(
-        &pools,
-        &pool("vm-pool", &["10.10.0.10-10.10.0.20"], 24, Some("10.10.0.1")),
-    )
+    let (_inpool, pools, site) = bed(&[pool(
+        "vm-pool",
+        &["10.10.0.10-10.10.0.20"],
+        24,
+        Some("10.10.0.1"),
+    )])
     .await;
-    let site = Site::new(&client, &ns).await;
     site.machine("v4-m1", &[("InClusterIPPool", "vm-pool")])
         .await;
 
-    // CAPV names the claim <VSphereVM>-<device>-<pool entry>.
-    site.claim_created_by_capv("v4-m1-0-0", "v4-m1").await;
-    wait_reason(&site.claims(), "v4-m1-0-0", "AddressAllocated").await;
-    let address = site.addresses().get("v4-m1-0-0").await.unwrap();
-    assert_eq!(cidr_of(&address), "10.10.0.10/24");
-
     // CAPV wrote inpool's address and gateway into the VM, the guest applied them, and CAPV
     // reports the address on the VSphereVM.
-    assert_eq!(
-        site.guest_network("v4-m1").await,
-        "addresses=[10.10.0.10/24] gateway4=10.10.0.1 gateway6="
-    );
-    site.vm_reports("v4-m1", "10.10.0.10").await;
-    let vm = site.vm_with_claimed("v4-m1", "True", "").await;
+    let vm = site
+        .provisioned(
+            "v4-m1",
+            "10.10.0.10/24",
+            "addresses=[10.10.0.10/24] gateway4=10.10.0.1 gateway6=",
+        )
+        .await;
     let fulfilled = condition_at(
         &vm,
         "/status/v1beta2/conditions",
@@ -294,12 +202,12 @@ async fn capv_provisions_a_machine_from_an_inclusterippool_and_deleting_it_relea
 
     // The Machine is provisioned: CAPI copied the provider ID from the VSphereMachine.
     let machines = site.machines();
-    eventually("Machine v4-m1 to be Provisioned", PROVISIONING, || async {
+    site.eventually("Machine v4-m1 to be Provisioned", PROVISIONING, || async {
         let machine = machines.get("v4-m1").await.ok()?;
         (machine.data["status"]["phase"] == "Provisioned").then_some(())
     })
     .await;
-    show_kubectl_get(&ns);
+    site.show_kubectl_get();
 
     site.delete_machine("v4-m1", &["v4-m1-0-0"]).await;
     wait_pool_used(&pools, "vm-pool", 0).await;
@@ -307,16 +215,12 @@ async fn capv_provisions_a_machine_from_an_inclusterippool_and_deleting_it_relea
 
 #[tokio::test]
 async fn capv_shows_pool_exhausted_from_inpool_and_proceeds_when_the_pool_grows() {
-    let (client, ns) = support::capv_env().namespace().await;
-    let _inpool = start_controller(&client, &ns);
-    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
-    create(&pools, &pool("one", &["10.20.0.10"], 24, Some("10.20.0.1"))).await;
-    let site = Site::new(&client, &ns).await;
+    let (_inpool, pools, site) = bed(&[pool("one", &["10.20.0.10"], 24, Some("10.20.0.1"))]).await;
     site.machine("full-a", &[("InClusterIPPool", "one")]).await;
-    site.claim_created_by_capv("full-a-0-0", "full-a").await;
+    site.claim_created("full-a-0-0", "full-a").await;
     wait_reason(&site.claims(), "full-a-0-0", "AddressAllocated").await;
     site.machine("full-b", &[("InClusterIPPool", "one")]).await;
-    site.claim_created_by_capv("full-b-0-0", "full-b").await;
+    site.claim_created("full-b-0-0", "full-b").await;
     let waiting = wait_reason(&site.claims(), "full-b-0-0", "PoolExhausted").await;
     let inpool_message = ready_message(&waiting);
 
@@ -344,7 +248,7 @@ async fn capv_shows_pool_exhausted_from_inpool_and_proceeds_when_the_pool_grows(
     inpool_testenv::say(&format!(
         "VSphereVM full-b: IPAddressClaimed {claimed}\nIPAddressClaimsFulfilled {fulfilled}"
     ));
-    show_kubectl_get(&ns);
+    site.show_kubectl_get();
     assert!(
         site.vsphere_vms().get("full-b").await.unwrap().data["status"]["addresses"]
             .as_array()
@@ -353,14 +257,12 @@ async fn capv_shows_pool_exhausted_from_inpool_and_proceeds_when_the_pool_grows(
     );
 
     // Growing the pool is all it takes: nothing is done to CAPV's objects.
-    pools
-        .patch(
-            "one",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"addresses": ["10.20.0.10-10.20.0.11"]}})),
-        )
-        .await
-        .unwrap();
+    merge_patch(
+        &pools,
+        "one",
+        json!({"spec": {"addresses": ["10.20.0.10-10.20.0.11"]}}),
+    )
+    .await;
     wait_reason(&site.claims(), "full-b-0-0", "AddressAllocated").await;
     assert_eq!(
         site.guest_network("full-b").await,
@@ -376,59 +278,21 @@ async fn capv_shows_pool_exhausted_from_inpool_and_proceeds_when_the_pool_grows(
 
 #[tokio::test]
 async fn capv_takes_addresses_from_an_ipv6_pool_and_a_global_pool_the_same_way() {
-    let (client, ns) = support::capv_env().namespace().await;
-    let _inpool = start_controller(&client, &ns);
-    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
-    create(
-        &pools,
-        &pool("v6", &["fd00:10::10-fd00:10::20"], 64, Some("fd00:10::1")),
-    )
-    .await;
-    let global_pools: Api<GlobalInClusterIPPool> = Api::all(client.clone());
-    let global_name = unique("capv-global");
-    let mut global = global_pool(&global_name, &["10.30.0.10-10.30.0.12"], 24);
-    global.spec.gateway = Some("10.30.0.1".into());
-    create(&global_pools, &global).await;
-    let site = Site::new(&client, &ns).await;
+    let (_inpool, pools, site) = bed(&[v6_pool()]).await;
+    let (global_pools, global_name) = site.create_global_pool().await;
     site.machine("v6-m1", &[("InClusterIPPool", "v6")]).await;
     site.machine("global-m1", &[("GlobalInClusterIPPool", &global_name)])
         .await;
 
-    site.claim_created_by_capv("v6-m1-0-0", "v6-m1").await;
-    wait_reason(&site.claims(), "v6-m1-0-0", "AddressAllocated").await;
-    assert_eq!(
-        cidr_of(&site.addresses().get("v6-m1-0-0").await.unwrap()),
-        "fd00:10::10/64"
-    );
-    assert_eq!(
-        site.guest_network("v6-m1").await,
-        "addresses=[fd00:10::10/64] gateway4= gateway6=fd00:10::1"
-    );
-    site.vm_reports("v6-m1", "fd00:10::10").await;
-    site.vm_with_claimed("v6-m1", "True", "").await;
-
-    site.claim_created_by_capv("global-m1-0-0", "global-m1")
-        .await;
-    wait_reason(&site.claims(), "global-m1-0-0", "AddressAllocated").await;
-    assert_eq!(
-        cidr_of(&site.addresses().get("global-m1-0-0").await.unwrap()),
-        "10.30.0.10/24"
-    );
-    assert_eq!(
-        site.guest_network("global-m1").await,
-        "addresses=[10.30.0.10/24] gateway4=10.30.0.1 gateway6="
-    );
-    site.vm_reports("global-m1", "10.30.0.10").await;
-    site.vm_with_claimed("global-m1", "True", "").await;
+    let guest = "addresses=[fd00:10::10/64] gateway4= gateway6=fd00:10::1";
+    site.provisioned("v6-m1", "fd00:10::10/64", guest).await;
+    let guest = "addresses=[10.30.0.10/24] gateway4=10.30.0.1 gateway6=";
+    site.provisioned("global-m1", "10.30.0.10/24", guest).await;
 
     site.delete_machine("v6-m1", &["v6-m1-0-0"]).await;
     site.delete_machine("global-m1", &["global-m1-0-0"]).await;
     wait_pool_used(&pools, "v6", 0).await;
-    wait_pool_used(&global_pools, &global_name, 0).await;
-    global_pools
-        .delete(&global_name, &DeleteParams::default())
-        .await
-        .unwrap();
+    site.delete_global_pool(&global_pools, &global_name).await;
 }
 
 /// A pool whose own subnet holds one address, pre-allocated to the claim CAPV creates for machine
@@ -438,28 +302,17 @@ async fn capv_takes_addresses_from_an_ipv6_pool_and_a_global_pool_the_same_way()
 /// exhausting anything by hand.
 #[tokio::test]
 async fn capv_gives_a_vm_its_pre_allocated_address_and_another_vm_the_second_subnets_gateway() {
-    let (client, ns) = support::capv_env().namespace().await;
-    let _inpool = start_controller(&client, &ns);
-    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
-    let mut spanning = pool("spanning", &["10.40.0.10"], 24, Some("10.40.0.1"));
-    spanning.spec.pre_allocations = Some(vec![PreAllocation::new("pre-m1-0-0", "10.40.0.10")]);
-    spanning.spec.additional_subnets = Some(vec![AdditionalSubnet::new(
-        ["10.41.0.10-10.41.0.20"],
-        26,
-        Some("10.41.0.1"),
-    )]);
-    create(&pools, &spanning).await;
-    let site = Site::new(&client, &ns).await;
+    let (_inpool, pools, site) = bed(&[spanning_pool("pre-m1-0-0")]).await;
 
     // The machine without an entry comes first and is served first: the pre-allocated address,
     // the lowest of the pool's first subnet, is kept from it, so it gets the second subnet's first.
     site.machine("span-m2", &[("InClusterIPPool", "spanning")])
         .await;
-    site.claim_created_by_capv("span-m2-0-0", "span-m2").await;
+    site.claim_created("span-m2-0-0", "span-m2").await;
     wait_reason(&site.claims(), "span-m2-0-0", "AddressAllocated").await;
     site.machine("pre-m1", &[("InClusterIPPool", "spanning")])
         .await;
-    site.claim_created_by_capv("pre-m1-0-0", "pre-m1").await;
+    site.claim_created("pre-m1-0-0", "pre-m1").await;
     let realised = wait_reason(&site.claims(), "pre-m1-0-0", "AddressAllocated").await;
     let message = ready_message(&realised);
     assert!(
@@ -491,7 +344,7 @@ async fn capv_gives_a_vm_its_pre_allocated_address_and_another_vm_the_second_sub
     site.vm_reports("span-m2", "10.41.0.10").await;
     site.vm_with_claimed("pre-m1", "True", "").await;
     site.vm_with_claimed("span-m2", "True", "").await;
-    show_kubectl_get(&ns);
+    site.show_kubectl_get();
 
     // Released, the pre-allocated address is kept for its claim: it still counts as used.
     site.delete_machine("pre-m1", &["pre-m1-0-0"]).await;

@@ -14,7 +14,7 @@ use inpool::allocator::{
 };
 use proptest::prelude::*;
 
-use crate::props;
+use crate::props::{self, OffsetEntry};
 
 /// Offsets inside a window are below this.
 const WINDOW: u32 = 1024;
@@ -73,53 +73,30 @@ fn enumerate(range: AddrRange) -> impl Iterator<Item = Addr> {
     (first..=last).map(move |value| (family, value))
 }
 
-/// One spec entry, as offsets in a window.
-#[derive(Clone, Copy, Debug)]
-enum Entry {
-    Single(u32),
-    Range(u32, u32),
-    /// An address (host bits possibly set) and the number of host bits of the CIDR.
-    Cidr(u32, u32),
+fn entry() -> impl Strategy<Value = OffsetEntry> {
+    props::offset_entry(WINDOW, 6)
 }
 
-fn entry() -> impl Strategy<Value = Entry> {
-    prop_oneof![
-        (0..WINDOW).prop_map(Entry::Single),
-        (0..WINDOW, 0..WINDOW).prop_map(|(a, b)| Entry::Range(a.min(b), a.max(b))),
-        (0..WINDOW, 0..=6u32).prop_map(|(a, host_bits)| Entry::Cidr(a, host_bits)),
-    ]
-}
-
-impl Entry {
-    fn text(self, window: Window) -> String {
-        match self {
-            Entry::Single(a) => ip(window.addr(a)).to_string(),
-            Entry::Range(a, b) => format!("{}-{}", ip(window.addr(a)), ip(window.addr(b))),
-            Entry::Cidr(a, host_bits) => {
-                let len = u32::from(window.family.bits()) - host_bits;
-                format!("{}/{len}", ip(window.addr(a)))
-            }
-        }
+impl Window {
+    /// `entry` as a spec writes it, in this window.
+    fn text(&self, entry: OffsetEntry) -> String {
+        entry.text(u32::from(self.family.bits()), |offset| {
+            ip(self.addr(offset)).to_string()
+        })
     }
 
-    fn addresses(self, window: Window) -> BTreeSet<Addr> {
-        let (first, last) = match self {
-            Entry::Single(a) => (a, a),
-            Entry::Range(a, b) => (a, b),
-            Entry::Cidr(a, host_bits) => {
-                let mask = (1u32 << host_bits) - 1;
-                (a & !mask, a | mask)
-            }
-        };
-        (first..=last).map(|offset| window.addr(offset)).collect()
+    /// The addresses `entry` covers in this window.
+    fn addresses(&self, entry: OffsetEntry) -> BTreeSet<Addr> {
+        let (first, last) = entry.offsets();
+        (first..=last).map(|offset| self.addr(offset)).collect()
     }
 }
 
 #[derive(Clone, Debug)]
 struct SpecGen {
     window: Window,
-    addresses: Vec<Entry>,
-    excluded: Vec<Entry>,
+    addresses: Vec<OffsetEntry>,
+    excluded: Vec<OffsetEntry>,
     /// Host bits of the subnet: up to 12, so the subnet is sometimes larger than the window
     /// and sometimes cuts entries off.
     subnet_host_bits: u32,
@@ -149,7 +126,8 @@ fn spec_in(window: Window) -> impl Strategy<Value = SpecGen> {
 
 impl SpecGen {
     fn input(&self) -> PoolSpecInput {
-        let texts = |entries: &[Entry]| entries.iter().map(|e| e.text(self.window)).collect();
+        let texts =
+            |entries: &[OffsetEntry]| entries.iter().map(|e| self.window.text(*e)).collect();
         PoolSpecInput {
             addresses: texts(&self.addresses),
             prefix: i64::from(u32::from(self.window.family.bits()) - self.subnet_host_bits),
@@ -167,7 +145,7 @@ impl SpecGen {
         let entries: Vec<BTreeSet<Addr>> = self
             .addresses
             .iter()
-            .map(|e| e.addresses(self.window))
+            .map(|e| self.window.addresses(*e))
             .collect();
         let configured: BTreeSet<Addr> = entries.iter().flatten().copied().collect();
         let lowest = configured.first().expect("at least one entry").1;
@@ -181,7 +159,7 @@ impl SpecGen {
         }
         let mut pool = configured;
         for excluded in &self.excluded {
-            for a in excluded.addresses(self.window) {
+            for a in self.window.addresses(*excluded) {
                 pool.remove(&a);
             }
         }
@@ -287,12 +265,7 @@ impl Model {
     }
 
     fn check(&self, allocator: &Allocator) -> Result<(), TestCaseError> {
-        let counts = allocator.counts();
-        let used_in_pool = self.used.iter().filter(|a| self.pool.contains(a)).count() as u128;
-        prop_assert_eq!(counts.total, self.pool.len() as u128);
-        prop_assert_eq!(counts.used, self.used.len() as u128);
-        prop_assert_eq!(counts.out_of_range, self.used.len() as u128 - used_in_pool);
-        prop_assert_eq!(counts.free, self.pool.len() as u128 - used_in_pool);
+        props::check_counts(allocator.counts(), &self.pool, &self.used)?;
         prop_assert_eq!(allocator.lowest_free(), self.free().next().copied().map(ip));
         Ok(())
     }
@@ -312,13 +285,7 @@ impl Model {
             .out_of_range_ranges()
             .flat_map(enumerate)
             .collect();
-        let model_out: BTreeSet<Addr> = self
-            .used
-            .iter()
-            .filter(|a| !self.pool.contains(a))
-            .copied()
-            .collect();
-        prop_assert_eq!(out, model_out);
+        prop_assert_eq!(out, props::out_of_range(&self.pool, &self.used));
         Ok(())
     }
 }
@@ -410,9 +377,9 @@ fn set_in(window: Window) -> impl Strategy<Value = (AddressSet, BTreeSet<Addr>)>
     prop::collection::vec(entry(), 0..6).prop_map(move |entries| {
         let ranges = entries
             .iter()
-            .map(|e| parse_entry(&e.text(window)).unwrap());
+            .map(|e| parse_entry(&window.text(*e)).unwrap());
         let set = AddressSet::from_ranges(window.family, ranges).unwrap();
-        let model = entries.iter().flat_map(|e| e.addresses(window)).collect();
+        let model = entries.iter().flat_map(|e| window.addresses(*e)).collect();
         (set, model)
     })
 }

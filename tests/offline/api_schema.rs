@@ -727,34 +727,12 @@ fn pool_crds_match_the_reference_names_and_fields() {
     ]) {
         let reference = read_yaml(&reference_dir.join(file));
         let ours = serde_json::to_value(&ours).unwrap();
-        assert_eq!(ours["metadata"]["name"], reference["metadata"]["name"]);
-        assert_eq!(ours["spec"]["group"], reference["spec"]["group"]);
-        assert_eq!(ours["spec"]["scope"], reference["spec"]["scope"]);
-        for key in ["kind", "plural", "singular"] {
-            assert_eq!(
-                ours["spec"]["names"][key], reference["spec"]["names"][key],
-                "names.{key}"
-            );
-        }
-        // inpool adds the `ipam` category and a short name (see
-        // `short_names_and_categories_collide_with_nothing`).
-        assert_eq!(
-            reference["spec"]["names"]["categories"],
-            json!(["cluster-api"])
-        );
-        assert_eq!(
-            ours["metadata"]["labels"]["clusterctl.cluster.x-k8s.io/move-hierarchy"],
-            ""
-        );
+        let ours_v = assert_named_and_served_as_the_reference(&ours, &reference);
         assert!(
             ours["metadata"]["labels"]
                 .get("cluster.x-k8s.io/provider")
                 .is_none()
         );
-        let ours_v = version_of(&ours, "v1alpha2");
-        assert_eq!(ours_v["served"], true);
-        assert_eq!(ours_v["storage"], true);
-        assert_eq!(ours_v["subresources"], json!({"status": {}}));
         // The reference's columns in its order, then the pool's Ready condition and its age.
         let cols: Vec<&str> = ours_v["additionalPrinterColumns"]
             .as_array()
@@ -775,21 +753,7 @@ fn pool_crds_match_the_reference_names_and_fields() {
 
         // Every field of the reference is there, with the same type; the spec requires the
         // same fields; the status counters are the same.
-        let rs = version_schema(&reference, "v1alpha2");
-        let os = version_schema(&ours, "v1alpha2");
-        let mut diffs = vec![];
-        compare_reference_fields(
-            &rs["properties"]["spec"],
-            &os["properties"]["spec"],
-            "spec",
-            &mut diffs,
-        );
-        compare_reference_fields(
-            &rs["properties"]["status"],
-            &os["properties"]["status"],
-            "status",
-            &mut diffs,
-        );
+        let diffs = reference_field_diffs(&reference, &ours);
         assert!(diffs.is_empty(), "{diffs:#?}");
     }
 }
@@ -806,29 +770,7 @@ fn prefix_pool_crds_match_the_reference_names_and_fields() {
         let reference = read_yaml(&reference_dir.join(file));
         let ours = serde_json::to_value(&ours).unwrap();
         let name = ours["metadata"]["name"].as_str().unwrap().to_string();
-        assert_eq!(ours["metadata"]["name"], reference["metadata"]["name"]);
-        assert_eq!(ours["spec"]["group"], reference["spec"]["group"]);
-        assert_eq!(ours["spec"]["scope"], reference["spec"]["scope"], "{name}");
-        for key in ["kind", "plural", "singular"] {
-            assert_eq!(
-                ours["spec"]["names"][key], reference["spec"]["names"][key],
-                "{name}: names.{key}"
-            );
-        }
-        // inpool adds the `ipam` category and a short name (see
-        // `short_names_and_categories_collide_with_nothing`).
-        assert_eq!(
-            reference["spec"]["names"]["categories"],
-            json!(["cluster-api"])
-        );
-        assert_eq!(
-            ours["metadata"]["labels"]["clusterctl.cluster.x-k8s.io/move-hierarchy"],
-            ""
-        );
-        let ours_v = version_of(&ours, "v1alpha2");
-        assert_eq!(ours_v["served"], true);
-        assert_eq!(ours_v["storage"], true);
-        assert_eq!(ours_v["subresources"], json!({"status": {}}));
+        let ours_v = assert_named_and_served_as_the_reference(&ours, &reference);
         // The reference's printer columns first, in its order; inpool adds Ready and Age.
         let columns = |v: &Value| -> Vec<(String, String)> {
             v["additionalPrinterColumns"]
@@ -856,17 +798,66 @@ fn prefix_pool_crds_match_the_reference_names_and_fields() {
             rs["properties"]["spec"]["properties"]["allocationPrefixLength"]["default"],
             "{name}: the default allocation length"
         );
-        let mut diffs = vec![];
-        for part in ["spec", "status"] {
-            compare_reference_fields(
-                &rs["properties"][part],
-                &os["properties"][part],
-                part,
-                &mut diffs,
-            );
-        }
+        let diffs = reference_field_diffs(&reference, &ours);
         assert!(diffs.is_empty(), "{name}: {diffs:#?}");
     }
+}
+
+/// Asserts that our pool CRD `ours` has the reference CRD's name, group, scope and names (inpool
+/// adds the `ipam` category and a short name, see
+/// `short_names_and_categories_collide_with_nothing`), the move-hierarchy label, and a served,
+/// stored `v1alpha2` with a status subresource; returns that version.
+fn assert_named_and_served_as_the_reference<'a>(ours: &'a Value, reference: &Value) -> &'a Value {
+    let name = &ours["metadata"]["name"];
+    assert_eq!(*name, reference["metadata"]["name"]);
+    assert_eq!(ours["spec"]["group"], reference["spec"]["group"], "{name}");
+    assert_eq!(ours["spec"]["scope"], reference["spec"]["scope"], "{name}");
+    for key in ["kind", "plural", "singular"] {
+        assert_eq!(
+            ours["spec"]["names"][key], reference["spec"]["names"][key],
+            "{name}: names.{key}"
+        );
+    }
+    assert_eq!(
+        reference["spec"]["names"]["categories"],
+        json!(["cluster-api"])
+    );
+    assert_eq!(
+        ours["metadata"]["labels"]["clusterctl.cluster.x-k8s.io/move-hierarchy"],
+        ""
+    );
+    let ours_v = version_of(ours, "v1alpha2");
+    assert_eq!(ours_v["served"], true, "{name}");
+    assert_eq!(ours_v["storage"], true, "{name}");
+    assert_eq!(ours_v["subresources"], json!({"status": {}}), "{name}");
+    ours_v
+}
+
+/// Where the `v1alpha2` spec and status schemas of our CRD `ours` fall short of the reference
+/// CRD's (see [`compare_reference_fields`]).
+fn reference_field_diffs(reference: &Value, ours: &Value) -> Vec<String> {
+    let rs = version_schema(reference, "v1alpha2");
+    let os = version_schema(ours, "v1alpha2");
+    let mut diffs = vec![];
+    for part in ["spec", "status"] {
+        compare_reference_fields(
+            &rs["properties"][part],
+            &os["properties"][part],
+            part,
+            &mut diffs,
+        );
+    }
+    diffs
+}
+
+/// The properties a schema node requires.
+fn required_of(schema: &Value) -> BTreeSet<String> {
+    schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
 }
 
 fn compare_reference_fields(reference: &Value, ours: &Value, path: &str, diffs: &mut Vec<String>) {
@@ -886,19 +877,11 @@ fn compare_reference_fields(reference: &Value, ours: &Value, path: &str, diffs: 
             ));
         }
     }
-    let req = |s: &Value| -> BTreeSet<String> {
-        s["required"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect()
-    };
-    if req(reference) != req(ours) {
+    if required_of(reference) != required_of(ours) {
         diffs.push(format!(
             "{path}: required {:?} vs ours {:?}",
-            req(reference),
-            req(ours)
+            required_of(reference),
+            required_of(ours)
         ));
     }
     if let Some(props) = reference["properties"].as_object() {
@@ -961,22 +944,14 @@ fn compare_with_fixture(
             ));
         }
     }
-    let req = |s: &Value| -> BTreeSet<String> {
-        s["required"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect()
-    };
     let ours_props: BTreeSet<String> = ours["properties"]
         .as_object()
         .map(|p| p.keys().cloned().collect())
         .unwrap_or_default();
     // Required-ness of the properties we define must match (the fixture may require fields
     // we do not describe only where we preserve unknown fields).
-    let ours_req = req(ours);
-    let fixture_req: BTreeSet<String> = req(fixture)
+    let ours_req = required_of(ours);
+    let fixture_req: BTreeSet<String> = required_of(fixture)
         .into_iter()
         .filter(|r| ours_props.contains(r))
         .collect();

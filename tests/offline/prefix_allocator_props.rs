@@ -14,7 +14,7 @@ use inpool::allocator::{
 };
 use proptest::prelude::*;
 
-use crate::props;
+use crate::props::{self, OffsetEntry};
 
 const WINDOW: u32 = 256;
 const WINDOW_LENGTH: u8 = 120;
@@ -40,48 +40,6 @@ fn host_mask(length: u8) -> u128 {
     (1u128 << (128 - u32::from(length))) - 1
 }
 
-/// One `excludedPrefixes` entry, as offsets in the window.
-#[derive(Clone, Copy, Debug)]
-enum Excluded {
-    Single(u32),
-    Range(u32, u32),
-    /// An address (host bits possibly set) and the number of host bits of the CIDR.
-    Cidr(u32, u32),
-}
-
-fn excluded() -> impl Strategy<Value = Excluded> {
-    prop_oneof![
-        (0..WINDOW).prop_map(Excluded::Single),
-        (0..WINDOW, 0..WINDOW).prop_map(|(a, b)| Excluded::Range(a.min(b), a.max(b))),
-        (0..WINDOW, 0..=5u32).prop_map(|(a, host_bits)| Excluded::Cidr(a, host_bits)),
-    ]
-}
-
-impl Excluded {
-    fn text(self, base: u128) -> String {
-        match self {
-            Excluded::Single(a) => text(address(base, a)),
-            Excluded::Range(a, b) => {
-                format!("{}-{}", text(address(base, a)), text(address(base, b)))
-            }
-            Excluded::Cidr(a, host_bits) => {
-                format!("{}/{}", text(address(base, a)), 128 - host_bits)
-            }
-        }
-    }
-
-    fn offsets(self) -> (u32, u32) {
-        match self {
-            Excluded::Single(a) => (a, a),
-            Excluded::Range(a, b) => (a, b),
-            Excluded::Cidr(a, host_bits) => {
-                let mask = (1u32 << host_bits) - 1;
-                (a & !mask, a | mask)
-            }
-        }
-    }
-}
-
 #[derive(Clone, Debug)]
 struct SpecGen {
     base: u128,
@@ -89,14 +47,15 @@ struct SpecGen {
     /// Each an offset (aligned down to its length) and a prefix length of 120..=128: some are
     /// longer than `length` and must be refused.
     prefixes: Vec<(u32, u8)>,
-    excluded: Vec<Excluded>,
+    /// `excludedPrefixes` entries.
+    excluded: Vec<OffsetEntry>,
 }
 
 fn spec_in(base: u128, length: impl Strategy<Value = u8>) -> impl Strategy<Value = SpecGen> {
     (
         length,
         prop::collection::vec((0..WINDOW, WINDOW_LENGTH..=128u8), 1..4),
-        prop::collection::vec(excluded(), 0..4),
+        prop::collection::vec(props::offset_entry(WINDOW, 5), 0..4),
     )
         .prop_map(move |(length, prefixes, excluded)| SpecGen {
             base,
@@ -128,7 +87,11 @@ impl SpecGen {
                 .collect(),
             allocation_prefix_length: Some(i64::from(self.length)),
             gateway: Some(text(address(self.base, 1))),
-            excluded_prefixes: self.excluded.iter().map(|e| e.text(self.base)).collect(),
+            excluded_prefixes: self
+                .excluded
+                .iter()
+                .map(|e| e.text(128, |offset| text(address(self.base, offset))))
+                .collect(),
         }
     }
 
@@ -259,12 +222,7 @@ impl Model {
     }
 
     fn check(&self, allocator: &PrefixAllocator) -> Result<(), TestCaseError> {
-        let counts = allocator.counts();
-        let used_in_pool = self.used.iter().filter(|a| self.pool.contains(a)).count() as u128;
-        prop_assert_eq!(counts.total, self.pool.len() as u128);
-        prop_assert_eq!(counts.used, self.used.len() as u128);
-        prop_assert_eq!(counts.out_of_range, self.used.len() as u128 - used_in_pool);
-        prop_assert_eq!(counts.free, self.pool.len() as u128 - used_in_pool);
+        props::check_counts(allocator.counts(), &self.pool, &self.used)?;
         prop_assert_eq!(
             allocator.lowest_free(),
             self.free().next().map(|&n| self.subnet(n))
@@ -311,13 +269,7 @@ impl Model {
         let free = self.networks(allocator.free_ranges());
         prop_assert_eq!(free, self.free().copied().collect::<BTreeSet<_>>());
         let out = self.networks(allocator.out_of_range_ranges());
-        let model_out: BTreeSet<u128> = self
-            .used
-            .iter()
-            .filter(|a| !self.pool.contains(a))
-            .copied()
-            .collect();
-        prop_assert_eq!(out, model_out);
+        prop_assert_eq!(out, props::out_of_range(&self.pool, &self.used));
         Ok(())
     }
 }

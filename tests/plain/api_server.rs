@@ -9,13 +9,14 @@ use inpool::api::conditions::{ConditionStatus, DesiredCondition, LegacyCondition
 use inpool::api::pool::{MAX_ADDRESS_ENTRIES, MAX_ADDRESS_TEXT};
 use inpool::api::{
     Cluster, ClusterSpec, GlobalInClusterIPPool, IPAddress, IPAddressClaim,
-    IPAddressClaimReference, IPAddressSpec, IPAddressesStatus, IPPoolReference, InClusterIPPool,
-    InClusterIPPoolStatus, claim_status_patch, claim_status_with_ready, pool_status_patch,
+    IPAddressClaimReference, IPAddressClaimStatus, IPAddressSpec, IPAddressesStatus,
+    IPPoolReference, InClusterIPPool, InClusterIPPoolStatus, claim_status_patch,
+    claim_status_with_ready, pool_status_patch,
 };
 use inpool_testenv::{common, support};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -332,14 +333,7 @@ async fn objects_written_from_rust_are_accepted_by_capi_crds() {
         let desired = DesiredCondition::new("Ready", status, reason, format!("step {reason}"))
             .observed_generation(current.metadata.generation);
         let st = claim_status_with_ready(&current, desired, addr, now());
-        let back = claims
-            .patch_status(
-                "full",
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(claim_status_patch(&st)),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("status with {reason} refused: {e}"));
+        let back = apply_claim_status(&claims, "full", &st).await;
         let back_status = back.status.expect("status");
         assert_eq!(back_status.conditions, st.conditions);
         assert_eq!(back_status.legacy_conditions(), st.legacy_conditions());
@@ -372,6 +366,56 @@ async fn objects_written_from_rust_are_accepted_by_capi_crds() {
         let raw = serde_json::to_value(&created).unwrap();
         assert_eq!(raw["spec"].get("gateway").is_some(), gateway.is_some());
     }
+}
+
+/// The claim's `Ready` condition; panics without one.
+fn ready_condition(claim: &IPAddressClaim) -> &Condition {
+    claim
+        .conditions()
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("a Ready condition")
+}
+
+/// The claim's legacy (`status.deprecated.v1beta1`) conditions; panics without them.
+fn legacy_conditions(claim: &IPAddressClaim) -> &[LegacyCondition] {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.legacy_conditions())
+        .expect("legacy conditions")
+}
+
+/// Applies `status` to the claim `name` as inpool does: server-side apply of its fields as
+/// its field manager, forced (the legacy list is atomic); returns the claim.
+async fn apply_claim_status(
+    claims: &Api<IPAddressClaim>,
+    name: &str,
+    status: &IPAddressClaimStatus,
+) -> IPAddressClaim {
+    claims
+        .patch_status(
+            name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(claim_status_patch(status)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("inpool's status of claim {name} refused: {e}"))
+}
+
+/// Applies `body` to the status of claim `shared` as another controller does: as its own field
+/// manager, not forced.
+async fn apply_other_status(
+    claims: &Api<IPAddressClaim>,
+    body: &Value,
+) -> Result<IPAddressClaim, kube::Error> {
+    claims
+        .patch_status(
+            "shared",
+            &PatchParams::apply("other-controller"),
+            &Patch::Apply(body),
+        )
+        .await
 }
 
 #[tokio::test]
@@ -433,12 +477,7 @@ async fn status_patch_keeps_what_others_wrote() {
             }]}}
         }
     });
-    claims
-        .patch_status(
-            "shared",
-            &PatchParams::apply("other-controller"),
-            &Patch::Apply(&other_status),
-        )
+    apply_other_status(&claims, &other_status)
         .await
         .expect("other controller writes status");
 
@@ -452,14 +491,7 @@ async fn status_patch_keeps_what_others_wrote() {
         Some("shared"),
         t0.clone(),
     );
-    claims
-        .patch_status(
-            "shared",
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(claim_status_patch(&st)),
-        )
-        .await
-        .expect("inpool status");
+    apply_claim_status(&claims, "shared", &st).await;
 
     let check = |after: &IPAddressClaim| {
         assert_eq!(
@@ -496,14 +528,7 @@ async fn status_patch_keeps_what_others_wrote() {
             types.contains(&"ConsumerSeen") && types.contains(&"Ready"),
             "{types:?}"
         );
-        let legacy: Vec<&LegacyCondition> = after
-            .status
-            .as_ref()
-            .unwrap()
-            .legacy_conditions()
-            .unwrap()
-            .iter()
-            .collect();
+        let legacy: Vec<&LegacyCondition> = legacy_conditions(after).iter().collect();
         assert!(
             legacy.iter().any(|c| c.type_ == "ConsumerSeen"),
             "{legacy:?}"
@@ -512,24 +537,9 @@ async fn status_patch_keeps_what_others_wrote() {
     };
     let after = claims.get("shared").await.unwrap();
     check(&after);
-    let ready = after
-        .conditions()
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap()
-        .clone();
+    let ready = ready_condition(&after).clone();
     assert_eq!(ready.last_transition_time, t0);
-    assert_eq!(
-        after
-            .status
-            .as_ref()
-            .unwrap()
-            .address_ref
-            .as_ref()
-            .unwrap()
-            .name,
-        "shared"
-    );
+    assert_eq!(after.address_ref(), Some("shared"));
 
     // Same status again later: lastTransitionTime is kept. Then a flip: it moves, addressRef
     // goes away, and everything of the others is still there.
@@ -541,19 +551,8 @@ async fn status_patch_keeps_what_others_wrote() {
         Some("shared"),
         now(),
     );
-    let again = claims
-        .patch_status(
-            "shared",
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(claim_status_patch(&st)),
-        )
-        .await
-        .unwrap();
-    let ready_again = again
-        .conditions()
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap();
+    let again = apply_claim_status(&claims, "shared", &st).await;
+    let ready_again = ready_condition(&again);
     assert_eq!(ready_again.last_transition_time, t0);
 
     let st = claim_status_with_ready(
@@ -568,32 +567,16 @@ async fn status_patch_keeps_what_others_wrote() {
         None,
         now(),
     );
-    let flipped = claims
-        .patch_status(
-            "shared",
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(claim_status_patch(&st)),
-        )
-        .await
-        .unwrap();
+    let flipped = apply_claim_status(&claims, "shared", &st).await;
     check(&flipped);
-    let ready = flipped
-        .conditions()
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap();
+    let ready = ready_condition(&flipped);
     assert_eq!(ready.status, "False");
     assert_ne!(ready.last_transition_time, t0);
     assert!(
         flipped.status.as_ref().unwrap().address_ref.is_none(),
         "addressRef released"
     );
-    let legacy_ready = flipped
-        .status
-        .as_ref()
-        .unwrap()
-        .legacy_conditions()
-        .unwrap()
+    let legacy_ready = legacy_conditions(&flipped)
         .iter()
         .find(|c| c.type_ == "Ready")
         .unwrap()
@@ -609,12 +592,7 @@ async fn status_patch_keeps_what_others_wrote() {
         "kind": "IPAddressClaim",
         "status": {"conditions": other_status["status"]["conditions"].clone()}
     });
-    claims
-        .patch_status(
-            "shared",
-            &PatchParams::apply("other-controller"),
-            &Patch::Apply(&other_conditions_only),
-        )
+    apply_other_status(&claims, &other_conditions_only)
         .await
         .expect("other controller can still write its conditions");
     let last = claims.get("shared").await.unwrap();

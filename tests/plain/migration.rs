@@ -51,9 +51,9 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use common::{
-    GROUP, Inpool, apply_objects, claim, components, create, global_prefix_claim, of_cluster,
-    ready_message, ready_of, reservations_of, service_account_kubeconfig, typed, wait_for,
-    wait_reason,
+    GROUP, Inpool, apply_objects, claim, components, create, global_prefix_claim, merge_patch,
+    of_cluster, ready_message, ready_of, reservations_of, service_account_kubeconfig, typed,
+    wait_for, wait_reason,
 };
 
 const NS: &str = "workloads";
@@ -150,40 +150,44 @@ async fn install_reference_webhooks(client: &Client) {
             }],
         })
     };
-    let mutating: MutatingWebhookConfiguration = typed(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-        "metadata": { "name": MUTATING_WEBHOOKS,
-                      "labels": { "cluster.x-k8s.io/provider": "ipam-in-cluster" } },
-        "webhooks": [
-            webhook("default.inclusterippool.ipam.cluster.x-k8s.io",
-                    "/mutate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool",
-                    "inclusterippools", &["CREATE", "UPDATE"]),
-            webhook("default.globalinclusterippool.ipam.cluster.x-k8s.io",
-                    "/mutate-ipam-cluster-x-k8s-io-v1alpha2-globalinclusterippool",
-                    "globalinclusterippools", &["CREATE", "UPDATE"]),
-        ],
-    }));
-    let validating: ValidatingWebhookConfiguration = typed(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-        "metadata": { "name": VALIDATING_WEBHOOKS,
-                      "labels": { "cluster.x-k8s.io/provider": "ipam-in-cluster" } },
-        "webhooks": [
-            webhook("validation.inclusterippool.ipam.cluster.x-k8s.io",
-                    "/validate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool",
-                    "inclusterippools", &["CREATE", "UPDATE", "DELETE"]),
-            webhook("validation.globalinclusterippool.ipam.cluster.x-k8s.io",
-                    "/validate-ipam-cluster-x-k8s-io-v1alpha2-globalinclusterippool",
-                    "globalinclusterippools", &["CREATE", "UPDATE", "DELETE"]),
-        ],
-    }));
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &mutating)
-        .await
-        .unwrap();
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &validating)
-        .await
-        .unwrap();
+    // A configuration of `kind` named `name`: for each pool kind, the webhook
+    // `<prefix>.<pool kind>.ipam.cluster.x-k8s.io` at `/<verb>-ipam-cluster-x-k8s-io-v1alpha2-<pool
+    // kind>`, as the reference's kustomize configuration names them.
+    let configuration = |kind: &str, name: &str, prefix: &str, verb: &str, operations: &[&str]| {
+        let webhooks: Vec<Value> = ["inclusterippool", "globalinclusterippool"]
+            .iter()
+            .map(|pool| {
+                webhook(
+                    &format!("{prefix}.{pool}.ipam.cluster.x-k8s.io"),
+                    &format!("/{verb}-ipam-cluster-x-k8s-io-v1alpha2-{pool}"),
+                    &format!("{pool}s"),
+                    operations,
+                )
+            })
+            .collect();
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+            "metadata": { "name": name,
+                          "labels": { "cluster.x-k8s.io/provider": "ipam-in-cluster" } },
+            "webhooks": webhooks,
+        })
+    };
+    let mutating: MutatingWebhookConfiguration = typed(configuration(
+        "MutatingWebhookConfiguration",
+        MUTATING_WEBHOOKS,
+        "default",
+        "mutate",
+        &["CREATE", "UPDATE"],
+    ));
+    create(&Api::all(client.clone()), &mutating).await;
+    let validating: ValidatingWebhookConfiguration = typed(configuration(
+        "ValidatingWebhookConfiguration",
+        VALIDATING_WEBHOOKS,
+        "validation",
+        "validate",
+        &["CREATE", "UPDATE", "DELETE"],
+    ));
+    create(&Api::all(client.clone()), &validating).await;
 }
 
 /// Pools, claims and addresses exactly as the reference provider leaves them.
@@ -213,36 +217,18 @@ async fn create_reference_objects(client: &Client) {
         .unwrap();
 
     // Pools: the reference's ProtectPool finalizer and its counts, no conditions.
-    let pool = create_reference_pool(
-        Api::<InClusterIPPool>::namespaced(client.clone(), NS),
-        json!({
-            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
-            "metadata": { "name": "ref-pool" },
-            "spec": { "addresses": ["10.20.0.10-10.20.0.19"], "prefix": 24, "gateway": "10.20.0.1" }
-        }),
-        [10, 3, 7],
-    )
-    .await;
-    let global = create_reference_pool(
-        Api::<GlobalInClusterIPPool>::all(client.clone()),
-        json!({
-            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "GlobalInClusterIPPool",
-            "metadata": { "name": "ref-v6" },
-            "spec": { "addresses": ["2001:db8:20::10-2001:db8:20::1f"], "prefix": 64, "gateway": "2001:db8:20::1" }
-        }),
-        [16, 1, 15],
-    )
-    .await;
-    let prefix_pool = create_reference_pool(
-        Api::<GlobalInClusterPrefixPool>::all(client.clone()),
-        json!({
-            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "GlobalInClusterPrefixPool",
-            "metadata": { "name": "ref-prefix" },
-            "spec": { "prefixes": ["fd20::/48"], "allocationPrefixLength": 64, "gateway": "fd20::1" }
-        }),
-        [65536, 1, 65535],
-    )
-    .await;
+    let spec =
+        json!({ "addresses": ["10.20.0.10-10.20.0.19"], "prefix": 24, "gateway": "10.20.0.1" });
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), NS);
+    let pool = create_reference_pool(&pools, "ref-pool", spec, [10, 3, 7]).await;
+    let spec = json!({ "addresses": ["2001:db8:20::10-2001:db8:20::1f"], "prefix": 64, "gateway": "2001:db8:20::1" });
+    let global_pools: Api<GlobalInClusterIPPool> = Api::all(client.clone());
+    let global = create_reference_pool(&global_pools, "ref-v6", spec, [16, 1, 15]).await;
+    let spec =
+        json!({ "prefixes": ["fd20::/48"], "allocationPrefixLength": 64, "gateway": "fd20::1" });
+    let prefix_pools: Api<GlobalInClusterPrefixPool> = Api::all(client.clone());
+    let prefix_pool =
+        create_reference_pool(&prefix_pools, "ref-prefix", spec, [65536, 1, 65535]).await;
 
     create_manifest(client, NS, REFERENCE_MANIFEST)
         .await
@@ -253,47 +239,34 @@ async fn create_reference_objects(client: &Client) {
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), NS);
     let addresses: Api<IPAddress> = Api::namespaced(client.clone(), NS);
     for (name, address) in ADOPTED {
-        let (kind, pool_name, pool_uid, prefix, gateway) = match name {
-            "m-p6" => (
-                "GlobalInClusterPrefixPool",
-                "ref-prefix",
-                prefix_pool.uid().unwrap(),
-                64,
-                "fd20::1",
-            ),
-            "m-v6" => (
-                "GlobalInClusterIPPool",
-                "ref-v6",
-                global.uid().unwrap(),
-                64,
-                "2001:db8:20::1",
-            ),
-            _ => (
-                "InClusterIPPool",
-                "ref-pool",
-                pool.uid().unwrap(),
-                24,
-                "10.20.0.1",
-            ),
+        let ReferencePool {
+            kind,
+            name: pool_name,
+            uid: pool_uid,
+            prefix,
+            gateway,
+        } = match name {
+            "m-p6" => &prefix_pool,
+            "m-v6" => &global,
+            _ => &pool,
         };
-        let claim = claims
-            .create(
-                &PostParams::default(),
-                &typed(json!({
-                    "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
-                    "metadata": {
-                        "name": name,
-                        "finalizers": ["ipam.cluster.x-k8s.io/ReleaseAddress"],
-                        "labels": { "cluster.x-k8s.io/cluster-name": "prod" },
-                    },
-                    "spec": {
-                        "clusterName": "prod",
-                        "poolRef": { "apiGroup": GROUP, "kind": kind, "name": pool_name }
-                    }
-                })),
-            )
-            .await
-            .unwrap();
+        // The claim and its address: the reference's finalizer on each, the cluster's label.
+        let metadata = |finalizer: &str| {
+            json!({ "name": name, "finalizers": [finalizer],
+                    "labels": { "cluster.x-k8s.io/cluster-name": "prod" } })
+        };
+        let claim = create(
+            &claims,
+            &typed(json!({
+                "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+                "metadata": metadata("ipam.cluster.x-k8s.io/ReleaseAddress"),
+                "spec": {
+                    "clusterName": "prod",
+                    "poolRef": { "apiGroup": GROUP, "kind": kind, "name": pool_name }
+                }
+            })),
+        )
+        .await;
         claims
             .patch_status(
                 name,
@@ -302,33 +275,28 @@ async fn create_reference_objects(client: &Client) {
             )
             .await
             .unwrap();
-        addresses
-            .create(
-                &PostParams::default(),
-                &typed(json!({
-                    "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
-                    "metadata": {
-                        "name": name,
-                        "finalizers": ["ipam.cluster.x-k8s.io/ProtectAddress"],
-                        "labels": { "cluster.x-k8s.io/cluster-name": "prod" },
-                        "ownerReferences": [
-                            { "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
-                              "name": name, "uid": claim.uid().unwrap(),
-                              "controller": true, "blockOwnerDeletion": true },
-                            { "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": kind,
-                              "name": pool_name, "uid": pool_uid,
-                              "controller": false, "blockOwnerDeletion": true },
-                        ],
-                    },
-                    "spec": {
-                        "address": address, "prefix": prefix, "gateway": gateway,
-                        "claimRef": { "name": name },
-                        "poolRef": { "apiGroup": GROUP, "kind": kind, "name": pool_name }
-                    }
-                })),
-            )
-            .await
-            .unwrap();
+        let mut address_metadata = metadata("ipam.cluster.x-k8s.io/ProtectAddress");
+        address_metadata["ownerReferences"] = json!([
+            { "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+              "name": name, "uid": claim.uid().unwrap(),
+              "controller": true, "blockOwnerDeletion": true },
+            { "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": kind,
+              "name": pool_name, "uid": pool_uid,
+              "controller": false, "blockOwnerDeletion": true },
+        ]);
+        create(
+            &addresses,
+            &typed(json!({
+                "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+                "metadata": address_metadata,
+                "spec": {
+                    "address": address, "prefix": prefix, "gateway": gateway,
+                    "claimRef": { "name": name },
+                    "poolRef": { "apiGroup": GROUP, "kind": kind, "name": pool_name }
+                }
+            })),
+        )
+        .await;
     }
 }
 
@@ -349,30 +317,58 @@ fn manifest_object() -> Value {
     serde_saphyr::from_str(REFERENCE_MANIFEST).expect("the reference manifest is YAML")
 }
 
-/// A pool as the reference leaves it: `object` with its `ProtectPool` finalizer, and its counts
-/// (`[total, used, free]`) in the status, no conditions.
+/// What the reference's `IPAddress`es of a pool name and hold: the pool's kind, name and uid, and
+/// an address's prefix (the pool's, or a prefix pool's allocation length) and gateway.
+struct ReferencePool {
+    kind: String,
+    name: String,
+    uid: String,
+    prefix: i64,
+    gateway: String,
+}
+
+/// A pool `name` of `spec` as the reference leaves it (v1alpha2): with its `ProtectPool`
+/// finalizer, and its counts (`[total, used, free]`) in the status, no conditions.
 async fn create_reference_pool<K>(
-    api: Api<K>,
-    mut object: Value,
+    api: &Api<K>,
+    name: &str,
+    spec: Value,
     [total, used, free]: [i64; 3],
-) -> K
+) -> ReferencePool
 where
-    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
 {
-    object["metadata"]["finalizers"] = json!(["ipam.cluster.x-k8s.io/ProtectPool"]);
+    let object = json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": K::kind(&()),
+        "metadata": { "name": name, "finalizers": ["ipam.cluster.x-k8s.io/ProtectPool"] },
+        "spec": spec,
+    });
     let created = api
         .create(&PostParams::default(), &typed(object))
         .await
         .unwrap();
     api.patch_status(
-        &created.name_any(),
+        name,
         &PatchParams::default(),
         &Patch::Merge(json!({ "status": { "ipAddresses":
             { "total": total, "used": used, "free": free, "outOfRange": 0 } } })),
     )
     .await
     .unwrap();
-    created
+    ReferencePool {
+        kind: K::kind(&()).to_string(),
+        name: name.to_string(),
+        uid: created.uid().unwrap(),
+        prefix: spec["prefix"]
+            .as_i64()
+            .or(spec["allocationPrefixLength"].as_i64())
+            .unwrap(),
+        gateway: spec["gateway"].as_str().unwrap().to_string(),
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -517,47 +513,36 @@ impl Steps {
     /// -p '{"status":{"storedVersions":["v1alpha2"]}}'`
     async fn trim_stored_versions(&self, crd: &str) {
         let patch = r#"{"status":{"storedVersions":["v1alpha2"]}}"#;
-        if self.kubectl {
-            self.kubectl(&[
-                "patch",
-                "crd",
-                crd,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                patch,
-            ])
-            .unwrap();
-            return;
-        }
-        Api::<CustomResourceDefinition>::all(self.client.clone())
-            .patch_status(
-                crd,
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::from_str::<Value>(patch).unwrap()),
-            )
-            .await
-            .unwrap();
+        self.patch_crd(crd, Some("status"), patch).await;
     }
 
     /// `kubectl patch crd NAME --type=merge -p '{"metadata":{"annotations":
     /// {"cert-manager.io/inject-ca-from":null}},"spec":{"conversion":{"strategy":"None",
     /// "webhook":null}}}'`
     async fn remove_reference_conversion(&self, crd: &str) {
-        let patch = REMOVE_CONVERSION;
+        self.patch_crd(crd, None, REMOVE_CONVERSION).await;
+    }
+
+    /// `kubectl patch crd NAME [--subresource=SUBRESOURCE] --type=merge -p PATCH`
+    async fn patch_crd(&self, crd: &str, subresource: Option<&str>, patch: &str) {
         if self.kubectl {
-            self.kubectl(&["patch", "crd", crd, "--type=merge", "-p", patch])
-                .unwrap();
+            let subresource = subresource.map(|s| format!("--subresource={s}"));
+            let mut args = vec!["patch", "crd", crd];
+            args.extend(subresource.as_deref());
+            args.extend(["--type=merge", "-p", patch]);
+            self.kubectl(&args).unwrap();
             return;
         }
-        Api::<CustomResourceDefinition>::all(self.client.clone())
-            .patch(
-                crd,
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::from_str::<Value>(patch).unwrap()),
-            )
-            .await
-            .unwrap();
+        let crds = Api::<CustomResourceDefinition>::all(self.client.clone());
+        let patch = Patch::Merge(serde_json::from_str::<Value>(patch).unwrap());
+        match subresource {
+            None => crds.patch(crd, &PatchParams::default(), &patch).await,
+            Some(subresource) => {
+                crds.patch_subresource(subresource, crd, &PatchParams::default(), &patch)
+                    .await
+            }
+        }
+        .unwrap();
     }
 }
 
@@ -589,9 +574,15 @@ async fn addresses(client: &Client) -> BTreeMap<String, (String, String, String)
         .collect()
 }
 
-/// name → resourceVersion of every object of a list.
-fn versions<K: Resource>(items: &[K]) -> BTreeMap<String, String> {
-    items
+/// name → resourceVersion of every object `api` lists.
+async fn versions<K>(api: Api<K>) -> BTreeMap<String, String>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
         .iter()
         .map(|o| {
             (
@@ -604,39 +595,46 @@ fn versions<K: Resource>(items: &[K]) -> BTreeMap<String, String> {
 
 /// Everything inpool could have written: claims, addresses, reservations, pools.
 async fn state(client: &Client) -> Vec<BTreeMap<String, String>> {
-    let lp = ListParams::default();
-    let claims = Api::<IPAddressClaim>::namespaced(client.clone(), NS)
-        .list(&lp)
-        .await
-        .unwrap();
-    let addresses = Api::<IPAddress>::namespaced(client.clone(), NS)
-        .list(&lp)
-        .await
-        .unwrap();
-    let reservations = Api::<IPAddressReservation>::all(client.clone())
-        .list(&lp)
-        .await
-        .unwrap();
-    let pools = Api::<InClusterIPPool>::namespaced(client.clone(), NS)
-        .list(&lp)
-        .await
-        .unwrap();
-    let global_pools = Api::<GlobalInClusterIPPool>::all(client.clone())
-        .list(&lp)
-        .await
-        .unwrap();
-    let prefix_pools = Api::<GlobalInClusterPrefixPool>::all(client.clone())
-        .list(&lp)
-        .await
-        .unwrap();
     vec![
-        versions(&claims.items),
-        versions(&addresses.items),
-        versions(&reservations.items),
-        versions(&pools.items),
-        versions(&global_pools.items),
-        versions(&prefix_pools.items),
+        versions(Api::<IPAddressClaim>::namespaced(client.clone(), NS)).await,
+        versions(Api::<IPAddress>::namespaced(client.clone(), NS)).await,
+        versions(Api::<IPAddressReservation>::all(client.clone())).await,
+        versions(Api::<InClusterIPPool>::namespaced(client.clone(), NS)).await,
+        versions(Api::<GlobalInClusterIPPool>::all(client.clone())).await,
+        versions(Api::<GlobalInClusterPrefixPool>::all(client.clone())).await,
     ]
+}
+
+/// Waits until inpool's status of the pool `name` counts `[total, used, free]` (addresses, or
+/// sub-prefixes of a prefix pool) and, if `ready`, has `Ready=True`; returns the pool.
+async fn wait_pool_status<K>(api: &Api<K>, name: &str, counts: [i64; 3], ready: bool) -> K
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let what = format!("inpool's status of pool {name} to count {counts:?}, ready: {ready}");
+    wait_for(&what, Duration::from_secs(30), || async {
+        let pool = api.get(name).await.ok()?;
+        let status = serde_json::to_value(&pool).ok()?["status"].take();
+        let is_ready = status["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        let read = ["total", "used", "free"].map(|count| &status["ipAddresses"][count]);
+        (read == counts.map(|n| json!(n)).each_ref() && (is_ready || !ready)).then_some(pool)
+    })
+    .await
+}
+
+/// Asserts that CRD `crd` carries inpool's provider label: inpool's components took it over.
+fn assert_taken_over(crd: &CustomResourceDefinition) {
+    assert_eq!(
+        crd.labels()
+            .get("cluster.x-k8s.io/provider")
+            .map(String::as_str),
+        Some("ipam-inpool"),
+        "{}",
+        crd.name_any()
+    );
 }
 
 // ------------------------------------------------------------------------------------------
@@ -724,13 +722,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
             .map(|v| (v.name.clone(), v.served, v.storage))
             .collect();
         assert_eq!(versions, [("v1alpha2".to_string(), true, true)], "{name}");
-        assert_eq!(
-            crd.labels()
-                .get("cluster.x-k8s.io/provider")
-                .map(String::as_str),
-            Some("ipam-inpool"),
-            "{name}"
-        );
+        assert_taken_over(&crd);
         assert_eq!(
             crd.spec.conversion.as_ref().map(|c| c.strategy.as_str()),
             Some("Webhook"),
@@ -747,13 +739,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     // The prefix pool CRDs are taken over the same way (nothing to remove: no conversion).
     for name in PREFIX_POOL_CRDS {
         let crd = crds.get(name).await.unwrap();
-        assert_eq!(
-            crd.labels()
-                .get("cluster.x-k8s.io/provider")
-                .map(String::as_str),
-            Some("ipam-inpool"),
-            "{name}"
-        );
+        assert_taken_over(&crd);
     }
     wait_established(&client, "ipaddressreservations.ipam.inpool.dev").await;
     for name in POOL_CRDS.into_iter().chain(PREFIX_POOL_CRDS) {
@@ -795,18 +781,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     .await;
     assert_eq!(reserved.len(), ADOPTED.len(), "{reserved:?}");
     // The pools: inpool's counts and conditions, the ProtectPool finalizer kept.
-    let pool = wait_for("inpool's pool status", Duration::from_secs(30), || async {
-        let pool = pools.get("ref-pool").await.ok()?;
-        let status = pool.status.as_ref()?;
-        let ready = status
-            .conditions
-            .as_ref()?
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        let counts = status.ip_addresses?;
-        (ready && (counts.total, counts.used, counts.free) == (10, 3, 7)).then_some(pool)
-    })
-    .await;
+    let pool = wait_pool_status(&pools, "ref-pool", [10, 3, 7], true).await;
     assert!(
         pool.finalizers()
             .contains(&"ipam.cluster.x-k8s.io/ProtectPool".to_string())
@@ -825,15 +800,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     for (name, _) in ADOPTED {
         assert_eq!(now[name], before[name], "{name} changed");
     }
-    wait_for(
-        "the pool counting the new claim",
-        Duration::from_secs(30),
-        || async {
-            let counts = pools.get("ref-pool").await.ok()?.status?.ip_addresses?;
-            ((counts.total, counts.used, counts.free) == (10, 4, 6)).then_some(())
-        },
-    )
-    .await;
+    wait_pool_status(&pools, "ref-pool", [10, 4, 6], false).await;
 
     // The reference manifest, created under the reference's CRD, reads back under inpool's with
     // exactly the manifest's spec; the same bytes are accepted again under inpool's CRD, store
@@ -858,15 +825,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
             stored["spec"], written["spec"],
             "{ns}/{sample}: the stored spec is the manifest's"
         );
-        wait_for(
-            &format!("inpool's counts of {ns}/{sample}"),
-            Duration::from_secs(30),
-            || async {
-                let counts = pools.get(sample).await.ok()?.status?.ip_addresses?;
-                ((counts.total, counts.used, counts.free) == (26, 0, 26)).then_some(())
-            },
-        )
-        .await;
+        wait_pool_status(&pools, sample, [26, 0, 26], false).await;
     }
 
     // The adopted reference pool, edited to use inpool's additions: a second subnet, a claim
@@ -882,14 +841,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
             ],
         }})
     };
-    pools
-        .patch(
-            "ref-pool",
-            &PatchParams::default(),
-            &Patch::Merge(edited("10.20.0.13")),
-        )
-        .await
-        .unwrap();
+    merge_patch(&pools, "ref-pool", edited("10.20.0.13")).await;
     create(&claims, &of_cluster(claim("m-pre", "ref-pool"), "prod")).await;
     create(&claims, &of_cluster(claim("m-clash", "ref-pool"), "prod")).await;
     wait_reason(&claims, "m-pre", "AddressAllocated").await;
@@ -914,14 +866,7 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     }
     // The entry moved to the second subnet: the claim is realised there, with its prefix and
     // gateway.
-    pools
-        .patch(
-            "ref-pool",
-            &PatchParams::default(),
-            &Patch::Merge(edited("10.21.0.15")),
-        )
-        .await
-        .unwrap();
+    merge_patch(&pools, "ref-pool", edited("10.21.0.15")).await;
     wait_reason(&claims, "m-clash", "AddressAllocated").await;
     let realised = Api::<IPAddress>::namespaced(client.clone(), NS)
         .get("m-clash")
@@ -940,35 +885,12 @@ async fn pools_claims_and_addresses_of_the_reference_provider_are_adopted_withou
     }
     // Counts across both subnets: 10 + 10 addresses; the adopted three, m-new and the two
     // pre-allocated ones used.
-    wait_for(
-        "the edited pool's counts",
-        Duration::from_secs(30),
-        || async {
-            let counts = pools.get("ref-pool").await.ok()?.status?.ip_addresses?;
-            ((counts.total, counts.used, counts.free) == (20, 6, 14)).then_some(())
-        },
-    )
-    .await;
+    wait_pool_status(&pools, "ref-pool", [20, 6, 14], false).await;
 
     // The prefix pool: inpool's counts and conditions in sub-prefixes, and a new claim gets the
     // lowest free sub-prefix, not the adopted one.
     let prefix_pools: Api<GlobalInClusterPrefixPool> = Api::all(client.clone());
-    let prefix_pool = wait_for(
-        "inpool's prefix pool status",
-        Duration::from_secs(30),
-        || async {
-            let pool = prefix_pools.get("ref-prefix").await.ok()?;
-            let status = pool.status.as_ref()?;
-            let ready = status
-                .conditions
-                .as_ref()?
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            let counts = status.ip_addresses?;
-            (ready && (counts.total, counts.used, counts.free) == (65536, 1, 65535)).then_some(pool)
-        },
-    )
-    .await;
+    let prefix_pool = wait_pool_status(&prefix_pools, "ref-prefix", [65536, 1, 65535], true).await;
     assert!(
         prefix_pool
             .finalizers()

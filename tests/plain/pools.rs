@@ -11,24 +11,12 @@ use futures::StreamExt;
 use inpool::allocator::{Allocator, PoolSpecInput};
 use inpool::api::{IPAddressClaim, IPAddressesStatus, InClusterIPPool};
 use inpool_testenv::{common, support};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use common::*;
-
-fn condition<'a>(
-    pool: &'a InClusterIPPool,
-    type_: &str,
-) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    pool.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-}
 
 /// The counts the allocator computes for the pool's current spec and the addresses held now.
 async fn expected_counts(client: &Client, ns: &str, pool: &InClusterIPPool) -> IPAddressesStatus {
@@ -79,22 +67,9 @@ async fn counts_match(client: &Client, ns: &str, name: &str, step: &str) -> IPAd
     waited.unwrap_or_else(|_| panic!("{step}: status counts never matched the allocator: {last:?}"))
 }
 
-/// Deletes a claim and waits until it is gone (its address released).
-async fn delete_claim(claims: &Api<IPAddressClaim>, name: &str) {
-    claims.delete(name, &DeleteParams::default()).await.unwrap();
-    wait_gone(claims, name, Duration::from_secs(30)).await;
-}
-
 /// Merge-patches a pool's spec with `spec`.
 pub(super) async fn patch_spec(pools: &Api<InClusterIPPool>, name: &str, spec: serde_json::Value) {
-    pools
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "spec": spec })),
-        )
-        .await
-        .unwrap();
+    merge_patch(pools, name, json!({ "spec": spec })).await;
 }
 
 #[tokio::test]
@@ -128,7 +103,7 @@ async fn counts_match_the_allocator_after_every_step() {
         .find(|(_, address)| address == "10.40.0.10")
         .map(|(claim, _)| claim)
         .expect("a claim holds 10.40.0.10");
-    delete_claim(&claims, &lowest_holder).await;
+    delete_and_wait_gone(&claims, &lowest_holder).await;
     let c = counts_match(&client, &ns, "p", "release 1").await;
     assert_eq!((c.used, c.free), (5, 5));
 
@@ -155,7 +130,7 @@ async fn counts_match_the_allocator_after_every_step() {
         Duration::from_secs(30),
         || async {
             let pool = pools.get("p").await.ok()?;
-            let cond = condition(&pool, "AddressesInRange")?;
+            let cond = pool_status_condition(pool.status.as_ref(), "AddressesInRange")?;
             (cond.status == "False").then(|| cond.message.clone())
         },
     )
@@ -195,7 +170,7 @@ async fn counts_match_the_allocator_after_every_step() {
         .filter(|name| *name != lowest_holder)
         .chain(["late".to_string()]);
     for name in others {
-        delete_claim(&claims, &name).await;
+        delete_and_wait_gone(&claims, &name).await;
     }
     let c = counts_match(&client, &ns, "p", "delete every claim").await;
     assert_eq!((c.used, c.out_of_range), (0, 0));
@@ -246,7 +221,7 @@ async fn overlapping_pools_report_each_other_and_never_share_an_address() {
             Duration::from_secs(30),
             || async {
                 let pool = pools.get(name).await.ok()?;
-                let cond = condition(&pool, "Overlap")?;
+                let cond = pool_status_condition(pool.status.as_ref(), "Overlap")?;
                 (cond.status == "True").then(|| cond.message.clone())
             },
         )
@@ -307,7 +282,7 @@ async fn a_pool_in_use_is_deleted_only_after_its_last_claim() {
         .unwrap();
     let ready = wait_for("Ready=False/Deleting", Duration::from_secs(30), || async {
         let pool = pools.get("doomed").await.ok()?;
-        let cond = condition(&pool, "Ready")?;
+        let cond = pool_status_condition(pool.status.as_ref(), "Ready")?;
         (cond.reason == "Deleting").then(|| cond.clone())
     })
     .await;

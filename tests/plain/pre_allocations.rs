@@ -36,12 +36,7 @@ fn entries(entries: &[(&str, &str)]) -> Vec<PreAllocation> {
 }
 
 fn pool_condition(pool: &InClusterIPPool, type_: &str) -> Option<(String, String, String)> {
-    pool.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
+    pool_status_condition(pool.status.as_ref(), type_)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
@@ -173,11 +168,7 @@ async fn a_pre_allocated_claim_gets_its_address_on_namespaced_and_global_pools()
     create(claims, &global_claim("vm-1-0-0", &name)).await;
     wait_reason(claims, "vm-1-0-0", "AddressAllocated").await;
     bed.assert_holds("vm-1-0-0", "10.51.0.12").await;
-    claims
-        .delete("vm-1-0-0", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_gone(claims, "vm-1-0-0", Duration::from_secs(30)).await;
+    delete_and_wait_gone(claims, "vm-1-0-0").await;
     globals
         .delete(&name, &DeleteParams::default())
         .await
@@ -481,8 +472,7 @@ async fn a_changed_or_removed_entry_never_moves_a_realised_claim_and_is_reported
             .any(|a| a == "10.54.0.17")
     );
     // a is released and comes back: now it gets the address its entry names.
-    claims.delete("a", &DeleteParams::default()).await.unwrap();
-    wait_gone(claims, "a", Duration::from_secs(30)).await;
+    delete_and_wait_gone(claims, "a").await;
     create(claims, &claim("a", "p")).await;
     wait_reason(claims, "a", "AddressAllocated").await;
     bed.assert_holds("a", "10.54.0.17").await;
@@ -601,8 +591,7 @@ async fn an_overlapping_pool_never_hands_out_a_pre_allocated_address() {
     wait_pool_counts(pools, "q", (10, 10, 0)).await;
     wait_pool_counts(pools, "p", (20, 10, 10)).await;
     // Released, the address stays kept while the entry exists: q's claims still wait.
-    claims.delete("vm", &DeleteParams::default()).await.unwrap();
-    wait_gone(claims, "vm", Duration::from_secs(30)).await;
+    delete_and_wait_gone(claims, "vm").await;
     wait_pool_counts(pools, "p", (20, 10, 10)).await;
     wait_counts(claims, 9, 6).await;
     assert_eq!(holders_now(), ["vm"], "only vm ever held 10.59.0.20");

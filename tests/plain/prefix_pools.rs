@@ -247,12 +247,7 @@ fn counts(status: Option<&InClusterIPPoolStatus>) -> Option<(i64, i64, i64, i64)
 
 /// The status of `type_` in the pool's conditions, with its message.
 fn pool_condition(status: Option<&InClusterIPPoolStatus>, type_: &str) -> Option<(String, String)> {
-    status?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.message.clone()))
+    pool_status_condition(status, type_).map(|c| (c.status.clone(), c.message.clone()))
 }
 
 /// Waits until the namespaced prefix pool `name` reports these counts.
@@ -444,14 +439,12 @@ async fn an_exhausted_pool_serves_its_waiting_claims_on_release_and_on_growth() 
     // Growth: a new waiting claim is served from the added prefix.
     create(&claims, &prefix_claim("grower", "single")).await;
     wait_reason(&claims, "grower", "PoolExhausted").await;
-    pools
-        .patch(
-            "single",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"prefixes": ["fd30::/64", "fd30:0:0:1::/64"]}})),
-        )
-        .await
-        .unwrap();
+    merge_patch(
+        &pools,
+        "single",
+        json!({"spec": {"prefixes": ["fd30::/64", "fd30:0:0:1::/64"]}}),
+    )
+    .await;
     wait_reason(&claims, "grower", "AddressAllocated").await;
     // The pool's gauges, labelled by its kind, count sub-prefixes.
     let labels =
@@ -485,14 +478,12 @@ async fn an_excluded_sub_prefix_in_use_is_out_of_range_and_the_pool_is_protected
     assert_eq!(b.spec.address, "fd40:0:0:1::");
 
     // One address of b's sub-prefix is excluded: the whole sub-prefix is no longer allocatable.
-    pools
-        .patch(
-            "shrink",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"excludedPrefixes": ["fd40:0:0:1::5"]}})),
-        )
-        .await
-        .unwrap();
+    merge_patch(
+        &pools,
+        "shrink",
+        json!({"spec": {"excludedPrefixes": ["fd40:0:0:1::5"]}}),
+    )
+    .await;
     wait_pool_counts(&pools, "shrink", (3, 2, 2, 1)).await;
     let status = pools.get("shrink").await.unwrap().status;
     let (in_range, message) = pool_condition(status.as_ref(), "AddressesInRange").unwrap();
@@ -645,14 +636,12 @@ async fn a_paused_prefix_pool_holds_its_claims_until_unpaused() {
         "no finalizer while paused"
     );
 
-    pools
-        .patch(
-            "frozen",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": null}}})),
-        )
-        .await
-        .unwrap();
+    merge_patch(
+        &pools,
+        "frozen",
+        json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": null}}}),
+    )
+    .await;
     wait_reason(&claims, "held", "AddressAllocated").await;
     assert_eq!(
         addresses_by_claim(&client, &ns)

@@ -187,8 +187,7 @@ async fn claims_take_the_prefix_and_gateway_of_their_subnet_and_an_exhausted_poo
 
     // A released address of the pool's own subnet is the next one handed out, before the free
     // address of the third subnet.
-    claims.delete("c1", &DeleteParams::default()).await.unwrap();
-    wait_gone(&claims, "c1", Duration::from_secs(30)).await;
+    delete_and_wait_gone(&claims, "c1").await;
     wait_counts(&pools, "p", (6, 4, 2, 0)).await;
     create(&claims, &claim("c5", "p")).await;
     wait_reason(&claims, "c5", "AddressAllocated").await;
@@ -237,11 +236,7 @@ async fn a_pre_allocation_in_another_subnet_of_a_global_pool_carries_that_subnet
     wait_counts(&globals, &name, (23, 2, 21, 0)).await;
 
     for claim in ["vm-0-0-0", "other"] {
-        claims
-            .delete(claim, &DeleteParams::default())
-            .await
-            .unwrap();
-        wait_gone(&claims, claim, Duration::from_secs(30)).await;
+        delete_and_wait_gone(&claims, claim).await;
     }
     globals
         .delete(&name, &DeleteParams::default())

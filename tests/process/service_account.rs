@@ -10,12 +10,12 @@ use inpool_testenv::{common, support};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
 
 use common::{
     Inpool, addresses_by_claim, claim, claim_states, cluster, create, ensure_applied, global_claim,
-    global_pool, of_cluster, one_inpool_test_at_a_time, pool, reservations_of,
+    global_pool, merge_patch, of_cluster, one_inpool_test_at_a_time, pool, reservations_of,
     service_account_kubeconfig, unique, wait_for, wait_gone,
 };
 
@@ -286,14 +286,12 @@ async fn per_pool_gauges_match_the_pool_status() {
     .await;
 
     // Grown to 6 addresses: the waiting claim is realised, one address stays free.
-    pools
-        .patch(
-            "gauged",
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "addresses": ["10.78.0.10-10.78.0.15"] } })),
-        )
-        .await
-        .unwrap();
+    merge_patch(
+        &pools,
+        "gauged",
+        json!({ "spec": { "addresses": ["10.78.0.10-10.78.0.15"] } }),
+    )
+    .await;
     wait_for_match(
         "gauges equal to the status after growth (5 used, 1 free)",
         (6, 5, 1, 0),

@@ -284,6 +284,18 @@ fn subnet_undefined() -> String {
     )
 }
 
+/// The end of a subnet rule's message, after the address it refuses (CEL): the subnet, of the
+/// first entry's address and `prefix`, that the address is not inside.
+fn outside_the_subnet(names: SubnetNames) -> String {
+    format!(
+        "' is not inside the /' + {p} + ' subnet ({prefix}) of ' + {a} + ', the first address of {n}'",
+        n = names.addresses,
+        prefix = names.prefix,
+        p = prefix_text(),
+        a = entry_address(FIRST),
+    )
+}
+
 /// Subnet rule: every entry of `addresses` lies inside the subnet of the first entry's
 /// address and `prefix`.
 pub fn within_subnet(names: SubnetNames) -> Rule {
@@ -295,13 +307,10 @@ pub fn within_subnet(names: SubnetNames) -> Rule {
             ie = inside("e", "s"),
         ),
         format!(
-            "[{s}].map(s, self.addresses.filter(e, !{ie})[0] + ' is not inside the /' + {p} + ' subnet ({prefix}) of ' + {a} + ', the first address of {n}')[0]",
-            n = names.addresses,
-            prefix = names.prefix,
+            "[{s}].map(s, self.addresses.filter(e, !{ie})[0] + {outside})[0]",
             s = subnet_cidr(),
             ie = inside("e", "s"),
-            p = prefix_text(),
-            a = entry_address(FIRST),
+            outside = outside_the_subnet(names),
         ),
         Some(".addresses"),
     )
@@ -318,11 +327,8 @@ pub fn gateway_inside(names: SubnetNames) -> Rule {
             s = subnet_cidr(),
         ),
         format!(
-            "self.gateway + ' is not inside the /' + {p} + ' subnet ({prefix}) of ' + {a} + ', the first address of {n}'",
-            n = names.addresses,
-            prefix = names.prefix,
-            p = prefix_text(),
-            a = entry_address(FIRST),
+            "self.gateway + {outside}",
+            outside = outside_the_subnet(names),
         ),
         Some(".gateway"),
     )

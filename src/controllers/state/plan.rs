@@ -107,8 +107,22 @@ mod tests {
         registry
     }
 
+    /// The step that reserves `address` of the pool, in the pool's own scope.
+    fn reserve(address: &str) -> Allocation {
+        Allocation::Reserve {
+            held: InFlight::of(&pool(), ip(address)),
+            scope: pool().scope(),
+        }
+    }
+
     fn everyone_lives(_: &ObjectKey) -> bool {
         true
+    }
+
+    /// The allocation step of the pool for claim `name`, queued at `created`, with no reservation
+    /// rejected and every claim alive.
+    fn plan_step(r: &mut Registry, created: &str, name: &str) -> Allocation {
+        plan_allocation(r, &queued(created, name), &pool(), &[], everyone_lives)
     }
 
     #[test]
@@ -142,14 +156,8 @@ mod tests {
     #[test]
     fn a_claim_with_nothing_reserves_the_lowest_free_address() {
         let mut r = registry_with(&["10.0.0.10-10.0.0.11"]);
-        let step = plan_allocation(&mut r, &queued("t1", "a"), &pool(), &[], everyone_lives);
-        assert_eq!(
-            step,
-            Allocation::Reserve {
-                held: InFlight::of(&pool(), ip("10.0.0.10")),
-                scope: pool().scope()
-            }
-        );
+        let step = plan_step(&mut r, "t1", "a");
+        assert_eq!(step, reserve("10.0.0.10"));
         assert_eq!(r.free(&pool()), 1, "held in flight");
     }
 
@@ -167,7 +175,7 @@ mod tests {
             PoolKey::global("g"),
             Ok(ParsedSpec::Addresses(global)),
         ));
-        let step = plan_allocation(&mut r, &queued("t1", "a"), &pool(), &[], everyone_lives);
+        let step = plan_step(&mut r, "t1", "a");
         assert_eq!(
             step,
             Allocation::Reserve {
@@ -184,7 +192,7 @@ mod tests {
             "res".into(),
             hold(&pool(), "a", "10.0.0.11"),
         ));
-        let step = plan_allocation(&mut r, &queued("t1", "a"), &pool(), &[], everyone_lives);
+        let step = plan_step(&mut r, "t1", "a");
         assert_eq!(
             step,
             Allocation::Recover {
@@ -202,10 +210,7 @@ mod tests {
         );
         assert_eq!(
             step,
-            Allocation::Reserve {
-                held: InFlight::of(&pool(), ip("10.0.0.10")),
-                scope: pool().scope()
-            },
+            reserve("10.0.0.10"),
             "a stale reservation is not tried again"
         );
     }
@@ -214,7 +219,7 @@ mod tests {
     fn a_claim_realised_by_another_process_is_adopted() {
         let mut r = registry_with(&["10.0.0.10"]);
         r.apply(Change::Address(claim("a"), hold(&pool(), "a", "10.0.0.10")));
-        let step = plan_allocation(&mut r, &queued("t1", "a"), &pool(), &[], everyone_lives);
+        let step = plan_step(&mut r, "t1", "a");
         assert_eq!(step, Allocation::Adopt);
     }
 
@@ -225,19 +230,16 @@ mod tests {
             "res".into(),
             hold(&pool(), "x", "10.0.0.10"),
         ));
-        let first = plan_allocation(&mut r, &queued("t1", "a"), &pool(), &[], everyone_lives);
+        let first = plan_step(&mut r, "t1", "a");
         assert_eq!(first, Allocation::Exhausted { total: 1, ahead: 0 });
-        let second = plan_allocation(&mut r, &queued("t2", "b"), &pool(), &[], everyone_lives);
+        let second = plan_step(&mut r, "t2", "b");
         assert_eq!(second, Allocation::Exhausted { total: 1, ahead: 1 });
         r.apply(Change::ReservationGone("res".into()));
         let only_b_lives = |c: &ObjectKey| &*c.name == "b";
         let step = plan_allocation(&mut r, &queued("t2", "b"), &pool(), &[], only_b_lives);
         assert_eq!(
             step,
-            Allocation::Reserve {
-                held: InFlight::of(&pool(), ip("10.0.0.10")),
-                scope: pool().scope()
-            },
+            reserve("10.0.0.10"),
             "a, deleted without a final reconcile, no longer waits before b"
         );
     }
@@ -245,7 +247,7 @@ mod tests {
     #[test]
     fn a_pool_that_cannot_hand_out_addresses_says_why() {
         let mut r = Registry::default();
-        let missing = plan_allocation(&mut r, &queued("t1", "a"), &pool(), &[], everyone_lives);
+        let missing = plan_step(&mut r, "t1", "a");
         assert_eq!(missing, Allocation::NotReady(Unready::Missing));
         for unready in [
             Unready::Paused,
@@ -253,7 +255,7 @@ mod tests {
             Unready::Invalid("addresses[0]: bad".into()),
         ] {
             r.apply(Change::Pool(pool(), Err(unready.clone())));
-            let step = plan_allocation(&mut r, &queued("t1", "a"), &pool(), &[], everyone_lives);
+            let step = plan_step(&mut r, "t1", "a");
             assert_eq!(step, Allocation::NotReady(unready));
         }
     }

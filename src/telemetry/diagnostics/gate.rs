@@ -240,6 +240,8 @@ mod tests {
     use k8s_openapi::api::authentication::v1::UserInfo;
     use tower::ServiceExt;
 
+    use crate::telemetry::diagnostics::review::Verdict;
+
     /// Tokens: `reader` (allowed), `other` (authenticated, denied), `broken` (TokenReview
     /// fails), `no-sar` (SubjectAccessReview fails), `stalled` (TokenReview never answers),
     /// `stalled-sar` (SubjectAccessReview never answers); anything else authenticates no one.
@@ -266,12 +268,7 @@ mod tests {
             }
         }
 
-        async fn authorize(
-            &self,
-            user: &UserInfo,
-            verb: &str,
-            path: &str,
-        ) -> anyhow::Result<(bool, String)> {
+        async fn authorize(&self, user: &UserInfo, verb: &str, path: &str) -> Verdict {
             self.access_reviews.fetch_add(1, Ordering::SeqCst);
             // What the SubjectAccessReview is asked: the reviewed user, whole.
             assert_eq!(

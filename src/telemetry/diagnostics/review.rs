@@ -10,6 +10,9 @@ use k8s_openapi::api::authorization::v1::{
 use kube::Client;
 use kube::api::{Api, PostParams};
 
+/// What an authorization review answers: whether the user may, and the reason given.
+pub type Verdict = anyhow::Result<(bool, String)>;
+
 /// Asks the API server who a token belongs to and what that user may do.
 pub trait Reviewer: Send + Sync + 'static {
     /// The user a bearer token authenticates as; `None` if it authenticates no one.
@@ -24,7 +27,7 @@ pub trait Reviewer: Send + Sync + 'static {
         user: &UserInfo,
         verb: &str,
         path: &str,
-    ) -> impl Future<Output = anyhow::Result<(bool, String)>> + Send;
+    ) -> impl Future<Output = Verdict> + Send;
 }
 
 /// The API server's TokenReview and SubjectAccessReview (RBAC: `create` on
@@ -60,12 +63,7 @@ impl Reviewer for ApiReviewer {
         })
     }
 
-    async fn authorize(
-        &self,
-        user: &UserInfo,
-        verb: &str,
-        path: &str,
-    ) -> anyhow::Result<(bool, String)> {
+    async fn authorize(&self, user: &UserInfo, verb: &str, path: &str) -> Verdict {
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: user.username.clone(),

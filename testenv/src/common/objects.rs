@@ -5,7 +5,7 @@ use inpool::api::{
     IPPoolReference, InClusterIPPool, InClusterIPPoolSpec,
 };
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 pub const GROUP: &str = "ipam.cluster.x-k8s.io";
 
@@ -105,6 +105,17 @@ where
     api.create(&PostParams::default(), object)
         .await
         .unwrap_or_else(|e| panic!("create {}: {e}", object.name_any()))
+}
+
+/// Merge-patches the object `name` with `patch`, as `kubectl patch --type=merge` does (how a
+/// user edits a pool); panics naming the object if the API server refuses it.
+pub async fn merge_patch<K>(api: &Api<K>, name: &str, patch: serde_json::Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap_or_else(|e| panic!("merge-patching {name}: {e}"))
 }
 
 /// Creates `n` claims quickly; names sort in creation order.

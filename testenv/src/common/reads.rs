@@ -1,12 +1,25 @@
-//! What the API server says: claims' `Ready` conditions, the addresses held and the
-//! reservations, and metric samples.
+//! What the API server says: claims' `Ready` conditions, pools' conditions, the addresses held
+//! and the reservations, and metric samples.
 
 use std::collections::BTreeMap;
 
 use inpool::api::reservation::IPAddressReservation;
-use inpool::api::{IPAddress, IPAddressClaim};
+use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPoolStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
+
+/// The condition `type_` of a pool's status (every pool kind's status has this type).
+pub fn pool_status_condition<'a>(
+    status: Option<&'a InClusterIPPoolStatus>,
+    type_: &str,
+) -> Option<&'a Condition> {
+    status?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
 
 /// (status, reason, addressRef) of a claim's Ready condition.
 pub fn ready_of(claim: &IPAddressClaim) -> Option<(String, String, Option<String>)> {

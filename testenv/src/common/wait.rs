@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use inpool::api::IPAddressClaim;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DeleteParams, ListParams};
 
 use super::reads::{ready_of, reasons};
 
@@ -53,6 +53,18 @@ where
         api.get_opt(name).await.unwrap().is_none().then_some(())
     })
     .await;
+}
+
+/// Deletes the object `name` and waits, 30 s at most, until it is gone (its finalizers done: for
+/// a claim, its address released).
+pub async fn delete_and_wait_gone<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.delete(name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("deleting {name}: {e}"));
+    wait_gone(api, name, Duration::from_secs(30)).await;
 }
 
 /// Waits until the claim's `Ready` condition has `reason`; returns the claim.

@@ -173,13 +173,26 @@ fn a_prefix_pool_takes_the_same_path_with_sub_prefixes() {
     assert!(r.recount().is_empty());
 }
 
+/// A registry with two global pools over the same IPv6 space: the prefix pool `v6-prefixes` of
+/// `prefixes` by /64 and the IP pool `v6-addresses` of `addresses` with prefix `prefix`; returns
+/// it with their keys.
+fn prefix_and_ip_pools(
+    prefixes: &[&str],
+    addresses: &[&str],
+    prefix: i64,
+) -> (Registry, PoolKey, PoolKey) {
+    let prefix_key = PoolKey::global("v6-prefixes");
+    let address_key = PoolKey::global("v6-addresses");
+    let mut r = Registry::default();
+    r.set_pool(&prefix_key, Ok(prefix_pool(&prefix_key, prefixes, 64)));
+    r.set_pool(&address_key, Ok(parsed(addresses, prefix)));
+    (r, prefix_key, address_key)
+}
+
 #[test]
 fn addresses_inside_one_sub_prefix_hold_it_until_the_last_goes() {
-    let prefixes = PoolKey::global("v6");
-    let addresses = PoolKey::global("ips");
-    let mut r = Registry::default();
-    r.set_pool(&prefixes, Ok(prefix_pool(&prefixes, &["fd00::/63"], 64)));
-    r.set_pool(&addresses, Ok(parsed(&["fd00::5-fd00::6"], 64)));
+    let (mut r, prefixes, addresses) =
+        prefix_and_ip_pools(&["fd00::/63"], &["fd00::5-fd00::6"], 64);
     assert_eq!(r.overlaps(&prefixes).len(), 1, "range-aware overlap");
     let held = |name: &str, address: &str| HoldRecord {
         pool: addresses.clone(),
@@ -257,13 +270,19 @@ fn only_address_held_by_first() -> Registry {
     r
 }
 
-#[test]
-fn the_same_spec_again_changes_nothing_and_wakes_nobody() {
+/// [`only_address_held_by_first`], with claim `waiting` queued for the pool.
+fn waiting_behind_first() -> Registry {
     let mut r = only_address_held_by_first();
     assert!(matches!(
         r.try_allocate(&pool(), queued("t2", "waiting")),
         Allocation::Exhausted { .. }
     ));
+    r
+}
+
+#[test]
+fn the_same_spec_again_changes_nothing_and_wakes_nobody() {
+    let mut r = waiting_behind_first();
     r.take_dirty();
 
     assert!(
@@ -336,8 +355,9 @@ fn the_total_of_waiting_claims_follows_every_queue() {
     assert_eq!(r.sizes().waiting, 0);
 }
 
-#[test]
-fn an_address_stays_used_while_any_object_holds_it() {
+/// A registry whose pool's one address, 10.0.0.10, claim `a` holds twice: by its reservation
+/// `res` and by its `IPAddress`.
+fn address_held_by_reservation_and_address() -> Registry {
     let mut r = Registry::default();
     r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
     r.apply(Change::Reservation("res".into(), hold("a", "10.0.0.10")));
@@ -345,6 +365,12 @@ fn an_address_stays_used_while_any_object_holds_it() {
         ObjectKey::new("ns", "a"),
         hold("a", "10.0.0.10"),
     ));
+    r
+}
+
+#[test]
+fn an_address_stays_used_while_any_object_holds_it() {
+    let mut r = address_held_by_reservation_and_address();
     assert_eq!(r.free(&pool()), 0);
     assert_eq!(
         r.apply(Change::ReservationGone("res".into())),
@@ -433,11 +459,7 @@ fn an_unready_pool_wakes_every_waiting_claim_when_it_changes() {
 
 #[test]
 fn a_relist_without_a_reservation_frees_its_address_and_wakes_the_waiting_claim() {
-    let mut r = only_address_held_by_first();
-    assert!(matches!(
-        r.try_allocate(&pool(), queued("t2", "waiting")),
-        Allocation::Exhausted { .. }
-    ));
+    let mut r = waiting_behind_first();
     // The watch was down while `res-first` was deleted; the re-list does not have it.
     let woken = r.apply(Change::ReservationsListed(vec![(
         "res-other".into(),
@@ -564,13 +586,7 @@ fn a_list_compared_page_by_page_differs_as_the_whole_list() {
 
 #[test]
 fn a_relist_without_an_address_wakes_its_claim_to_heal_it() {
-    let mut r = Registry::default();
-    r.set_pool(&pool(), Ok(parsed(&["10.0.0.10"], 24)));
-    r.apply(Change::Reservation("res".into(), hold("a", "10.0.0.10")));
-    r.apply(Change::Address(
-        ObjectKey::new("ns", "a"),
-        hold("a", "10.0.0.10"),
-    ));
+    let mut r = address_held_by_reservation_and_address();
     let woken = r.apply(Change::AddressesListed(Vec::new()));
     assert_eq!(woken, vec![ObjectKey::new("ns", "a")]);
     assert!(r.address_of(&ObjectKey::new("ns", "a")).is_none());
@@ -664,14 +680,8 @@ fn sub_prefix_hold(pool: &PoolKey, name: &str, address: &str, length: u8) -> Hol
 
 #[test]
 fn a_sub_prefix_held_in_a_prefix_pool_removes_its_addresses_from_an_overlapping_ip_pool() {
-    let prefixes = PoolKey::global("v6-prefixes");
-    let addresses = PoolKey::global("v6-addresses");
-    let mut r = Registry::default();
-    r.set_pool(&prefixes, Ok(prefix_pool(&prefixes, &["fd00::/63"], 64)));
-    r.set_pool(
-        &addresses,
-        Ok(parsed(&["fd00::1-fd00::3", "fd00:0:0:1::1"], 63)),
-    );
+    let (mut r, prefixes, addresses) =
+        prefix_and_ip_pools(&["fd00::/63"], &["fd00::1-fd00::3", "fd00:0:0:1::1"], 63);
 
     // The prefix pool's allocation in flight already keeps the IP pool off its /64.
     let a = allocated(r.try_allocate(&prefixes, queued("t1", "a")));
@@ -716,11 +726,7 @@ fn a_sub_prefix_held_in_a_prefix_pool_removes_its_addresses_from_an_overlapping_
 
 #[test]
 fn an_address_held_in_an_ip_pool_removes_its_sub_prefix_from_an_overlapping_prefix_pool() {
-    let prefixes = PoolKey::global("v6-prefixes");
-    let addresses = PoolKey::global("v6-addresses");
-    let mut r = Registry::default();
-    r.set_pool(&prefixes, Ok(prefix_pool(&prefixes, &["fd00::/63"], 64)));
-    r.set_pool(&addresses, Ok(parsed(&["fd00::5"], 64)));
+    let (mut r, prefixes, addresses) = prefix_and_ip_pools(&["fd00::/63"], &["fd00::5"], 64);
     assert_eq!(
         allocated(r.try_allocate(&addresses, queued("t1", "a"))),
         Some(ip("fd00::5"))
@@ -784,11 +790,8 @@ fn prefix_pools_of_different_lengths_never_hand_out_the_same_space() {
 
 #[test]
 fn an_address_covered_by_a_sub_prefix_stays_used_when_its_own_hold_goes() {
-    let prefixes = PoolKey::global("v6-prefixes");
-    let addresses = PoolKey::global("v6-addresses");
-    let mut r = Registry::default();
-    r.set_pool(&prefixes, Ok(prefix_pool(&prefixes, &["fd00::/64"], 64)));
-    r.set_pool(&addresses, Ok(parsed(&["fd00::5-fd00::6"], 64)));
+    let (mut r, prefixes, addresses) =
+        prefix_and_ip_pools(&["fd00::/64"], &["fd00::5-fd00::6"], 64);
     r.apply(Change::Address(
         ObjectKey::new("ns", "x"),
         HoldRecord {
