@@ -32,10 +32,20 @@ pub(super) fn gateway_schema(_: &mut schemars::SchemaGenerator) -> schemars::Sch
 }
 
 pub(super) fn addresses_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
+    schemars::Schema::try_from(address_list(
+        "Addresses is a list of IP addresses that can be assigned. This set of addresses can be non-contiguous. Each entry is a single IP, a CIDR or a first-last range; all entries are of one family and inside the subnet given by the first entry and prefix.",
+        MAX_ADDRESS_ENTRIES,
+    ))
+    .expect("an object is a schema")
+}
+
+/// The schema of an `addresses` list, the spec's own or a subnet's: at most `max_items`
+/// entries that each parse, and at least one.
+fn address_list(description: &str, max_items: usize) -> serde_json::Value {
+    serde_json::json!({
         "type": "array",
-        "description": "Addresses is a list of IP addresses that can be assigned. This set of addresses can be non-contiguous. Each entry is a single IP, a CIDR or a first-last range; all entries are of one family and inside the subnet given by the first entry and prefix.",
-        "maxItems": MAX_ADDRESS_ENTRIES,
+        "description": description,
+        "maxItems": max_items,
         "items": {
             "type": "string",
             "maxLength": MAX_ADDRESS_TEXT,
@@ -56,17 +66,10 @@ pub(super) fn additional_subnets_schema(_: &mut schemars::SchemaGenerator) -> sc
             "type": "object",
             "required": ["addresses", "prefix"],
             "properties": {
-                "addresses": {
-                    "type": "array",
-                    "description": "Addresses of the subnet that can be assigned: IPs, CIDRs or first-last ranges, of the pool's family, inside the subnet given by the first entry and prefix.",
-                    "maxItems": MAX_SUBNET_ADDRESS_ENTRIES,
-                    "items": {
-                        "type": "string",
-                        "maxLength": MAX_ADDRESS_TEXT,
-                        "x-kubernetes-validations": [rules::entry_parses()]
-                    },
-                    "x-kubernetes-validations": [rules::addresses_not_empty()]
-                },
+                "addresses": address_list(
+                    "Addresses of the subnet that can be assigned: IPs, CIDRs or first-last ranges, of the pool's family, inside the subnet given by the first entry and prefix.",
+                    MAX_SUBNET_ADDRESS_ENTRIES,
+                ),
                 "prefix": {
                     "type": "integer",
                     "format": "int32",
