@@ -160,7 +160,7 @@ async fn install_cluster_api_core(
         "cluster-api-components",
         namespace,
         &selector,
-        capi::VERSION,
+        capi::version(),
         &metadata,
         &components,
     )
@@ -175,7 +175,7 @@ async fn install_cluster_api_core(
         "CoreProvider",
         namespace,
         "cluster-api",
-        json!({"version": capi::VERSION, "fetchConfig": {"selector": {"matchLabels": selector}}}),
+        json!({"version": capi::version(), "fetchConfig": {"selector": {"matchLabels": selector}}}),
     )
     .await;
     wait_for_condition(
