@@ -1,4 +1,4 @@
-// The test control plane (testenv/*.go) built on Kubernetes v1.32.9, the lowest Kubernetes of the
+// The test control plane (testenv/*.go) built on Kubernetes v1.32.4, the lowest Kubernetes of the
 // support matrix, with this file as the go.mod of testenv/'s own Go sources (`go build -modfile`)
 // when INPOOL_TESTENV_KUBERNETES=1.32. Test-only.
 module github.com/inpool/inpool/testenv
@@ -7,12 +7,12 @@ go 1.26.0
 
 require (
 	go.etcd.io/etcd/server/v3 v3.5.16
-	k8s.io/api v0.32.9
+	k8s.io/api v0.32.4
 	k8s.io/apiextensions-apiserver v0.0.0
-	k8s.io/apimachinery v0.32.9
-	k8s.io/client-go v0.32.9
-	k8s.io/component-base v0.32.9
-	k8s.io/kubernetes v1.32.9
+	k8s.io/apimachinery v0.32.4
+	k8s.io/client-go v0.32.4
+	k8s.io/component-base v0.32.4
+	k8s.io/kubernetes v1.32.4
 	sigs.k8s.io/yaml v1.4.0
 )
 
@@ -141,26 +141,26 @@ require (
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	gopkg.in/square/go-jose.v2 v2.6.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/apiserver v0.32.9 // indirect
-	k8s.io/cloud-provider v0.32.9 // indirect
+	k8s.io/apiserver v0.32.4 // indirect
+	k8s.io/cloud-provider v0.32.4 // indirect
 	k8s.io/cluster-bootstrap v0.0.0 // indirect
-	k8s.io/component-helpers v0.32.9 // indirect
-	k8s.io/controller-manager v0.32.9 // indirect
-	k8s.io/cri-api v0.32.9 // indirect
+	k8s.io/component-helpers v0.32.4 // indirect
+	k8s.io/controller-manager v0.32.4 // indirect
+	k8s.io/cri-api v0.32.4 // indirect
 	k8s.io/cri-client v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
 	k8s.io/dynamic-resource-allocation v0.0.0 // indirect
 	k8s.io/endpointslice v0.0.0 // indirect
 	k8s.io/externaljwt v0.0.0 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
-	k8s.io/kms v0.32.9 // indirect
+	k8s.io/kms v0.32.4 // indirect
 	k8s.io/kube-aggregator v0.0.0 // indirect
 	k8s.io/kube-controller-manager v0.0.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20241105132330-32ad38e42d3f // indirect
 	k8s.io/kube-scheduler v0.0.0 // indirect
 	k8s.io/kubectl v0.0.0 // indirect
-	k8s.io/kubelet v0.32.9 // indirect
-	k8s.io/metrics v0.32.9 // indirect
+	k8s.io/kubelet v0.32.4 // indirect
+	k8s.io/metrics v0.32.4 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
 	k8s.io/pod-security-admission v0.0.0 // indirect
 	k8s.io/utils v0.0.0-20241104100929-3ea5e8cea738 // indirect
@@ -172,34 +172,34 @@ require (
 // k8s.io/kubernetes requires its staging modules at v0.0.0 and resolves them from its own tree;
 // outside that tree every one must be pinned to the matching release.
 replace (
-	k8s.io/api => k8s.io/api v0.32.9
-	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.32.9
-	k8s.io/apimachinery => k8s.io/apimachinery v0.32.9
-	k8s.io/apiserver => k8s.io/apiserver v0.32.9
-	k8s.io/cli-runtime => k8s.io/cli-runtime v0.32.9
-	k8s.io/client-go => k8s.io/client-go v0.32.9
-	k8s.io/cloud-provider => k8s.io/cloud-provider v0.32.9
-	k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.32.9
-	k8s.io/code-generator => k8s.io/code-generator v0.32.9
-	k8s.io/component-base => k8s.io/component-base v0.32.9
-	k8s.io/component-helpers => k8s.io/component-helpers v0.32.9
-	k8s.io/controller-manager => k8s.io/controller-manager v0.32.9
-	k8s.io/cri-api => k8s.io/cri-api v0.32.9
-	k8s.io/cri-client => k8s.io/cri-client v0.32.9
-	k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.32.9
-	k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.32.9
-	k8s.io/endpointslice => k8s.io/endpointslice v0.32.9
-	k8s.io/externaljwt => k8s.io/externaljwt v0.32.9
-	k8s.io/kms => k8s.io/kms v0.32.9
-	k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.32.9
-	k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.32.9
-	k8s.io/kube-proxy => k8s.io/kube-proxy v0.32.9
-	k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.32.9
-	k8s.io/kubectl => k8s.io/kubectl v0.32.9
-	k8s.io/kubelet => k8s.io/kubelet v0.32.9
-	k8s.io/metrics => k8s.io/metrics v0.32.9
-	k8s.io/mount-utils => k8s.io/mount-utils v0.32.9
-	k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.32.9
-	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.32.9
-	k8s.io/sample-controller => k8s.io/sample-controller v0.32.9
+	k8s.io/api => k8s.io/api v0.32.4
+	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.32.4
+	k8s.io/apimachinery => k8s.io/apimachinery v0.32.4
+	k8s.io/apiserver => k8s.io/apiserver v0.32.4
+	k8s.io/cli-runtime => k8s.io/cli-runtime v0.32.4
+	k8s.io/client-go => k8s.io/client-go v0.32.4
+	k8s.io/cloud-provider => k8s.io/cloud-provider v0.32.4
+	k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.32.4
+	k8s.io/code-generator => k8s.io/code-generator v0.32.4
+	k8s.io/component-base => k8s.io/component-base v0.32.4
+	k8s.io/component-helpers => k8s.io/component-helpers v0.32.4
+	k8s.io/controller-manager => k8s.io/controller-manager v0.32.4
+	k8s.io/cri-api => k8s.io/cri-api v0.32.4
+	k8s.io/cri-client => k8s.io/cri-client v0.32.4
+	k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.32.4
+	k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.32.4
+	k8s.io/endpointslice => k8s.io/endpointslice v0.32.4
+	k8s.io/externaljwt => k8s.io/externaljwt v0.32.4
+	k8s.io/kms => k8s.io/kms v0.32.4
+	k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.32.4
+	k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.32.4
+	k8s.io/kube-proxy => k8s.io/kube-proxy v0.32.4
+	k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.32.4
+	k8s.io/kubectl => k8s.io/kubectl v0.32.4
+	k8s.io/kubelet => k8s.io/kubelet v0.32.4
+	k8s.io/metrics => k8s.io/metrics v0.32.4
+	k8s.io/mount-utils => k8s.io/mount-utils v0.32.4
+	k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.32.4
+	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.32.4
+	k8s.io/sample-controller => k8s.io/sample-controller v0.32.4
 )

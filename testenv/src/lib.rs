@@ -871,7 +871,7 @@ mod tests {
     fn a_variable_names_a_wrapper_and_its_release() {
         let kubernetes = GoLine::named("K", "1.32", "kubernetes", "k8s.io/kubernetes").unwrap();
         assert_eq!(kubernetes.dir, "kubernetes-1.32");
-        assert_eq!(kubernetes.version, "v1.32.9");
+        assert_eq!(kubernetes.version, "v1.32.4");
         let capi = GoLine::named("C", "1.11", "capi", "sigs.k8s.io/cluster-api").unwrap();
         assert_eq!(capi.version, "v1.11.0");
         let missing = GoLine::named("K", "1.2", "kubernetes", "k8s.io/kubernetes").unwrap_err();
