@@ -5,6 +5,10 @@
 //!   mutating webhooks and its conversion webhook) and `target/capi/clusterctl` from
 //!   `testenv/capi/go.mod`, a module of its own whose `tool` directives name the two main
 //!   packages (`go install …@v1.14.2` refuses the module: it has `replace` directives).
+//! - [`VARIABLE`] (`INPOOL_TESTENV_CAPI=1.11`) picks another release line instead: the wrapper
+//!   `testenv/capi-1.11/go.mod`, its binaries in `target/capi-1.11/`. Its `tool` directives name
+//!   the manager's package, which moved from the module's root to `core/` in v1.14, and with it
+//!   `config/`.
 //! - [`crd_dir`] is CAPI's own CRDs, `core/config/crd/bases/` of the same module, version-pinned
 //!   by `testenv/capi/go.sum`: every test takes the CAPI CRDs from there.
 //! - [`Manager::start`] runs the manager against a [`ControlPlane`] the way CAPI's kustomize
@@ -28,12 +32,61 @@ use serde_json::json;
 
 use super::tethered::{ManagerPorts, ReadyManager, Tethered};
 use super::webhooks::{register_admission, register_conversion};
-use super::{ControlPlane, go_build, repo_root, version_ldflags};
+use super::{ControlPlane, GoLine, go_build, repo_root, version_ldflags};
 
-/// The Cluster API release the tests run with (`testenv/capi/go.mod` pins the same).
+/// The Cluster API release the tests run with unless [`VARIABLE`] picks another
+/// (`testenv/capi/go.mod` pins the same); [`version`] is the one they run with.
 pub const VERSION: &str = "v1.14.2";
 
+/// The environment variable that runs the bench on another Cluster API: `1.11` builds CAPI core
+/// and clusterctl from `testenv/capi-1.11/go.mod`; unset, from `testenv/capi/go.mod`. The
+/// support matrix's lower bound runs this way (docs/install.md, "Supported versions").
+pub const VARIABLE: &str = "INPOOL_TESTENV_CAPI";
+
 const MODULE: &str = "sigs.k8s.io/cluster-api";
+
+/// clusterctl's package; the wrapper's other `tool` is the manager's.
+const CLUSTERCTL: &str = "sigs.k8s.io/cluster-api/cmd/clusterctl";
+
+/// The Cluster API release the tests run with: [`VERSION`], or the one [`VARIABLE`]'s `go.mod`
+/// pins. Panics when the variable names no such `go.mod`.
+pub fn version() -> &'static str {
+    match line() {
+        Ok(Some(line)) => &line.version,
+        Ok(None) => VERSION,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn line() -> &'static Result<Option<GoLine>, String> {
+    static LINE: OnceLock<Result<Option<GoLine>, String>> = OnceLock::new();
+    LINE.get_or_init(|| GoLine::from_env(VARIABLE, "capi", MODULE))
+}
+
+/// The wrapper module's folder under `testenv/`, and the binaries' under `target/`.
+fn dir() -> Result<&'static str, String> {
+    Ok(match line().as_ref()? {
+        Some(line) => &line.dir,
+        None => "capi",
+    })
+}
+
+/// CAPI core's manager package: the wrapper's `tool` that is not clusterctl (a tool line is a
+/// package path alone, where a `require` line also has a version).
+fn manager_package() -> Result<String, String> {
+    let go_mod = wrapper_module()?.join("go.mod");
+    let text = std::fs::read_to_string(&go_mod)
+        .map_err(|e| format!("reading {}: {e}", go_mod.display()))?;
+    text.lines()
+        .map(|line| line.trim().trim_start_matches("tool ").trim())
+        .find(|line| {
+            (*line == MODULE || line.starts_with(&format!("{MODULE}/")))
+                && !line.contains(char::is_whitespace)
+                && *line != CLUSTERCTL
+        })
+        .map(str::to_string)
+        .ok_or_else(|| format!("{} names no CAPI manager as a tool", go_mod.display()))
+}
 
 /// How long the manager may take to serve its webhooks once started.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -46,8 +99,8 @@ pub struct Binaries {
     pub clusterctl: PathBuf,
 }
 
-fn wrapper_module() -> PathBuf {
-    repo_root().join("testenv").join("capi")
+fn wrapper_module() -> Result<PathBuf, String> {
+    Ok(repo_root().join("testenv").join(dir()?))
 }
 
 /// Builds CAPI core's manager and clusterctl once per process (see [`go_build`]).
@@ -55,28 +108,29 @@ pub fn binaries() -> Result<Binaries, String> {
     static BINARIES: OnceLock<Result<Binaries, String>> = OnceLock::new();
     BINARIES
         .get_or_init(|| {
-            let dir = repo_root().join("target").join("capi");
+            let target = repo_root().join("target").join(dir()?);
             let binaries = Binaries {
-                manager: dir.join("core"),
-                clusterctl: dir.join("clusterctl"),
+                manager: target.join("core"),
+                clusterctl: target.join("clusterctl"),
             };
             // What CAPI's release build stamps in, so that clusterctl knows its own version.
-            let ldflags = version_ldflags(&format!("{MODULE}/version"), VERSION);
+            let version = version();
+            let ldflags = version_ldflags(&format!("{MODULE}/version"), version);
+            let wrapper = wrapper_module()?;
             for (package, out) in [
-                ("sigs.k8s.io/cluster-api/core", &binaries.manager),
-                (
-                    "sigs.k8s.io/cluster-api/cmd/clusterctl",
-                    &binaries.clusterctl,
-                ),
+                (manager_package()?.as_str(), &binaries.manager),
+                (CLUSTERCTL, &binaries.clusterctl),
             ] {
                 go_build(
-                    &wrapper_module(),
+                    &wrapper,
                     package,
                     &ldflags,
                     out,
                     &format!(
-                        "building {package} {VERSION} (testenv/capi/, once): about 3 minutes \
-                         on 2 cores after the control plane's build, whose modules it shares"
+                        "building {package} {version} (testenv/{}/, once): about 3 minutes \
+                         on 2 cores after a control plane's build of the same k8s.io/* line, \
+                         whose compiled packages it shares",
+                        dir()?
                     ),
                 )?;
             }
@@ -87,12 +141,17 @@ pub fn binaries() -> Result<Binaries, String> {
 
 /// The Cluster API module's source in the Go module cache (downloaded if needed).
 pub fn module_dir() -> Result<PathBuf, String> {
-    super::go_module_dir(&wrapper_module(), MODULE)
+    super::go_module_dir(&wrapper_module()?, MODULE)
 }
 
-/// `core/config/` of the Cluster API module: CRDs, their conversion patches, webhooks.
-fn core_config() -> Result<PathBuf, String> {
-    Ok(module_dir()?.join("core").join("config"))
+/// `config/` beside CAPI core's manager package in the Cluster API module (`core/config/` since
+/// v1.14): CRDs, their conversion patches, webhooks, the `default` kustomization.
+pub fn core_config() -> Result<PathBuf, String> {
+    let package = manager_package()?;
+    let beside = package.strip_prefix(MODULE).unwrap_or_default();
+    Ok(module_dir()?
+        .join(beside.trim_start_matches('/'))
+        .join("config"))
 }
 
 /// CAPI's CRDs (`core/config/crd/bases/` of the module).

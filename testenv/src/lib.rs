@@ -61,8 +61,120 @@ pub mod support;
 pub mod tethered;
 pub mod webhooks;
 
-/// The Kubernetes release `testenv/go.mod` builds (etcd 3.6, kube-apiserver and the controllers).
+/// The Kubernetes release `testenv/go.mod` builds (etcd 3.6, kube-apiserver and the controllers):
+/// the control plane's unless [`KUBERNETES_VARIABLE`] picks another ([`kubernetes_version`]).
 pub const KUBERNETES_VERSION: &str = "v1.36.3";
+
+/// The environment variable that runs the bench on another Kubernetes: `1.32` builds the control
+/// plane's Go sources with `testenv/kubernetes-1.32/go.mod` as their `go.mod` (`go build
+/// -modfile`) into `target/testenv/kubernetes-1.32/`; unset, `testenv/go.mod`. The support
+/// matrix's lower bound runs this way (docs/install.md, "Supported versions").
+pub const KUBERNETES_VARIABLE: &str = "INPOOL_TESTENV_KUBERNETES";
+
+/// The Kubernetes release the control plane runs: [`KUBERNETES_VERSION`], or the one that
+/// [`KUBERNETES_VARIABLE`]'s `go.mod` pins. Panics when the variable names no such `go.mod`.
+pub fn kubernetes_version() -> &'static str {
+    match kubernetes_line() {
+        Ok(Some(line)) => &line.version,
+        Ok(None) => KUBERNETES_VERSION,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The control plane the tests run on, as a conformance report's environment names it:
+/// `inpool's test control plane: etcd 3.6, kube-apiserver v1.36.3`.
+pub fn control_plane_description() -> String {
+    let go_mod = match kubernetes_line() {
+        Ok(Some(line)) => line.go_mod.clone(),
+        _ => repo_root().join("testenv").join("go.mod"),
+    };
+    let etcd = std::fs::read_to_string(&go_mod)
+        .ok()
+        .and_then(|text| required_version(&text, "go.etcd.io/etcd/server/v3"))
+        .map(|version| {
+            let numbers: Vec<&str> = version.trim_start_matches('v').split('.').collect();
+            numbers[..numbers.len().min(2)].join(".")
+        })
+        .unwrap_or_else(|| "(unknown)".to_string());
+    format!(
+        "inpool's test control plane: etcd {etcd}, kube-apiserver {}",
+        kubernetes_version()
+    )
+}
+
+fn kubernetes_line() -> &'static Result<Option<GoLine>, String> {
+    static LINE: OnceLock<Result<Option<GoLine>, String>> = OnceLock::new();
+    LINE.get_or_init(|| GoLine::from_env(KUBERNETES_VARIABLE, "kubernetes", "k8s.io/kubernetes"))
+}
+
+/// Another release line of a Go program the bench builds, picked by an environment variable:
+/// `VARIABLE=X` names the wrapper `testenv/<prefix>-X/go.mod`, which pins that line's release.
+#[derive(Clone, Debug)]
+pub(crate) struct GoLine {
+    /// The wrapper's folder under `testenv/` (`<prefix>-X`), and its binaries' under `target/`.
+    pub dir: String,
+    /// The wrapper's `go.mod`.
+    pub go_mod: PathBuf,
+    /// The release of the program's module that the wrapper requires (`vMAJOR.MINOR.PATCH`).
+    pub version: String,
+}
+
+impl GoLine {
+    /// The line `variable` picks for `module` (`None` when it is unset or empty); an error names
+    /// the wrappers there are when no `testenv/<prefix>-X/go.mod` requires `module`.
+    pub(crate) fn from_env(
+        variable: &str,
+        prefix: &str,
+        module: &str,
+    ) -> Result<Option<GoLine>, String> {
+        match std::env::var(variable).ok().filter(|v| !v.is_empty()) {
+            Some(value) => Self::named(variable, &value, prefix, module).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The line `value` names (`variable` only words the error).
+    fn named(variable: &str, value: &str, prefix: &str, module: &str) -> Result<GoLine, String> {
+        let dir = format!("{prefix}-{value}");
+        let go_mod = repo_root().join("testenv").join(&dir).join("go.mod");
+        let text = std::fs::read_to_string(&go_mod).map_err(|e| {
+            let mut there: Vec<String> = std::fs::read_dir(repo_root().join("testenv"))
+                .into_iter()
+                .flatten()
+                .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+                .filter_map(|name| Some(name.strip_prefix(&format!("{prefix}-"))?.to_string()))
+                .collect();
+            there.sort();
+            format!(
+                "{variable}={value}: reading {} ({e}); the lines there are: {}",
+                go_mod.display(),
+                there.join(", ")
+            )
+        })?;
+        let version = required_version(&text, module)
+            .ok_or_else(|| format!("{} requires no {module}", go_mod.display()))?;
+        Ok(GoLine {
+            dir,
+            go_mod,
+            version,
+        })
+    }
+}
+
+/// The version of `module` that a `go.mod`'s text requires.
+fn required_version(go_mod: &str, module: &str) -> Option<String> {
+    go_mod.lines().find_map(|line| {
+        let mut words = line
+            .trim()
+            .trim_start_matches("require ")
+            .split_whitespace();
+        (words.next() == Some(module))
+            .then(|| words.next())
+            .flatten()
+            .filter(|version| version.starts_with('v'))
+            .map(str::to_string)
+    })
+}
 
 /// How long a cold control plane may take to announce itself ready.
 pub const START_TIMEOUT: Duration = Duration::from_secs(240);
@@ -104,18 +216,41 @@ pub fn testenv_binary() -> Result<PathBuf, String> {
 }
 
 fn build_testenv() -> Result<PathBuf, String> {
-    let binary = testenv_dir().join("inpool-testenv");
+    let testenv = repo_root().join("testenv");
     // The version the API server reports: Cluster API and clusterctl refuse a server whose
     // version they cannot parse (a plain `go build` reports v0.0.0-master).
-    go_build(
-        &repo_root().join("testenv"),
-        ".",
-        &version_ldflags("k8s.io/component-base/version", KUBERNETES_VERSION),
-        &binary,
-        "building the local control plane (testenv/, once) — the first build downloads the \
-         Kubernetes modules and compiles kube-apiserver: 6 to 20 minutes on 2 cores, by load",
-    )?;
-    Ok(binary)
+    let ldflags = |version| version_ldflags("k8s.io/component-base/version", version);
+    match kubernetes_line().clone()? {
+        None => {
+            let binary = testenv_dir().join("inpool-testenv");
+            go_build(
+                &testenv,
+                ".",
+                &ldflags(KUBERNETES_VERSION),
+                &binary,
+                "building the local control plane (testenv/, once) — the first build downloads \
+                 the Kubernetes modules and compiles kube-apiserver: 6 to 20 minutes on 2 cores, \
+                 by load",
+            )?;
+            Ok(binary)
+        }
+        Some(line) => {
+            let binary = testenv_dir().join(&line.dir).join("inpool-testenv");
+            go_build_with_modfile(
+                &testenv,
+                Some(&line.go_mod),
+                ".",
+                &ldflags(&line.version),
+                &binary,
+                &format!(
+                    "building the local control plane on Kubernetes {} (testenv/{}/go.mod, \
+                     once): a build of its own, 6 to 20 minutes on 2 cores",
+                    line.version, line.dir
+                ),
+            )?;
+            Ok(binary)
+        }
+    }
 }
 
 /// The source of Go module `module` as the wrapper module `wrapper` pins it, from the Go module
@@ -322,6 +457,19 @@ pub(crate) fn go_build(
     out: &Path,
     first_time: &str,
 ) -> Result<(), String> {
+    go_build_with_modfile(module, None, package, ldflags, out, first_time)
+}
+
+/// [`go_build`] with `modfile`, when given, read in place of the module's own `go.mod` (and the
+/// `go.sum` beside it): the same sources built on another graph of dependency versions.
+fn go_build_with_modfile(
+    module: &Path,
+    modfile: Option<&Path>,
+    package: &str,
+    ldflags: &str,
+    out: &Path,
+    first_time: &str,
+) -> Result<(), String> {
     check_go_toolchain(&std::env::var("PATH").unwrap_or_default())?;
     let dir = out.parent().expect("an output file has a directory");
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
@@ -343,7 +491,9 @@ pub(crate) fn go_build(
     let log = std::fs::File::create(&log_path)
         .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
     let mut child = Command::new("go")
-        .args(["build", "-v", "-ldflags", ldflags, "-o"])
+        .args(["build", "-v", "-ldflags", ldflags])
+        .args(modfile.map(|file| format!("-modfile={}", file.display())))
+        .arg("-o")
         .arg(out)
         .arg(package)
         .current_dir(module)
@@ -675,4 +825,59 @@ pub fn local_crd_files() -> Vec<PathBuf> {
     let mut files = yaml_files(&repo_root().join("config").join("local-capi"));
     files.extend(yaml_files(&repo_root().join("crds")));
     files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The control plane's `go.mod` and each other line's pin `k8s.io/kubernetes` and every
+    /// staging module to one release (`v1.X.Y` and `v0.X.Y`): an update of one pin alone would
+    /// build an API server of mixed releases.
+    #[test]
+    fn each_kubernetes_line_pins_one_release() {
+        let testenv = repo_root().join("testenv");
+        let mut go_mods = vec![testenv.join("go.mod")];
+        go_mods.extend(
+            std::fs::read_dir(&testenv)
+                .unwrap()
+                .map(|entry| entry.unwrap().path())
+                .filter(|dir| {
+                    dir.file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .starts_with("kubernetes-")
+                })
+                .map(|dir| dir.join("go.mod")),
+        );
+        assert!(go_mods.len() > 1, "no testenv/kubernetes-*/go.mod");
+        for go_mod in go_mods {
+            let text = std::fs::read_to_string(&go_mod).unwrap();
+            let kubernetes = required_version(&text, "k8s.io/kubernetes").unwrap();
+            let staging = kubernetes.replacen("v1.", "v0.", 1);
+            let pins: Vec<&str> = text.lines().filter(|l| l.contains("=> k8s.io/")).collect();
+            assert!(pins.len() > 20, "{}: {pins:?}", go_mod.display());
+            for pin in pins {
+                assert!(
+                    pin.ends_with(&format!(" {staging}")),
+                    "{} requires k8s.io/kubernetes {kubernetes}, and pins {pin:?}",
+                    go_mod.display()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_variable_names_a_wrapper_and_its_release() {
+        let kubernetes = GoLine::named("K", "1.32", "kubernetes", "k8s.io/kubernetes").unwrap();
+        assert_eq!(kubernetes.dir, "kubernetes-1.32");
+        assert_eq!(kubernetes.version, "v1.32.4");
+        let capi = GoLine::named("C", "1.11", "capi", "sigs.k8s.io/cluster-api").unwrap();
+        assert_eq!(capi.version, "v1.11.0");
+        let missing = GoLine::named("K", "1.2", "kubernetes", "k8s.io/kubernetes").unwrap_err();
+        assert!(
+            missing.starts_with("K=1.2: reading ") && missing.contains("the lines there are: 1.32"),
+            "{missing}"
+        );
+    }
 }

@@ -258,20 +258,17 @@ pub fn components_config_map(
     Ok(config_map)
 }
 
-/// Cluster API core's components ([`capi::VERSION`]), rendered by kustomize from the Cluster
-/// API module's `core/config/default`, less cert-manager's `Certificate` and `Issuer`: the test
-/// control plane has no cert-manager (the control plane's serving certificate is the webhook
-/// certificate, see [`capi::Manager::start`]), and the operator, like clusterctl, cannot create
-/// objects of a kind the API server does not know. The overlay is written to
+/// Cluster API core's components ([`capi::version`]), rendered by kustomize from the Cluster
+/// API module's `core/config/default` ([`capi::core_config`]), less cert-manager's
+/// `Certificate` and `Issuer`: the test control plane has no cert-manager (the control plane's
+/// serving certificate is the webhook certificate, see [`capi::Manager::start`]), and the
+/// operator, like clusterctl, cannot create objects of a kind the API server does not know. The overlay is written to
 /// `target/operator/capi-core/`.
 pub fn capi_core_components() -> Result<String, String> {
     let overlay = out_dir().join("capi-core");
     std::fs::create_dir_all(&overlay)
         .map_err(|e| format!("creating {}: {e}", overlay.display()))?;
-    let default = capi::module_dir()?
-        .join("core")
-        .join("config")
-        .join("default");
+    let default = capi::core_config()?.join("default");
     let base = kustomize::relative_to(&default, &overlay);
     let deleted = |kind: &str, name: &str| {
         format!(

@@ -73,7 +73,7 @@ impl Clusterctl {
         let binary = capi::binaries().expect("clusterctl").clusterctl;
         let repo = dir.join("repository");
         let inpool = repo.join("ipam-inpool").join(inpool_version());
-        let core = repo.join("cluster-api").join(capi::VERSION);
+        let core = repo.join("cluster-api").join(capi::version());
         for d in [&inpool, &core] {
             std::fs::create_dir_all(d).unwrap();
         }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use inpool_conformance::ProviderConfig;
-use inpool_testenv::{KUBERNETES_VERSION, common, repo_root, support};
+use inpool_testenv::{common, repo_root, support};
 
 async fn passes(provider_config: &str, name: &str) {
     let (client, ns) = support::capi_env().namespace().await;
@@ -25,11 +25,14 @@ async fn passes(provider_config: &str, name: &str) {
     config.environment.extend([
         (
             "clusterAPI".to_string(),
-            "v1.14.2 (core manager with its webhooks; CRDs from its Go module)".to_string(),
+            format!(
+                "{} (core manager with its webhooks; CRDs from its Go module)",
+                inpool_testenv::capi::version()
+            ),
         ),
         (
             "controlPlane".to_string(),
-            format!("inpool's test control plane: etcd 3.6, kube-apiserver {KUBERNETES_VERSION}"),
+            inpool_testenv::control_plane_description(),
         ),
     ]);
     let report = inpool_conformance::run(client, config)

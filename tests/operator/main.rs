@@ -287,7 +287,7 @@ async fn install_cluster_api_core(
         "cluster-api-components",
         namespace,
         &selector,
-        capi::VERSION,
+        capi::version(),
         &metadata,
         &components,
     )
@@ -302,7 +302,7 @@ async fn install_cluster_api_core(
         "CoreProvider",
         namespace,
         "cluster-api",
-        json!({"version": capi::VERSION, "fetchConfig": {"selector": {"matchLabels": selector}}}),
+        json!({"version": capi::version(), "fetchConfig": {"selector": {"matchLabels": selector}}}),
     )
     .await;
     wait_for_condition(

@@ -6,7 +6,7 @@
 
 use inpool_conformance::ProviderConfig;
 use inpool_testenv::support::TestEnv;
-use inpool_testenv::{KUBERNETES_VERSION, RunningManager, capi, repo_root, support};
+use inpool_testenv::{RunningManager, capi, repo_root, support};
 use serde_json::Value;
 
 /// The report's `environment.provider`: how the bench built and runs the peer, `flags` its
@@ -44,12 +44,12 @@ pub async fn keeps_its_results(
             "clusterAPI".to_string(),
             format!(
                 "{} (core manager with its webhooks; CRDs from its Go module)",
-                capi::VERSION
+                capi::version()
             ),
         ),
         (
             "controlPlane".to_string(),
-            format!("inpool's test control plane: etcd 3.6, kube-apiserver {KUBERNETES_VERSION}"),
+            inpool_testenv::control_plane_description(),
         ),
         ("provider".to_string(), provider),
     ]);
