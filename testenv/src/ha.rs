@@ -215,6 +215,8 @@ impl Link {
         let accept = tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
             while let Ok((inbound, _)) = listener.accept().await {
+                // Forget the connections that ended.
+                while connections.try_join_next().is_some() {}
                 let mut held = watching.clone();
                 connections.spawn(async move {
                     if held.wait_for(|h| !*h).await.is_err() {

@@ -9,9 +9,10 @@
 //! release is the committed components with another image tag (no second release exists), so the
 //! same binary runs before and after: what is tested is the upgrade's path, not a change of code.
 //!
-//! Checked: the old process exits 0 before the new one starts; no claim realised before the
-//! upgrade moves; the claims created while no provider ran are served once the new one is ready;
-//! every invariant holds; the inventory names the new release. The time without a provider is
+//! Checked: the old Deployment is scaled to zero and its process exits 0, and the new release's
+//! is a new Deployment; some claims are created while no provider runs, and are served once the
+//! new one is ready; no claim realised before the upgrade moves; every invariant holds; the
+//! inventory names the new release. The time without a provider is
 //! printed, and docs/install.md#upgrade states it.
 
 use std::path::Path;

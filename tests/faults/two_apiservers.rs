@@ -150,10 +150,11 @@ async fn watches_moved_between_two_api_servers_mid_burst_lose_nothing() {
 #[tokio::test]
 async fn a_writer_trusting_a_stale_read_from_the_second_api_server_is_caught() {
     let scenario = Scenario::start().await;
-    let range = ("10.32.0.1", 25);
+    let (first, size) = (std::net::Ipv4Addr::new(10, 32, 0, 1), 25);
+    let nth = |i: u32| std::net::Ipv4Addr::from(u32::from(first) + i).to_string();
     create(
         &scenario.pools,
-        &pool("pool", &[&format!("{}-10.32.0.25", range.0)], 24, None),
+        &pool("pool", &[&format!("{first}-{}", nth(size - 1))], 24, None),
     )
     .await;
     let second = SecondApiServer::start(super::supervisor_pid(), &scenario.kubeconfig)
@@ -168,7 +169,7 @@ async fn a_writer_trusting_a_stale_read_from_the_second_api_server_is_caught() {
     let addresses: Api<IPAddress> = Api::namespaced(scenario.client.clone(), &scenario.ns);
     let mut provider = start_provider(&scenario.kubeconfig, &scenario.ns, "p");
     let any_version = ListParams::default().match_any();
-    let held = |list: &[IPAddress]| -> Vec<String> {
+    let addresses_of = |list: &[IPAddress]| -> Vec<String> {
         list.iter().map(|a| a.spec.address.clone()).collect()
     };
 
@@ -191,12 +192,12 @@ async fn a_writer_trusting_a_stale_read_from_the_second_api_server_is_caught() {
     }
     wait_realised(&scenario.claims, 20, 0).await;
     let truth_list = addresses.list(&ListParams::default()).await.unwrap().items;
-    let truth = held(&truth_list);
+    let truth = addresses_of(&truth_list);
     let stale = tokio::time::timeout(Duration::from_secs(10), stale_addresses.list(&any_version))
         .await
         .expect("the second API server answers from its watch cache, without etcd")
         .expect("a list through the second API server");
-    let stale = held(&stale.items);
+    let stale = addresses_of(&stale.items);
     assert_eq!(
         (stale.len(), truth.len()),
         (10, 20),
@@ -206,9 +207,8 @@ async fn a_writer_trusting_a_stale_read_from_the_second_api_server_is_caught() {
     assert_invariants(&scenario.client, &scenario.ns, &mut [&mut provider]).await;
 
     // The planted writer: the pool's first address its stale list does not show.
-    let first: std::net::Ipv4Addr = range.0.parse().unwrap();
-    let taken = (0..range.1)
-        .map(|i| std::net::Ipv4Addr::from(u32::from(first) + i).to_string())
+    let taken = (0..size)
+        .map(nth)
         .find(|a| !stale.contains(a))
         .expect("a free address by the stale list");
     let not_inpools = inpool::api::IPPoolReference::new("ipam.example.com", "CachedPool", "pool");

@@ -241,13 +241,24 @@ async fn version_bumped_under_a_burst(
     )
     .await;
     wait_counts(&claims, 51, 0).await;
-    wait_for_condition(
-        client,
-        "IPAMProvider",
-        PROVIDER_NAMESPACE,
-        "inpool",
-        "Ready",
-        operator,
+    // Ready again for the new generation: the condition from before the bump does not count.
+    wait_explained(
+        "the IPAMProvider Ready for the bumped generation",
+        INSTALL,
+        || async {
+            let provider = providers.get("inpool").await.ok()?;
+            let generation = provider.metadata.generation?;
+            provider.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| {
+                    c["type"] == "Ready"
+                        && c["status"] == "True"
+                        && c["observedGeneration"].as_i64() == Some(generation)
+                })
+                .then_some(())
+        },
+        || format!("; the operator's log ends:\n{}", operator.log_tail()),
     )
     .await;
 

@@ -40,6 +40,18 @@ pub struct PodRun {
     pub ready: Option<Instant>,
     /// When it had exited after SIGTERM, and its exit code.
     pub stopped: Option<(Instant, Option<i32>)>,
+    /// The uid of the Deployment it ran for: a Deployment deleted and created again has a new
+    /// one.
+    pub deployment_uid: String,
+    /// Why it was stopped: its Deployment scaled to zero, or deleted.
+    pub stopped_because: Option<Stop>,
+}
+
+/// What made the stand-in stop a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    ScaledToZero,
+    Deleted,
 }
 
 /// The stand-in, polling the Deployment every 100 ms. Dropping it stops the process.
@@ -62,8 +74,13 @@ impl DeploymentStandIn {
         DeploymentStandIn { runs, task }
     }
 
-    /// The runs so far, oldest first.
+    /// The runs so far, oldest first. Panics if the stand-in itself has ended (its own panic,
+    /// printed above, says why), so that a wait on it fails at once rather than at its timeout.
     pub fn runs(&self) -> Vec<PodRun> {
+        assert!(
+            !self.task.is_finished(),
+            "the Deployment stand-in ended: its panic is printed above"
+        );
         self.runs.lock().unwrap().clone()
     }
 }
@@ -93,10 +110,15 @@ async fn stand_in(
                 continue;
             }
         };
-        let wanted = deployment.as_ref().filter(|d| {
-            d.metadata.deletion_timestamp.is_none()
-                && d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1) > 0
-        });
+        let unwanted = match &deployment {
+            None => Some(Stop::Deleted),
+            Some(d) if d.metadata.deletion_timestamp.is_some() => Some(Stop::Deleted),
+            Some(d) if d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1) == 0 => {
+                Some(Stop::ScaledToZero)
+            }
+            Some(_) => None,
+        };
+        let wanted = deployment.as_ref().filter(|_| unwanted.is_none());
         running = match (running.take(), wanted) {
             (None, Some(deployment)) => {
                 let (image, process) = run_as_deployed(deployment, &admin, &binary);
@@ -105,6 +127,8 @@ async fn stand_in(
                     started: Instant::now(),
                     ready: None,
                     stopped: None,
+                    deployment_uid: deployment.uid().unwrap_or_default(),
+                    stopped_because: None,
                 });
                 Some(process)
             }
@@ -115,6 +139,7 @@ async fn stand_in(
                     .unwrap_or(None);
                 if let Some(run) = runs.lock().unwrap().last_mut() {
                     run.stopped = Some((Instant::now(), code));
+                    run.stopped_because = unwanted;
                 }
                 None
             }
@@ -248,11 +273,13 @@ pub fn claims_arriving(
     })
 }
 
-/// Judges a provider replaced by an upgrade while the claims of `created` arrived: `pods` ran
-/// one provider for each of `images` in turn, the old one exited 0 before the new one started
-/// and the new one got ready; every claim of `before` (claim → address, read before the upgrade)
-/// keeps its address in `ns`; every invariant of `ns` holds. Returns the time without a provider
-/// (the old one's exit to the new one's readiness) and how many claims were created in it.
+/// Judges a provider replaced by an upgrade while the claims of `created` arrived, as clusterctl's
+/// upgrader replaces one: `pods` ran one provider for each of `images` in turn; the old one was
+/// stopped because its Deployment was scaled to zero, and exited 0; the new one ran for another
+/// Deployment (deleted and created again, not rolled) and got ready; some claims were created
+/// while none ran; every claim of `before` (claim → address, read before the upgrade) keeps its
+/// address in `ns`; every invariant of `ns` holds. Returns the time without a provider (the old
+/// one's exit to the new one's readiness) and how many claims were created in it.
 pub async fn replaced_once(
     pods: &DeploymentStandIn,
     images: [&str; 2],
@@ -269,9 +296,14 @@ pub async fn replaced_once(
     );
     let (stopped, code) = runs[0].stopped.expect("the old release's provider stopped");
     assert_eq!(code, Some(0), "the old provider exits 0 on SIGTERM");
-    assert!(
-        runs[1].started >= stopped,
-        "the new provider starts only after the old one exited"
+    assert_eq!(
+        runs[0].stopped_because,
+        Some(Stop::ScaledToZero),
+        "the upgrade scales the old Deployment to zero before it deletes it"
+    );
+    assert_ne!(
+        runs[0].deployment_uid, runs[1].deployment_uid,
+        "the new release's Deployment is a new object, not the old one rolled"
     );
     let ready = runs[1].ready.expect("the new provider ready");
     let after = addresses_by_claim(client, ns).await;
@@ -287,5 +319,9 @@ pub async fn replaced_once(
         .iter()
         .filter(|t| (stopped..ready).contains(*t))
         .count();
+    assert!(
+        during_gap > 0,
+        "no claim was created while no provider ran: the burst missed the upgrade"
+    );
     (ready - stopped, during_gap)
 }

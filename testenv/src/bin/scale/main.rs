@@ -102,7 +102,8 @@ struct Args {
     #[arg(long)]
     skip_floor: bool,
     /// Command that starts the provider under test, run as `sh -c 'exec COMMAND'`. Placeholders
-    /// (substituted shell-quoted): {kubeconfig} (the control plane's admin kubeconfig),
+    /// (substituted shell-quoted): {kubeconfig} (the control plane's admin kubeconfig; inpool's
+    /// ServiceAccount's with --priority-level-shares),
     /// {namespace} (the scenario's namespace), {concurrency}, {metrics_addr}, {health_addr}
     /// (free 127.0.0.1 ports). Default: inpool's release binary with all five.
     #[arg(long)]
@@ -288,6 +289,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     );
     let client = plane.client().await;
     let plane_pid = Some(plane.pid());
+    if args.priority_level_shares.is_some() && (args.with_reference || !provider.is_inpool) {
+        bail!(
+            "--priority-level-shares runs inpool as its ServiceAccount with its RBAC: it is for \
+             inpool alone (not with --with-reference or another --provider-command)"
+        );
+    }
     let provider_kubeconfig = match args.priority_level_shares {
         Some(shares) => throttle(&client, &plane.kubeconfig, shares).await?,
         None => plane.kubeconfig.clone(),
@@ -392,7 +399,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mut foreign_run = None;
     if args.foreign_claims > 0 {
         let setup = foreign::Setup {
-            kubeconfig: &plane.kubeconfig,
+            kubeconfig: &provider_kubeconfig,
             provider: &provider,
             namespace: "scale-foreign",
             foreign_claims: args.foreign_claims,
