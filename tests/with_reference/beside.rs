@@ -451,10 +451,7 @@ async fn settled_race(
             .filter(|l| l.contains(&format!("\"{ns}\"")) && l.contains(&format!("\"{pool}\"")))
             .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
     };
-    let at_least = foreign
-        .iter()
-        .filter(|a| created(a) > inpool_ready)
-        .count() as f64;
+    let at_least = foreign.iter().filter(|a| created(a) > inpool_ready).count() as f64;
     let at_most = foreign
         .iter()
         .filter(|a| created(a) >= inpool_started)
