@@ -171,25 +171,25 @@ async fn stand_in(
         if deployment.is_none() {
             reported = None;
         } else if reported != Some(available) {
-            let status = if available {
-                let now = k8s_openapi::jiff::Timestamp::now().to_string();
-                json!({"status": {
-                    "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
-                    "conditions": [{
-                        "type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
-                        "message": "Deployment has minimum availability.",
-                        "lastUpdateTime": now, "lastTransitionTime": now,
-                    }],
-                }})
-            } else {
-                json!({"status": {"replicas": i32::from(running.is_some()), "updatedReplicas": null,
-                    "readyReplicas": null, "availableReplicas": null, "conditions": null}})
-            };
-            if deployments
-                .patch_status(DEPLOYMENT, &PatchParams::default(), &Patch::Merge(&status))
+            // Available, as cluster-api-operator's health check reads it; else the replicas left.
+            let reported_now = if available {
+                crate::operator::report_available(
+                    &deployments.clone().into_client(),
+                    SYSTEM_NAMESPACE,
+                    DEPLOYMENT,
+                )
                 .await
                 .is_ok()
-            {
+            } else {
+                let status = json!({"status": {"replicas": i32::from(running.is_some()),
+                    "updatedReplicas": null, "readyReplicas": null, "availableReplicas": null,
+                    "conditions": null}});
+                deployments
+                    .patch_status(DEPLOYMENT, &PatchParams::default(), &Patch::Merge(&status))
+                    .await
+                    .is_ok()
+            };
+            if reported_now {
                 reported = Some(available);
             }
         }
