@@ -511,6 +511,67 @@ fn the_release_is_pinned_signed_attested_drafted_and_gated_on_ci() {
     }
 }
 
+/// The `FROM` lines of a Dockerfile that name a base image by tag alone, each as
+/// `line N: <image>`. A base image is pinned when its reference ends in `@sha256:` and 64 hex
+/// digits; a stage named earlier (`FROM build`) is not an image and is not checked.
+fn unpinned_base_images(dockerfile: &str) -> Vec<String> {
+    let pinned = regex::Regex::new(r"^[^@\s]+@sha256:[0-9a-f]{64}$").unwrap();
+    let mut stages = Vec::new();
+    let mut faults = Vec::new();
+    for (index, line) in dockerfile.lines().enumerate() {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("FROM") {
+            continue;
+        }
+        let words: Vec<&str> = words.filter(|w| !w.starts_with("--")).collect();
+        let image = words.first().copied().unwrap_or_default();
+        if !stages.contains(&image) && !pinned.is_match(image) {
+            faults.push(format!("line {}: {image}", index + 1));
+        }
+        if let [_, as_, name] = words[..]
+            && as_.eq_ignore_ascii_case("AS")
+        {
+            stages.push(name);
+        }
+    }
+    faults
+}
+
+/// Every base image of the Dockerfile is pinned by digest, and the check can fail: the same
+/// file with its runtime image named by tag alone is reported at that line, and only there.
+#[test]
+fn every_base_image_is_pinned_by_digest() {
+    let dockerfile = read(&repo("Dockerfile"));
+    assert_eq!(unpinned_base_images(&dockerfile), Vec::<String>::new());
+    let runtime = dockerfile
+        .lines()
+        .position(|l| l.starts_with("FROM gcr.io/distroless/static:nonroot@"))
+        .expect("the runtime stage");
+    let planted: String = dockerfile
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == runtime {
+                "FROM gcr.io/distroless/static:nonroot\n".to_string()
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    assert_eq!(
+        unpinned_base_images(&planted),
+        [format!(
+            "line {}: gcr.io/distroless/static:nonroot",
+            runtime + 1
+        )]
+    );
+    assert_eq!(
+        unpinned_base_images("FROM alpine@sha256:abc AS a\nFROM a\n"),
+        ["line 1: alpine@sha256:abc"],
+        "a short digest is no pin; a named stage is no image"
+    );
+}
+
 /// The check can fail: the release workflow with one action named by tag, one pin without its
 /// comment, the image built without an SBOM, the release created public, the plugin jobs not
 /// waiting for CI, and the image unsigned is reported at each, naming the step, and nothing else.
