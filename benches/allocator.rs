@@ -7,7 +7,7 @@
 //!   scattered at random, the worst case for the free-interval index).
 //!
 //! Prefix pools:
-//! - hand out 1,000 /64s of a /48 one by one;
+//! - hand out 1,000 /64s of a /48 one by one, and 1,000 IPv4 /28s of a /16;
 //! - parse and count a /32 split into /64s (2^32 sub-prefixes, never enumerated);
 //! - allocate and release in a /32 of /64s with 1M sub-prefixes used (from the bottom, and at
 //!   random).
@@ -358,22 +358,25 @@ fn report_prefix_memory() {
 
 fn bench_prefixes(c: &mut Criterion) {
     let mut group = c.benchmark_group("prefix");
-    let slash48 = prefix_spec(&["2001:db8::/48"], 64)
-        .parse()
-        .expect("valid /48");
     group.throughput(Throughput::Elements(1000));
-    group.bench_function("1000_slash64s_of_a_slash48", |b| {
-        b.iter_batched(
-            || PrefixAllocator::new(slash48.clone()),
-            |mut allocator| {
-                for _ in 0..1000 {
-                    black_box(allocator.allocate_lowest().unwrap());
-                }
-                allocator
-            },
-            BatchSize::LargeInput,
-        )
-    });
+    for (name, prefix, length) in [
+        ("1000_slash64s_of_a_slash48", "2001:db8::/48", 64),
+        ("1000_ipv4_slash28s_of_a_slash16", "10.0.0.0/16", 28),
+    ] {
+        let pool = prefix_spec(&[prefix], length).parse().expect(prefix);
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || PrefixAllocator::new(pool.clone()),
+                |mut allocator| {
+                    for _ in 0..1000 {
+                        black_box(allocator.allocate_lowest().unwrap());
+                    }
+                    allocator
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
     group.throughput(Throughput::Elements(1));
     let spec = prefix_spec(&["2001:db8::/32"], 64);
     group.bench_function("slash32_of_slash64s/parse+new+counts", |b| {

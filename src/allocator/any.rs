@@ -10,7 +10,7 @@
 
 use std::net::IpAddr;
 
-use super::addr::Subnet;
+use super::addr::{Family, Subnet};
 use super::counts::Counts;
 use super::pool::Allocator;
 use super::prefix::{ParsedPrefixPool, PrefixAllocator};
@@ -41,10 +41,7 @@ impl ParsedSpec {
     pub fn network(&self) -> (u8, Option<IpAddr>) {
         match self {
             ParsedSpec::Addresses(pool) => (pool.prefix(), pool.gateway()),
-            ParsedSpec::Prefixes(pool) => (
-                pool.allocation_prefix_length(),
-                pool.gateway().map(IpAddr::V6),
-            ),
+            ParsedSpec::Prefixes(pool) => (pool.allocation_prefix_length(), pool.gateway()),
         }
     }
 }
@@ -179,11 +176,13 @@ impl AnyAllocator {
 
     /// What the block `ip/length` (an address when `length` is the family's width) uses here.
     pub fn footprint(&self, ip: IpAddr, length: u8) -> Footprint {
-        let family_bits = super::addr::Family::of(ip).bits();
+        let family_bits = Family::of(ip).bits();
         let length = length.min(family_bits);
         let larger_than_a_unit = match self {
             AnyAllocator::Addresses(_) => length < family_bits,
-            AnyAllocator::Prefixes(a) => ip.is_ipv6() && length < a.allocation_prefix_length(),
+            AnyAllocator::Prefixes(a) => {
+                Family::of(ip) == a.family() && length < a.allocation_prefix_length()
+            }
         };
         match Subnet::containing(ip, length).filter(|_| larger_than_a_unit) {
             Some(block) => Footprint::Units(block),
@@ -225,10 +224,11 @@ impl AnyAllocator {
         }
     }
 
-    /// The sub-prefix of a prefix pool that contains `ip` (`None` in an IP pool, and for IPv4).
+    /// The sub-prefix of a prefix pool that contains `ip` (`None` in an IP pool, and for an
+    /// address of the other family).
     fn sub_prefix(&self, ip: IpAddr) -> Option<Subnet> {
-        match (self, ip) {
-            (AnyAllocator::Prefixes(a), IpAddr::V6(_)) => {
+        match self {
+            AnyAllocator::Prefixes(a) if Family::of(ip) == a.family() => {
                 Subnet::containing(ip, a.allocation_prefix_length())
             }
             _ => None,

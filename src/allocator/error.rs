@@ -125,9 +125,20 @@ pub enum SpecError {
         entry: String,
         allocation: u8,
     },
-    /// e.g. `allocationPrefixLength 0: must be between 1 and 128`.
-    #[error("allocationPrefixLength {length}: must be between 1 and 128")]
-    InvalidAllocationPrefixLength { length: i64 },
+    /// e.g. `allocationPrefixLength 0: must be between 1 and 128 for IPv6 prefixes`. An IPv4
+    /// pool left at the default, 64, reads `allocationPrefixLength 64: must be between 1 and 32
+    /// for IPv4 prefixes (64 is the default, for IPv6: set it)`.
+    #[error(
+        "allocationPrefixLength {length}: must be between 1 and {max} for {name} prefixes{hint}",
+        max = family.bits(),
+        name = family_name(Some(*family)),
+        hint = if *family == Family::V4 && *length == i64::from(crate::allocator::DEFAULT_ALLOCATION_PREFIX_LENGTH) {
+            " (64 is the default, for IPv6: set it)"
+        } else {
+            ""
+        }
+    )]
+    InvalidAllocationPrefixLength { length: i64, family: Family },
 }
 
 fn max_prefix(family: Option<Family>) -> u8 {
@@ -199,9 +210,16 @@ pub enum AllocError {
 pub enum PrefixAllocError {
     #[error("the pool has no free sub-prefix")]
     Exhausted,
-    /// Not an IPv6 network of the pool's allocation length, so no sub-prefix of this pool.
-    #[error("{prefix} is not a /{length} IPv6 sub-prefix, the only kind the pool hands out")]
-    NotASubPrefix { prefix: Subnet, length: u8 },
+    /// Not a network of the pool's family and allocation length, so no sub-prefix of this pool.
+    #[error(
+        "{prefix} is not a /{length} {name} sub-prefix, the only kind the pool hands out",
+        name = family_name(Some(*family))
+    )]
+    NotASubPrefix {
+        prefix: Subnet,
+        family: Family,
+        length: u8,
+    },
     #[error("{0} is not in the pool")]
     NotInPool(Subnet),
     #[error("{0} is already in use")]

@@ -1,9 +1,11 @@
-//! Prefix pools: IPv6 sub-prefixes of one length handed out from a list of prefixes, as the
-//! reference's `InClusterPrefixPool` / `GlobalInClusterPrefixPool` do.
+//! Prefix pools: sub-prefixes of one length handed out from a list of prefixes of one family, as
+//! the reference's `InClusterPrefixPool` / `GlobalInClusterPrefixPool` do for IPv6, and as inpool
+//! does for IPv4 too (/26s of a /16, say).
 //!
 //! # Block indices
 //!
-//! With allocation length `L` and `k = 128 − L` host bits, every aligned sub-prefix is one
+//! With allocation length `L` and `k = W − L` host bits, where `W` is the family's width (32 or
+//! 128), every aligned sub-prefix is one
 //! *block*, numbered by its *block index* `address >> k`. In that space:
 //!
 //! - a `prefixes` entry `P/p` (`p ≤ L`, aligned) is the block interval `[P >> k, last(P/p) >> k]`,
@@ -23,20 +25,23 @@
 //!
 //! # Spec semantics (as the reference)
 //!
-//! - `prefixes` is required; each entry is an IPv6 CIDR whose host bits are zero (`fd00::/48`,
-//!   not `fd00::1/48`) and no longer than `allocationPrefixLength`. Overlapping entries are
-//!   merged.
-//! - `allocationPrefixLength` is 1..=128, 64 when unset (the CRD default).
-//! - `excludedPrefixes` entries are IPv6 addresses, CIDRs (host bits ignored, as for IP pools) or
-//!   `first-last` ranges; any sub-prefix overlapping one is never handed out. They need not lie
-//!   inside `prefixes`.
-//! - `gateway` (optional) is an IPv6 address carried to every `IPAddress`; unlike IP pools it
-//!   blocks nothing.
+//! - `prefixes` is required; each entry is a CIDR whose host bits are zero (`fd00::/48`, not
+//!   `fd00::1/48`) and no longer than `allocationPrefixLength`. Overlapping entries are merged.
+//!   The first valid entry sets the pool's family; the reference accepts IPv6 only, inpool
+//!   either.
+//! - `allocationPrefixLength` is 1..=128 for IPv6 and 1..=32 for IPv4, 64 when unset (the CRD
+//!   default, so an IPv4 pool must set it).
+//! - `excludedPrefixes` entries are addresses, CIDRs (host bits ignored, as for IP pools) or
+//!   `first-last` ranges of the pool's family; any sub-prefix overlapping one is never handed
+//!   out. They need not lie inside `prefixes`.
+//! - `gateway` (optional) is an address of the pool's family carried to every `IPAddress`;
+//!   unlike IP pools it blocks nothing.
 //!
-//! An IPv4 entry or gateway is reported as ``mixed address families: prefixes[0] `10.0.0.0/8`
-//! is IPv4 but the pool is IPv6``. All problems are reported at once, never by a panic.
+//! An entry or gateway of the other family is reported as ``mixed address families:
+//! prefixes[2] `10.0.0.0/8` is IPv4 but the pool is IPv6``. All problems are reported at once,
+//! never by a panic.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 
 use super::addr::{AddrRange, Family, Subnet, host_mask};
 use super::counts::Counts;
@@ -53,22 +58,23 @@ pub const DEFAULT_ALLOCATION_PREFIX_LENGTH: u8 = 64;
 /// without any Kubernetes type.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PrefixPoolSpecInput {
-    /// Network-aligned IPv6 CIDRs; may overlap.
+    /// Network-aligned CIDRs of one family; may overlap.
     pub prefixes: Vec<String>,
     /// Length of each handed-out sub-prefix; `None` means the default, 64. `i64` so that any
     /// integer read from the CRD converts without loss.
     pub allocation_prefix_length: Option<i64>,
     /// Informational; `None` and `Some("")` both mean unset.
     pub gateway: Option<String>,
-    /// IPv6 addresses, CIDRs or `first-last` ranges.
+    /// Addresses, CIDRs or `first-last` ranges of the prefixes' family.
     pub excluded_prefixes: Vec<String>,
 }
 
 /// A validated prefix pool spec.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ParsedPrefixPool {
+    family: Family,
     length: u8,
-    gateway: Option<Ipv6Addr>,
+    gateway: Option<IpAddr>,
     /// The union of `prefixes`, as addresses.
     prefixes: AddressSet,
     /// The addresses of the allocatable sub-prefixes.
@@ -78,11 +84,16 @@ pub struct ParsedPrefixPool {
 }
 
 impl ParsedPrefixPool {
+    /// The family of the prefixes, and so of every sub-prefix.
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
     pub fn allocation_prefix_length(&self) -> u8 {
         self.length
     }
 
-    pub fn gateway(&self) -> Option<Ipv6Addr> {
+    pub fn gateway(&self) -> Option<IpAddr> {
         self.gateway
     }
 
@@ -118,39 +129,48 @@ impl PrefixPoolSpecInput {
         if self.prefixes.is_empty() {
             errors.push(SpecError::NoPrefixes);
         }
-        let v6 = Some(Family::V6);
         let prefixes = parse_entries(
             &self.prefixes,
             Field::Prefixes,
             |text| parse_network(text).map(|network| network.range()),
-            v6,
+            None,
             &mut errors,
         );
-        let length = self.check_length(&prefixes, &mut errors);
+        // The first valid prefix sets the family (IPv6 if none is valid: the reference's only
+        // one), which the other fields must share.
+        let family = prefixes
+            .first()
+            .map_or(Family::V6, |(_, range)| range.family());
+        let length = self.check_length(family, &prefixes, &mut errors);
         let excluded = parse_entries(
             &self.excluded_prefixes,
             Field::ExcludedPrefixes,
             parse_entry,
-            v6,
+            Some(family),
             &mut errors,
         );
-        let gateway = parse_gateway(self.gateway.as_deref(), v6, Field::Gateway, &mut errors);
+        let gateway = parse_gateway(
+            self.gateway.as_deref(),
+            Some(family),
+            Field::Gateway,
+            &mut errors,
+        );
         if let Some(errors) = SpecErrors::new(errors) {
             return Err(errors);
         }
         let length = length.ok_or_else(|| SpecErrors::one(SpecError::NoPrefixes))?;
 
-        let prefixes = set_of(Family::V6, prefixes.into_iter().map(|(_, range)| range));
+        let prefixes = set_of(family, prefixes.into_iter().map(|(_, range)| range));
         // Widen each exclusion to whole blocks: a sub-prefix it merely touches is skipped.
-        let mask = host_mask(Family::V6, length);
+        let mask = host_mask(family, length);
         let touched = excluded.iter().map(|&(_, range)| {
             let (first, last) = range.bounds();
-            AddrRange::from_bits(Family::V6, first & !mask, last | mask)
+            AddrRange::from_bits(family, first & !mask, last | mask)
         });
-        let allocatable = prefixes.difference(&set_of(Family::V6, touched));
+        let allocatable = prefixes.difference(&set_of(family, touched));
         // Every interval of `allocatable` is a run of whole blocks, so shifting keeps it
         // normalised: adjacent blocks are adjacent addresses and the reverse.
-        let shift = block_shift(length);
+        let shift = block_shift(family, length);
         let blocks = allocatable
             .ranges()
             .map(|range| {
@@ -159,20 +179,19 @@ impl PrefixPoolSpecInput {
             })
             .collect();
         Ok(ParsedPrefixPool {
+            family,
             length,
-            gateway: gateway.and_then(|ip| match ip {
-                IpAddr::V6(v6) => Some(v6),
-                IpAddr::V4(_) => None,
-            }),
+            gateway,
             prefixes,
             allocatable,
             blocks,
         })
     }
 
-    /// The allocation length if it is 1..=128; each valid prefix must be no longer.
+    /// The allocation length if it is 1..=`family`'s width; each valid prefix must be no longer.
     fn check_length(
         &self,
+        family: Family,
         prefixes: &[(usize, AddrRange)],
         errors: &mut Vec<SpecError>,
     ) -> Option<u8> {
@@ -181,13 +200,16 @@ impl PrefixPoolSpecInput {
             .unwrap_or(i64::from(DEFAULT_ALLOCATION_PREFIX_LENGTH));
         let Some(length) = u8::try_from(requested)
             .ok()
-            .filter(|length| (1..=128).contains(length))
+            .filter(|length| (1..=family.bits()).contains(length))
         else {
-            errors.push(SpecError::InvalidAllocationPrefixLength { length: requested });
+            errors.push(SpecError::InvalidAllocationPrefixLength {
+                length: requested,
+                family,
+            });
             return None;
         };
         // An aligned CIDR is longer than `length` exactly when it spans less than one block.
-        let block = host_mask(Family::V6, length);
+        let block = host_mask(family, length);
         for &(index, range) in prefixes {
             let (first, last) = range.bounds();
             if last - first < block {
@@ -206,9 +228,10 @@ impl PrefixPoolSpecInput {
     }
 }
 
-/// Host bits of a sub-prefix of `length` (1..=128): 0..=127, so every shift is defined.
-fn block_shift(length: u8) -> u32 {
-    128 - u32::from(length)
+/// Host bits of a sub-prefix of `length` (1..=`family`'s width): 0..=127, so every shift is
+/// defined.
+fn block_shift(family: Family, length: u8) -> u32 {
+    u32::from(family.bits()) - u32::from(length)
 }
 
 /// Allocation state of one prefix pool: which sub-prefixes are in use, lowest first.
@@ -235,6 +258,10 @@ impl PrefixAllocator {
 
     pub fn allocation_prefix_length(&self) -> u8 {
         self.pool().length
+    }
+
+    pub fn family(&self) -> Family {
+        self.pool().family
     }
 
     /// Counts in sub-prefixes. O(1).
@@ -286,10 +313,10 @@ impl PrefixAllocator {
     /// the pool are not recorded. A block of the allocation length or longer is one sub-prefix:
     /// see [`PrefixAllocator::mark_used`].
     pub fn mark_block_used(&mut self, block: Subnet) {
-        if block.family() != Family::V6 || block.prefix() >= self.allocation_prefix_length() {
+        if block.family() != self.family() || block.prefix() >= self.allocation_prefix_length() {
             return;
         }
-        let shift = block_shift(self.allocation_prefix_length());
+        let shift = block_shift(self.family(), self.allocation_prefix_length());
         self.slots
             .mark_interval_used(block.network_bits() >> shift, block.last_bits() >> shift);
     }
@@ -352,29 +379,30 @@ impl PrefixAllocator {
     }
 
     fn block(&self, sub_prefix: Subnet) -> Result<u128, PrefixAllocError> {
-        let length = self.allocation_prefix_length();
-        if sub_prefix.family() == Family::V6 && sub_prefix.prefix() == length {
-            Ok(sub_prefix.network_bits() >> block_shift(length))
+        let (family, length) = (self.family(), self.allocation_prefix_length());
+        if sub_prefix.family() == family && sub_prefix.prefix() == length {
+            Ok(sub_prefix.network_bits() >> block_shift(family, length))
         } else {
             Err(PrefixAllocError::NotASubPrefix {
                 prefix: sub_prefix,
+                family,
                 length,
             })
         }
     }
 
     fn sub_prefix(&self, block: u128) -> Subnet {
-        let length = self.allocation_prefix_length();
-        Subnet::from_bits(Family::V6, block << block_shift(length), length)
+        let (family, length) = (self.family(), self.allocation_prefix_length());
+        Subnet::from_bits(family, block << block_shift(family, length), length)
     }
 
     fn addresses(&self, first: u128, last: u128) -> AddrRange {
-        let length = self.allocation_prefix_length();
-        let shift = block_shift(length);
+        let (family, length) = (self.family(), self.allocation_prefix_length());
+        let shift = block_shift(family, length);
         AddrRange::from_bits(
-            Family::V6,
+            family,
             first << shift,
-            (last << shift) | host_mask(Family::V6, length),
+            (last << shift) | host_mask(family, length),
         )
     }
 }

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use kube::ResourceExt;
 use serde::Serialize;
 
-use crate::allocator::{AnyAllocator, Family, ParsedSpec};
+use crate::allocator::{AnyAllocator, ParsedSpec};
 use crate::api::ObjectKey;
 use crate::api::{
     IPAM_GROUP, IPAddress, IPAddressClaim, IPPool, IPPoolReference, PoolKey, READY_CONDITION,
@@ -147,19 +147,12 @@ pub(super) fn pool_row<P: IPPool>(
     };
     let parsed = facts::parse_spec(pool.spec_of());
     let family = match &parsed {
-        Ok(ParsedSpec::Addresses(p)) => {
-            let family = if p.family() == Family::V4 {
-                "IPv4"
-            } else {
-                "IPv6"
-            };
-            match p.networks().len() {
-                1 => family.to_string(),
-                subnets => format!("{family} ({subnets} subnets)"),
-            }
-        }
-        // A prefix pool: IPv6, in sub-prefixes of its allocation length.
-        Ok(ParsedSpec::Prefixes(p)) => format!("IPv6/{}", p.allocation_prefix_length()),
+        Ok(ParsedSpec::Addresses(p)) => match p.networks().len() {
+            1 => p.family().to_string(),
+            subnets => format!("{} ({subnets} subnets)", p.family()),
+        },
+        // A prefix pool: its family, in sub-prefixes of its allocation length.
+        Ok(ParsedSpec::Prefixes(p)) => format!("{}/{}", p.family(), p.allocation_prefix_length()),
         Err(_) => "?".to_string(),
     };
     let status = pool.pool_status();

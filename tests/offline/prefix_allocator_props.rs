@@ -1,64 +1,103 @@
 //! Property tests: the prefix allocator against a naive model that enumerates every sub-prefix.
 //!
-//! Pools live in a 256-address window (a /120 at the bottom, in the middle and at the top of the
-//! IPv6 space, so that shift and overflow edges are exercised) with allocation lengths 121 to
-//! 128, at most 128 sub-prefixes: a `BTreeSet` of sub-prefix networks is cheap there. The model
+//! Pools live in a 256-address window (a /120 or a /24 at the bottom, in the middle and at the
+//! top of the IPv6 or the IPv4 space, so that shift and overflow edges are exercised in both)
+//! with allocation lengths of the window's length plus 1 to 8, at most 128 sub-prefixes: a
+//! `BTreeSet` of sub-prefix networks is cheap there. The model
 //! implements the reference's rules directly: a sub-prefix is allocatable if it lies in a
 //! `prefixes` entry and no excluded address falls inside it; first fit; out-of-range tracking.
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use inpool::allocator::{
-    Field, PrefixAllocError, PrefixAllocator, PrefixPoolSpecInput, SpecError, Subnet,
+    Family, Field, PrefixAllocError, PrefixAllocator, PrefixPoolSpecInput, SpecError, Subnet,
 };
 use proptest::prelude::*;
 
 use crate::props::{self, OffsetEntry};
 
 const WINDOW: u32 = 256;
-const WINDOW_LENGTH: u8 = 120;
+/// Host bits of the window.
+const WINDOW_HOST_BITS: u8 = 8;
 
-fn window() -> impl Strategy<Value = u128> {
+/// Where the pools of one case live: 256 addresses of one family from `base`.
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    family: Family,
+    base: u128,
+}
+
+fn window() -> impl Strategy<Value = Window> {
+    let at = |family, base| Just(Window { family, base });
     prop_oneof![
-        Just(0),
-        Just(0x2001_0db8_0000_0000_0000_0000_0000_0000),
-        Just(u128::MAX - u128::from(WINDOW - 1)),
+        at(Family::V6, 0),
+        at(Family::V6, 0x2001_0db8_0000_0000_0000_0000_0000_0000),
+        at(Family::V6, u128::MAX - u128::from(WINDOW - 1)),
+        at(Family::V4, 0),
+        at(Family::V4, 0x0a00_0000),
+        at(Family::V4, u128::from(u32::MAX - (WINDOW - 1))),
     ]
 }
 
-/// Offsets past the top of the space wrap around to its bottom.
-fn address(base: u128, offset: u32) -> u128 {
-    base.wrapping_add(u128::from(offset))
-}
+impl Window {
+    fn bits(self) -> u8 {
+        self.family.bits()
+    }
 
-fn text(value: u128) -> String {
-    Ipv6Addr::from(value).to_string()
-}
+    /// The shortest prefix inside the window.
+    fn length(self) -> u8 {
+        self.bits() - WINDOW_HOST_BITS
+    }
 
-fn host_mask(length: u8) -> u128 {
-    (1u128 << (128 - u32::from(length))) - 1
+    /// Offsets past the top of the space wrap around to its bottom.
+    fn address(self, offset: u32) -> u128 {
+        self.base.wrapping_add(u128::from(offset)) & self.family.max_value()
+    }
+
+    fn ip(self, value: u128) -> IpAddr {
+        match self.family {
+            Family::V4 => IpAddr::V4(Ipv4Addr::from(value as u32)),
+            Family::V6 => IpAddr::V6(Ipv6Addr::from(value)),
+        }
+    }
+
+    fn text(self, value: u128) -> String {
+        self.ip(value).to_string()
+    }
+
+    fn value(self, ip: IpAddr) -> u128 {
+        match ip {
+            IpAddr::V4(v4) if self.family == Family::V4 => u128::from(u32::from(v4)),
+            IpAddr::V6(v6) if self.family == Family::V6 => u128::from(v6),
+            other => panic!("{other} in a window of {:?}", self.family),
+        }
+    }
+
+    fn host_mask(self, length: u8) -> u128 {
+        (1u128 << (self.bits() - length)) - 1
+    }
 }
 
 #[derive(Clone, Debug)]
 struct SpecGen {
-    base: u128,
+    window: Window,
     length: u8,
-    /// Each an offset (aligned down to its length) and a prefix length of 120..=128: some are
-    /// longer than `length` and must be refused.
+    /// Each an offset (aligned down to its length) and a prefix length from the window's to the
+    /// family's width: some are longer than `length` and must be refused.
     prefixes: Vec<(u32, u8)>,
     /// `excludedPrefixes` entries.
     excluded: Vec<OffsetEntry>,
 }
 
-fn spec_in(base: u128, length: impl Strategy<Value = u8>) -> impl Strategy<Value = SpecGen> {
+fn spec_in(window: Window, length: impl Strategy<Value = u8>) -> impl Strategy<Value = SpecGen> {
     (
         length,
-        prop::collection::vec((0..WINDOW, WINDOW_LENGTH..=128u8), 1..4),
+        prop::collection::vec((0..WINDOW, window.length()..=window.bits()), 1..4),
         prop::collection::vec(props::offset_entry(WINDOW, 5), 0..4),
     )
         .prop_map(move |(length, prefixes, excluded)| SpecGen {
-            base,
+            window,
             length,
             prefixes: prefixes
                 .into_iter()
@@ -69,7 +108,7 @@ fn spec_in(base: u128, length: impl Strategy<Value = u8>) -> impl Strategy<Value
                     } else {
                         p
                     };
-                    let mask = (1u32 << (128 - u32::from(p))) - 1;
+                    let mask = (1u32 << (window.bits() - p)) - 1;
                     (offset & !mask, p)
                 })
                 .collect(),
@@ -79,18 +118,19 @@ fn spec_in(base: u128, length: impl Strategy<Value = u8>) -> impl Strategy<Value
 
 impl SpecGen {
     fn input(&self) -> PrefixPoolSpecInput {
+        let w = self.window;
         PrefixPoolSpecInput {
             prefixes: self
                 .prefixes
                 .iter()
-                .map(|&(offset, p)| format!("{}/{p}", text(address(self.base, offset))))
+                .map(|&(offset, p)| format!("{}/{p}", w.text(w.address(offset))))
                 .collect(),
             allocation_prefix_length: Some(i64::from(self.length)),
-            gateway: Some(text(address(self.base, 1))),
+            gateway: Some(w.text(w.address(1))),
             excluded_prefixes: self
                 .excluded
                 .iter()
-                .map(|e| e.text(128, |offset| text(address(self.base, offset))))
+                .map(|e| e.text(w.bits().into(), |offset| w.text(w.address(offset))))
                 .collect(),
         }
     }
@@ -103,7 +143,8 @@ impl SpecGen {
         if !too_long.is_empty() {
             return Err(too_long);
         }
-        let block = host_mask(self.length) as u32 + 1;
+        let w = self.window;
+        let block = w.host_mask(self.length) as u32 + 1;
         let excluded: BTreeSet<u32> = self
             .excluded
             .iter()
@@ -114,10 +155,10 @@ impl SpecGen {
             .collect();
         let mut pool = BTreeSet::new();
         for &(offset, p) in &self.prefixes {
-            let size = 1u32 << (128 - u32::from(p));
+            let size = 1u32 << (w.bits() - p);
             for start in (offset..offset + size).step_by(block as usize) {
                 if !(start..start + block).any(|a| excluded.contains(&a)) {
-                    pool.insert(address(self.base, start));
+                    pool.insert(w.address(start));
                 }
             }
         }
@@ -132,10 +173,12 @@ impl SpecGen {
             (Ok(parsed), Ok(model)) => {
                 prop_assert_eq!(parsed.total(), model.len() as u128);
                 prop_assert_eq!(parsed.allocation_prefix_length(), self.length);
+                prop_assert_eq!(parsed.family(), self.window.family);
                 let covered: u128 = parsed.allocatable().len();
-                prop_assert_eq!(covered, model.len() as u128 * (host_mask(self.length) + 1));
+                let block = self.window.host_mask(self.length) + 1;
+                prop_assert_eq!(covered, model.len() as u128 * block);
                 for &network in &model {
-                    prop_assert!(parsed.allocatable().contains(IpAddr::V6(network.into())));
+                    prop_assert!(parsed.allocatable().contains(self.window.ip(network)));
                 }
                 Ok(Some((parsed, model)))
             }
@@ -180,7 +223,8 @@ fn offset() -> impl Strategy<Value = u32> {
     0..WINDOW + 32
 }
 
-fn ops(base: u128, length: u8) -> impl Strategy<Value = Vec<Op>> {
+fn ops(window: Window, length: u8) -> impl Strategy<Value = Vec<Op>> {
+    let lengths = window.length() + 1..=window.bits();
     let op = prop_oneof![
         6 => Just(Op::AllocateLowest),
         3 => offset().prop_map(Op::Allocate),
@@ -190,18 +234,19 @@ fn ops(base: u128, length: u8) -> impl Strategy<Value = Vec<Op>> {
         1 => offset().prop_map(Op::WrongLength),
         1 => offset().prop_map(Op::NextFreeAfter),
         // Mostly the same length; sometimes another, which must be refused.
-        1 => spec_in(base, prop_oneof![6 => Just(length), 1 => 121..=128u8]).prop_map(Op::Resize),
+        1 => spec_in(window, prop_oneof![6 => Just(length), 1 => lengths]).prop_map(Op::Resize),
     ];
     prop::collection::vec(op, 1..80)
 }
 
 fn scenario() -> impl Strategy<Value = (SpecGen, Vec<Op>)> {
-    (window(), 121..=128u8)
-        .prop_flat_map(|(base, length)| (spec_in(base, Just(length)), ops(base, length)))
+    window()
+        .prop_flat_map(|window| (Just(window), window.length() + 1..=window.bits()))
+        .prop_flat_map(|(window, length)| (spec_in(window, Just(length)), ops(window, length)))
 }
 
 struct Model {
-    base: u128,
+    window: Window,
     length: u8,
     pool: BTreeSet<u128>,
     used: BTreeSet<u128>,
@@ -214,11 +259,11 @@ impl Model {
 
     /// The sub-prefix holding `offset` of the window.
     fn network(&self, offset: u32) -> u128 {
-        address(self.base, offset) & !host_mask(self.length)
+        self.window.address(offset) & !self.window.host_mask(self.length)
     }
 
     fn subnet(&self, network: u128) -> Subnet {
-        Subnet::new(IpAddr::V6(network.into()), self.length).expect("aligned")
+        Subnet::new(self.window.ip(network), self.length).expect("aligned")
     }
 
     fn check(&self, allocator: &PrefixAllocator) -> Result<(), TestCaseError> {
@@ -235,23 +280,14 @@ impl Model {
         &self,
         ranges: impl Iterator<Item = inpool::allocator::AddrRange>,
     ) -> BTreeSet<u128> {
-        let step = host_mask(self.length) + 1;
+        let mask = self.window.host_mask(self.length);
+        let step = mask + 1;
         let mut networks = BTreeSet::new();
         for range in ranges {
-            let (IpAddr::V6(first), IpAddr::V6(last)) = (range.first(), range.last()) else {
-                panic!("an IPv4 range in a prefix pool");
-            };
-            let (first, last) = (u128::from(first), u128::from(last));
-            assert_eq!(
-                first & host_mask(self.length),
-                0,
-                "ranges start on a sub-prefix"
-            );
-            assert_eq!(
-                !last & host_mask(self.length),
-                0,
-                "ranges end on a sub-prefix"
-            );
+            let first = self.window.value(range.first());
+            let last = self.window.value(range.last());
+            assert_eq!(first & mask, 0, "ranges start on a sub-prefix");
+            assert_eq!(!last & mask, 0, "ranges end on a sub-prefix");
             let mut network = first;
             loop {
                 networks.insert(network);
@@ -280,7 +316,7 @@ fn run(spec: SpecGen, ops: Vec<Op>) -> Result<(), TestCaseError> {
     };
     let mut allocator = PrefixAllocator::new(parsed);
     let mut model = Model {
-        base: spec.base,
+        window: spec.window,
         length: spec.length,
         pool,
         used: BTreeSet::new(),
@@ -335,11 +371,12 @@ fn run(spec: SpecGen, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 prop_assert!(!allocator.is_free(subnet));
             }
             Op::WrongLength(offset) => {
-                let shorter = model.length - 1;
-                let network = address(model.base, offset) & !host_mask(shorter);
-                let wrong = Subnet::new(IpAddr::V6(network.into()), shorter).unwrap();
+                let (w, shorter) = (model.window, model.length - 1);
+                let network = w.address(offset) & !w.host_mask(shorter);
+                let wrong = Subnet::new(w.ip(network), shorter).unwrap();
                 let error = PrefixAllocError::NotASubPrefix {
                     prefix: wrong,
+                    family: w.family,
                     length: model.length,
                 };
                 prop_assert_eq!(allocator.allocate(wrong), Err(error));

@@ -210,6 +210,7 @@ fn allocates_marks_and_releases_specific_sub_prefixes() {
     for wrong in [net("fd00::/63"), net("10.0.0.0/24")] {
         let error = PrefixAllocError::NotASubPrefix {
             prefix: wrong,
+            family: Family::V6,
             length: 64,
         };
         assert_eq!(allocator.allocate(wrong), Err(error));
@@ -219,6 +220,7 @@ fn allocates_marks_and_releases_specific_sub_prefixes() {
     assert_eq!(
         PrefixAllocError::NotASubPrefix {
             prefix: net("fd00::/63"),
+            family: Family::V6,
             length: 64
         }
         .to_string(),
@@ -291,13 +293,13 @@ fn the_allocation_length_cannot_change() {
 fn every_problem_is_reported_with_field_entry_and_reason() {
     let spec = PrefixPoolSpecInput {
         prefixes: [
+            "fd00::/48",
             "fd00::1",
             "fd00::1-fd00::5",
             "10.0.0.0/8",
             "fd00::1/48",
             "fd00::/72",
             "fd00::/129",
-            "fd00::/48",
         ]
         .map(String::from)
         .to_vec(),
@@ -308,12 +310,12 @@ fn every_problem_is_reported_with_field_entry_and_reason() {
     assert_eq!(
         errors(&spec),
         [
-            "prefixes[0] `fd00::1`: not a CIDR (`address/length`)",
-            "prefixes[1] `fd00::1-fd00::5`: not a CIDR (`address/length`)",
-            "mixed address families: prefixes[2] `10.0.0.0/8` is IPv4 but the pool is IPv6",
-            "prefixes[3] `fd00::1/48`: not network-aligned: host bits are set (the network is fd00::/48)",
-            "prefixes[5] `fd00::/129`: prefix length `129` is not a number between 0 and 128",
-            "prefixes[4] `fd00::/72` is longer than allocationPrefixLength 64",
+            "prefixes[1] `fd00::1`: not a CIDR (`address/length`)",
+            "prefixes[2] `fd00::1-fd00::5`: not a CIDR (`address/length`)",
+            "mixed address families: prefixes[3] `10.0.0.0/8` is IPv4 but the pool is IPv6",
+            "prefixes[4] `fd00::1/48`: not network-aligned: host bits are set (the network is fd00::/48)",
+            "prefixes[6] `fd00::/129`: prefix length `129` is not a number between 0 and 128",
+            "prefixes[5] `fd00::/72` is longer than allocationPrefixLength 64",
             "mixed address families: excludedPrefixes[0] `192.168.0.0/16` is IPv4 but the pool is IPv6",
             "excludedPrefixes[1] `zz`: not an IP address",
             "mixed address families: gateway `10.0.0.1` is IPv4 but the pool is IPv6",
@@ -337,7 +339,7 @@ fn prefixes_are_required_and_the_length_is_1_to_128() {
         assert_eq!(
             errors(&spec(&["fd00::/48"], length)),
             [format!(
-                "allocationPrefixLength {length}: must be between 1 and 128"
+                "allocationPrefixLength {length}: must be between 1 and 128 for IPv6 prefixes"
             )]
         );
     }
@@ -365,4 +367,71 @@ fn networks_parse_only_when_aligned() {
     assert_eq!(Subnet::new(ip("fd00::"), 48), Some(net("fd00::/48")));
     assert_eq!(Subnet::new(ip("fd00::1"), 48), None);
     assert_eq!(Subnet::new(ip("10.0.0.0"), 33), None);
+}
+
+#[test]
+fn an_ipv4_slash24_gives_four_slash26s_lowest_first() {
+    let mut with_gateway = excluding(spec(&["10.0.0.0/24"], 26), &["10.0.0.70"]);
+    with_gateway.gateway = Some("10.0.0.1".into());
+    let pool = parsed(&with_gateway);
+    assert_eq!(pool.family(), Family::V4);
+    assert_eq!(pool.gateway(), Some(ip("10.0.0.1")));
+    let mut allocator = PrefixAllocator::new(pool);
+    assert_eq!(allocator.counts(), counts(3, 0, 3, 0));
+    assert_eq!(
+        take(&mut allocator, 3),
+        ["10.0.0.0/26", "10.0.0.128/26", "10.0.0.192/26"]
+    );
+    assert_eq!(
+        allocator.allocate_lowest(),
+        Err(PrefixAllocError::Exhausted)
+    );
+    assert!(allocator.release(net("10.0.0.128/26")));
+    assert_eq!(allocator.lowest_free(), Some(net("10.0.0.128/26")));
+    // A network of the right length but the other family is no sub-prefix of this pool.
+    let wrong = PrefixAllocError::NotASubPrefix {
+        prefix: net("fd00::/26"),
+        family: Family::V4,
+        length: 26,
+    };
+    assert_eq!(allocator.mark_used(net("fd00::/26")), Err(wrong));
+    assert_eq!(
+        wrong.to_string(),
+        "fd00::/26 is not a /26 IPv4 sub-prefix, the only kind the pool hands out"
+    );
+}
+
+#[test]
+fn ipv4_lengths_go_to_32_and_the_ipv6_default_must_be_overridden() {
+    assert_eq!(parsed(&spec(&["10.0.0.0/30"], 32)).total(), 4);
+    assert_eq!(parsed(&spec(&["0.0.0.0/0"], 1)).total(), 2);
+    assert_eq!(parsed(&spec(&["0.0.0.0/0"], 32)).total(), 1 << 32);
+    let defaulted = PrefixPoolSpecInput {
+        prefixes: vec!["10.0.0.0/16".into()],
+        ..Default::default()
+    };
+    assert_eq!(
+        errors(&defaulted),
+        [
+            "allocationPrefixLength 64: must be between 1 and 32 for IPv4 prefixes (64 is the default, for IPv6: set it)"
+        ]
+    );
+    assert_eq!(
+        errors(&spec(&["10.0.0.0/16"], 33)),
+        ["allocationPrefixLength 33: must be between 1 and 32 for IPv4 prefixes"]
+    );
+    let mut mixed = excluding(spec(&["10.0.0.0/16", "fd00::/48"], 24), &["fd00::1"]);
+    mixed.gateway = Some("fd00::1".into());
+    assert_eq!(
+        errors(&mixed),
+        [
+            "mixed address families: prefixes[1] `fd00::/48` is IPv6 but the pool is IPv4",
+            "mixed address families: excludedPrefixes[0] `fd00::1` is IPv6 but the pool is IPv4",
+            "mixed address families: gateway `fd00::1` is IPv6 but the pool is IPv4",
+        ]
+    );
+    assert_eq!(
+        errors(&spec(&["10.0.0.0/28"], 26)),
+        ["prefixes[0] `10.0.0.0/28` is longer than allocationPrefixLength 26"]
+    );
 }

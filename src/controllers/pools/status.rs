@@ -16,7 +16,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 
-use crate::allocator::canonical;
+use crate::allocator::{Family, canonical};
 use crate::api::PoolKey;
 use crate::api::conditions::now;
 use crate::api::{
@@ -175,10 +175,11 @@ pub fn desired_status(pool: &PoolView, ctx: &Context) -> InClusterIPPoolStatus {
     let waiting = registry.waiting(key);
     let overlaps = registry.overlaps(key);
     let out_of_range = registry.out_of_range(key);
-    let sub_prefix_length = registry
-        .network(key)
+    let sub_prefix = registry
+        .family(key)
+        .zip(registry.network(key))
         .filter(|_| key.kind.is_prefix())
-        .map(|(length, _)| length);
+        .map(|(family, (length, _))| (family, length));
     let pre_allocations = registry.pre_allocation_report(key);
     drop(registry);
     let foreign = ctx.writers.foreign_in(key);
@@ -206,7 +207,7 @@ pub fn desired_status(pool: &PoolView, ctx: &Context) -> InClusterIPPoolStatus {
             )
         });
         desired.push(overlap_condition(&overlaps));
-        desired.push(in_range_condition(key, sub_prefix_length, &out_of_range));
+        desired.push(in_range_condition(key, sub_prefix, &out_of_range));
         if !pre_allocations.is_empty() {
             desired.push(pre_allocations_condition(&pre_allocations));
         }
@@ -331,7 +332,7 @@ fn foreign_condition(foreign: &[Foreign]) -> DesiredCondition {
 
 fn in_range_condition(
     key: &PoolKey,
-    sub_prefix_length: Option<u8>,
+    sub_prefix: Option<(Family, u8)>,
     out_of_range: &[(std::net::IpAddr, Holder)],
 ) -> DesiredCondition {
     if out_of_range.is_empty() {
@@ -342,14 +343,14 @@ fn in_range_condition(
             String::new(),
         );
     }
-    // A sub-prefix is named by its first address and the allocation length; an IPv4 record in a
-    // prefix pool (no sub-prefix of it) by its address alone.
+    // A sub-prefix is named by its first address and the allocation length; a record of the
+    // other family in a prefix pool (no sub-prefix of it) by its address alone.
     let listed: Vec<String> = out_of_range
         .iter()
         .take(LISTED)
         .map(|(ip, holder)| {
-            let length = match sub_prefix_length {
-                Some(l) if ip.is_ipv6() => format!("/{l}"),
+            let length = match sub_prefix {
+                Some((family, l)) if Family::of(*ip) == family => format!("/{l}"),
                 _ => String::new(),
             };
             format!("{}{length} ({holder})", canonical(*ip))
@@ -630,7 +631,7 @@ mod tests {
     }
 
     #[test]
-    fn an_out_of_range_row_carries_the_allocation_length_only_for_an_ipv6_sub_prefix() {
+    fn an_out_of_range_row_carries_the_allocation_length_only_for_a_sub_prefix_of_the_family() {
         let key = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "p").unwrap();
         let held = [
             (
@@ -638,15 +639,24 @@ mod tests {
                 Holder::Claim(ObjectKey::new("ns", "b")),
             ),
             (
-                "10.0.0.1".parse().unwrap(),
+                "10.0.0.64".parse().unwrap(),
                 Holder::Claim(ObjectKey::new("ns", "v4")),
             ),
         ];
-        let condition = in_range_condition(&key, Some(64), &held);
+        let condition = in_range_condition(&key, Some((Family::V6, 64)), &held);
         assert!(
             condition
                 .message
-                .contains("fd40:0:0:1::/64 (claim ns/b), 10.0.0.1 (claim ns/v4)"),
+                .contains("fd40:0:0:1::/64 (claim ns/b), 10.0.0.64 (claim ns/v4)"),
+            "{}",
+            condition.message
+        );
+        // In an IPv4 prefix pool, the other way round.
+        let condition = in_range_condition(&key, Some((Family::V4, 26)), &held);
+        assert!(
+            condition
+                .message
+                .contains("fd40:0:0:1:: (claim ns/b), 10.0.0.64/26 (claim ns/v4)"),
             "{}",
             condition.message
         );

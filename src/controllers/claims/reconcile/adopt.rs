@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::Placing;
 use super::allocate::{allocation_length, learn_address};
 use super::conditions::{fail, ready, set_ready};
-use crate::allocator::Subnet;
+use crate::allocator::{Family, Subnet};
 use crate::api::{ConditionStatus, IPAddress, REASON_ALLOCATION_FAILED, REASON_POOL_NOT_READY};
 use crate::api::{ObjectKey, PoolKey};
 use crate::controllers::claims::cached_claim::CachedClaim;
@@ -66,7 +66,8 @@ pub(super) async fn adopt(placing: &Placing<'_>, existing: &IPAddress) -> Result
             .await?;
             return Ok(Action::requeue(Duration::from_secs(10)));
         };
-        if let Some(message) = misfit_sub_prefix(key, pool, existing, ip, length) {
+        let family = ctx.registry().family(pool);
+        if let Some(message) = misfit_sub_prefix(key, pool, existing, ip, (family, length)) {
             return fail(claim, ctx, REASON_ALLOCATION_FAILED, message).await;
         }
     }
@@ -91,17 +92,18 @@ pub(super) async fn adopt(placing: &Placing<'_>, existing: &IPAddress) -> Result
     ready(claim, ctx, pool, ip).await
 }
 
-/// Why an existing `IPAddress` cannot be adopted as a sub-prefix of a prefix pool of `length`:
-/// it must hold an IPv6 network of exactly that length (as inpool and the reference write them),
-/// or the registry and the reservation would disagree with what the `IPAddress` says it holds.
+/// Why an existing `IPAddress` cannot be adopted as a sub-prefix of a prefix pool of `length`
+/// and `family` (when the pool is ready and so its family known): it must hold a network of
+/// exactly that length and family (as inpool and the reference write them), or the registry and
+/// the reservation would disagree with what the `IPAddress` says it holds.
 pub(super) fn misfit_sub_prefix(
     key: &ObjectKey,
     pool: &PoolKey,
     existing: &IPAddress,
     ip: IpAddr,
-    length: u8,
+    (family, length): (Option<Family>, u8),
 ) -> Option<String> {
-    let fits = ip.is_ipv6()
+    let fits = family.is_none_or(|family| family == Family::of(ip))
         && existing.spec.prefix == i32::from(length)
         && Subnet::new(ip, length).is_some();
     (!fits).then(|| {
@@ -126,7 +128,7 @@ mod tests {
             &pool,
             &address(text, prefix),
             ip,
-            64,
+            (Some(Family::V6), 64),
         )
     }
 

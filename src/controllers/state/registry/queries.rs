@@ -23,6 +23,11 @@ impl Registry {
             .map(|n| n.own())
     }
 
+    /// The address family of a ready pool.
+    pub fn family(&self, key: &PoolKey) -> Option<crate::allocator::Family> {
+        self.pools.get(key)?.range().map(|range| range.family())
+    }
+
     /// Prefix and gateway that the `IPAddress` of `ip` from a ready pool carries: those of the
     /// subnet `ip` lies in.
     pub fn network_of(&self, key: &PoolKey, ip: IpAddr) -> Option<(u8, Option<IpAddr>)> {
