@@ -1,8 +1,13 @@
 //! inpool's prefix pools: `ipam.cluster.x-k8s.io/v1alpha2` [`InClusterPrefixPool`] (namespaced)
 //! and [`GlobalInClusterPrefixPool`] (cluster-scoped), field-compatible with the reference
-//! in-cluster provider's prefix pools. A prefix pool hands out IPv6 sub-prefixes of
+//! in-cluster provider's prefix pools. A prefix pool hands out sub-prefixes of
 //! `allocationPrefixLength` (one /64 per machine out of a /48, say); the claim's `IPAddress` gets
-//! the sub-prefix's first address and the allocation length. Both kinds share one spec
+//! the sub-prefix's first address and the allocation length.
+//!
+//! The reference's prefix pools are IPv6 only; inpool's take the prefixes of either family, one
+//! family per pool (/26s out of an IPv4 /16, say). This only widens validation: every manifest
+//! the reference accepts is accepted and means the same. An IPv4 pool must set
+//! `allocationPrefixLength`, since its default, 64, is an IPv6 length. Both kinds share one spec
 //! ([`InClusterPrefixPoolSpec`]) and the IP pools' status shape ([`InClusterIPPoolStatus`]:
 //! `ipAddresses` counts sub-prefixes), as in the reference.
 //!
@@ -19,6 +24,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::PoolKind;
+use super::pool::rules as pool_rules;
 use super::pool::{
     IPPool, InClusterIPPoolStatus, MAX_ADDRESS_ENTRIES, MAX_ADDRESS_TEXT, PoolSpecRef,
 };
@@ -41,7 +47,7 @@ pub const DEFAULT_ALLOCATION_PREFIX_LENGTH: i32 = 64;
     category = "cluster-api",
     category = "ipam",
     label("clusterctl.cluster.x-k8s.io/move-hierarchy", ""),
-    doc = "InClusterPrefixPool is a namespaced pool of IPv6 prefixes whose sub-prefixes inpool hands out to IPAddressClaims of the same namespace.",
+    doc = "InClusterPrefixPool is a namespaced pool of IPv6 or IPv4 prefixes whose sub-prefixes inpool hands out to IPAddressClaims of the same namespace.",
     printcolumn(
         name = "Prefixes",
         type_ = "string",
@@ -85,28 +91,34 @@ pub const DEFAULT_ALLOCATION_PREFIX_LENGTH: i32 = 64;
     description = "InClusterPrefixPoolSpec defines the desired state of a prefix pool: the IPv6 prefixes it splits, the length of the sub-prefixes it hands out, and their gateway."
 )]
 #[x_kube(validation = rules::prefixes_fit_the_allocation_length())]
+#[x_kube(validation = rules::single_family())]
+#[x_kube(validation = rules::ipv4_allocation_length())]
+#[x_kube(validation = rules::gateway_family())]
+#[x_kube(validation = rules::excluded_family())]
 pub struct InClusterPrefixPoolSpec {
-    /// Prefixes is a list of IPv6 CIDRs from which sub-prefixes are allocated. Each entry must
-    /// be a network-aligned CIDR (e.g. `fd00::/48`).
+    /// Prefixes is a list of CIDRs of one family from which sub-prefixes are allocated. Each
+    /// entry must be a network-aligned CIDR (e.g. `fd00::/48`, or `10.0.0.0/16`).
     #[schemars(schema_with = "prefixes_schema")]
     pub prefixes: Vec<String>,
 
     /// AllocationPrefixLength is the prefix length of each allocated sub-prefix (e.g. 64 means
-    /// /64 allocations). Defaults to 64. Must be >= the prefix length of each entry in Prefixes
-    /// and <= 128; it cannot change once the pool exists.
+    /// /64 allocations). Defaults to 64, an IPv6 length: IPv4 pools must set it. Must be >= the
+    /// prefix length of each entry in Prefixes and <= 128 (<= 32 for IPv4); it cannot change once
+    /// the pool exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "allocation_prefix_length_schema")]
     pub allocation_prefix_length: Option<i32>,
 
-    /// Gateway is the next-hop IPv6 address carried unchanged to every allocated
+    /// Gateway is the next-hop address (of the prefixes' family) carried unchanged to every
+    /// allocated
     /// IPAddress.Spec.Gateway. Unlike IP pools, the gateway does not block any prefix from being
     /// allocated: it is informational only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "gateway_schema")]
     pub gateway: Option<String>,
 
-    /// ExcludedPrefixes lists IPv6 addresses, CIDRs or `first-last` ranges to exclude from
-    /// allocation. Any candidate sub-prefix overlapping an excluded entry is skipped.
+    /// ExcludedPrefixes lists addresses, CIDRs or `first-last` ranges (of the prefixes' family)
+    /// to exclude from allocation. Any candidate sub-prefix overlapping an excluded entry is skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "excluded_prefixes_schema")]
     pub excluded_prefixes: Option<Vec<String>>,
@@ -146,7 +158,7 @@ impl InClusterPrefixPoolSpec {
     category = "cluster-api",
     category = "ipam",
     label("clusterctl.cluster.x-k8s.io/move-hierarchy", ""),
-    doc = "GlobalInClusterPrefixPool is a cluster-scoped pool of IPv6 prefixes whose sub-prefixes inpool hands out to IPAddressClaims of any namespace.",
+    doc = "GlobalInClusterPrefixPool is a cluster-scoped pool of IPv6 or IPv4 prefixes whose sub-prefixes inpool hands out to IPAddressClaims of any namespace.",
     printcolumn(
         name = "Prefixes",
         type_ = "string",
@@ -216,12 +228,12 @@ impl IPPool for GlobalInClusterPrefixPool {
 fn prefixes_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "array",
-        "description": "Prefixes is a list of IPv6 CIDRs from which sub-prefixes are allocated. Each entry must be a network-aligned CIDR (e.g. \"fd00::/48\").",
+        "description": "Prefixes is a list of CIDRs of one family from which sub-prefixes are allocated. Each entry must be a network-aligned CIDR (e.g. \"fd00::/48\", or \"10.0.0.0/16\"). The reference provider accepts IPv6 only; inpool either.",
         "maxItems": MAX_ADDRESS_ENTRIES,
         "items": {
             "type": "string",
             "maxLength": MAX_ADDRESS_TEXT,
-            "x-kubernetes-validations": [rules::prefix_is_ipv6_cidr(), rules::prefix_is_aligned()]
+            "x-kubernetes-validations": [rules::prefix_is_cidr(), rules::prefix_is_aligned()]
         },
         "x-kubernetes-validations": [rules::prefixes_not_empty()]
     })
@@ -233,7 +245,7 @@ fn allocation_prefix_length_schema(_: &mut schemars::SchemaGenerator) -> schemar
         "default": DEFAULT_ALLOCATION_PREFIX_LENGTH,
         "minimum": 1,
         "maximum": 128,
-        "description": "AllocationPrefixLength is the prefix length of each allocated sub-prefix (e.g. 64 means /64 allocations). Defaults to 64. Must be >= the prefix length of each entry in Prefixes and <= 128; it cannot change once the pool exists.",
+        "description": "AllocationPrefixLength is the prefix length of each allocated sub-prefix (e.g. 64 means /64 allocations). Defaults to 64, an IPv6 length: IPv4 pools must set it. Must be >= the prefix length of each entry in Prefixes and <= 128 (<= 32 for IPv4); it cannot change once the pool exists.",
         "x-kubernetes-validations": [rules::allocation_length_immutable()]
     })
 }
@@ -242,55 +254,90 @@ fn gateway_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "string",
         "maxLength": MAX_ADDRESS_TEXT,
-        "description": "Gateway is the next-hop IPv6 address carried unchanged to every allocated IPAddress.Spec.Gateway; informational only (it blocks nothing).",
-        "x-kubernetes-validations": [rules::gateway_is_ipv6()]
+        "description": "Gateway is the next-hop address (of the prefixes' family) carried unchanged to every allocated IPAddress.Spec.Gateway; informational only (it blocks nothing).",
+        "x-kubernetes-validations": [pool_rules::gateway_parses()]
     })
 }
 
 fn excluded_prefixes_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "array",
-        "description": "ExcludedPrefixes lists IPv6 addresses, CIDRs or first-last ranges to exclude from allocation. Any candidate sub-prefix overlapping an excluded entry is skipped.",
+        "description": "ExcludedPrefixes lists addresses, CIDRs or first-last ranges (of the prefixes' family) to exclude from allocation. Any candidate sub-prefix overlapping an excluded entry is skipped.",
         "maxItems": MAX_ADDRESS_ENTRIES,
         "items": {
             "type": "string",
             "maxLength": MAX_ADDRESS_TEXT,
-            "x-kubernetes-validations": [rules::excluded_entry_is_ipv6()]
+            "x-kubernetes-validations": [pool_rules::entry_parses()]
         }
     })
 }
 
-/// The CEL rules of the prefix pool CRDs: the reference webhook's single-object decisions.
+/// The CEL rules of the prefix pool CRDs: the reference webhook's single-object decisions, with
+/// IPv4 allowed beside IPv6 (one family per pool, set by the first entry of `prefixes`).
 ///
 /// | where | rule |
 /// |---|---|
 /// | `prefixes` | at least one entry |
-/// | each `prefixes` entry | an IPv6 CIDR; network-aligned (its address is its prefix's first) |
+/// | each `prefixes` entry | a CIDR; network-aligned (its address is its prefix's first) |
 /// | `allocationPrefixLength` | `1..=128` (schema), default 64; never changes (transition rule) |
-/// | `gateway` | empty (unset) or an IPv6 address |
-/// | each `excludedPrefixes` entry | an IPv6 address, CIDR, or `first-last` range (first <= last) |
+/// | `gateway` | empty (unset) or an IP address |
+/// | each `excludedPrefixes` entry | an address, CIDR, or `first-last` range (first <= last) |
 /// | spec | every `prefixes` entry no longer than `allocationPrefixLength` |
+/// | spec | every `prefixes` entry of the first's family |
+/// | spec | `allocationPrefixLength <= 32` when the first entry is IPv4 |
+/// | spec | `gateway` and every `excludedPrefixes` entry of the first entry's family |
+///
+/// Cross-field rules are written `!precondition || check`, as the IP pools' are (see
+/// [`crate::api::pool::rules`]): a value another rule reports never makes them fail.
 pub mod rules {
     use kube::core::Rule;
     use serde_json::Value;
 
-    use crate::api::pool::rules::{entry_family, entry_rule, numbers, rule, to_json};
+    use crate::api::pool::rules::{entry_family, entry_shaped, numbers, rule, to_json};
 
-    /// Rule on each `spec.prefixes` entry: an IPv6 CIDR.
-    pub fn prefix_is_ipv6_cidr() -> Value {
+    /// The first entry of `prefixes` (only used behind [`first_is_cidr`]).
+    const FIRST: &str = "self.prefixes[0]";
+
+    /// The first entry of `prefixes` exists and is a CIDR: its family is the pool's.
+    fn first_is_cidr() -> String {
+        format!("(size(self.prefixes) > 0 && isCIDR({FIRST}))")
+    }
+
+    /// The pool's family, 4 or 6 (only behind [`first_is_cidr`]).
+    fn family() -> String {
+        format!("cidr({FIRST}).ip().family()")
+    }
+
+    /// `'4'` or `'6'`: the text of the pool's family.
+    fn family_text() -> String {
+        format!("({} == 4 ? '4' : '6')", family())
+    }
+
+    /// The allocation length, whether written or defaulted.
+    const LENGTH: &str = "(has(self.allocationPrefixLength) ? self.allocationPrefixLength : 64)";
+
+    /// Text of the allocation length (any value the schema allows).
+    fn length_text() -> String {
+        format!(
+            "({LENGTH} >= 0 && {LENGTH} <= 128 ? {n}[{LENGTH}] : 'out of range')",
+            n = numbers()
+        )
+    }
+
+    /// Rule on each `spec.prefixes` entry: a CIDR.
+    pub fn prefix_is_cidr() -> Value {
         to_json(rule(
-            "isCIDR(self) && cidr(self).ip().family() == 6".into(),
-            "'must be an IPv6 CIDR (such as fd00::/48)'".into(),
+            "isCIDR(self)".into(),
+            "'must be a CIDR (such as fd00::/48 or 10.0.0.0/16)'".into(),
             None,
         ))
     }
 
-    /// Rule on each `spec.prefixes` entry: network-aligned (reported only for an IPv6 CIDR; the
-    /// rule above reports the rest).
+    /// Rule on each `spec.prefixes` entry: network-aligned (reported only for a CIDR; the rule
+    /// above reports the rest).
     pub fn prefix_is_aligned() -> Value {
         to_json(rule(
-            "!isCIDR(self) || cidr(self).ip().family() != 6 || cidr(self).masked() == cidr(self)"
-                .into(),
+            "!isCIDR(self) || cidr(self).masked() == cidr(self)".into(),
             "'must be network-aligned: bits of its address after the prefix length are set (write the prefix\\'s first address)'".into(),
             None,
         ))
@@ -300,7 +347,7 @@ pub mod rules {
     pub fn prefixes_not_empty() -> Value {
         to_json(rule(
             "size(self) > 0".into(),
-            "'at least one IPv6 CIDR is required'".into(),
+            "'at least one CIDR is required'".into(),
             None,
         ))
     }
@@ -318,41 +365,86 @@ pub mod rules {
         ))
     }
 
-    /// Rule on `spec.gateway`: empty (unset) or an IPv6 address.
-    pub fn gateway_is_ipv6() -> Value {
-        to_json(rule(
-            "self == '' || (isIP(self) && ip(self).family() == 6)".into(),
-            "'must be an IPv6 address'".into(),
-            None,
-        ))
-    }
-
-    /// Rule on each `spec.excludedPrefixes` entry: what the IP pools accept in
-    /// `excludedAddresses`, of the IPv6 family.
-    pub fn excluded_entry_is_ipv6() -> Value {
-        to_json(rule(
-            format!(
-                "({entry}) && {family} == 6",
-                entry = entry_rule(),
-                family = entry_family("self")
-            ),
-            "'must be an IPv6 address, CIDR or first-last range (first <= last, no spaces)'".into(),
-            None,
-        ))
-    }
-
     /// Spec rule: no `prefixes` entry is longer than the allocation length (each must hold at
     /// least one sub-prefix). Entries that are not CIDRs are reported by their own rule.
     pub fn prefixes_fit_the_allocation_length() -> Rule {
-        let length = "(has(self.allocationPrefixLength) ? self.allocationPrefixLength : 64)";
-        let too_long = format!("isCIDR(p) && cidr(p).prefixLength() > {length}");
+        let too_long = format!("isCIDR(p) && cidr(p).prefixLength() > {LENGTH}");
         rule(
             format!("self.prefixes.all(p, !({too_long}))"),
             format!(
-                "self.prefixes.filter(p, {too_long})[0] + ' is longer than spec.allocationPrefixLength (' + ({length} >= 0 && {length} <= 128 ? {n}[{length}] : 'out of range') + '): each prefix must hold at least one sub-prefix'",
-                n = numbers()
+                "self.prefixes.filter(p, {too_long})[0] + ' is longer than spec.allocationPrefixLength (' + {length} + '): each prefix must hold at least one sub-prefix'",
+                length = length_text()
             ),
             Some(".prefixes"),
+        )
+    }
+
+    /// Spec rule: every `prefixes` entry has the family of the first.
+    pub fn single_family() -> Rule {
+        let other = format!("isCIDR(p) && cidr(p).ip().family() != {}", family());
+        rule(
+            format!("!{} || !self.prefixes.exists(p, {other})", first_is_cidr()),
+            format!(
+                "self.prefixes.filter(p, {other})[0] + ' is IPv' + ({f} == 4 ? '6' : '4') + ' but the first entry ' + {FIRST} + ' is IPv' + {ft} + ': a pool holds prefixes of one family'",
+                f = family(),
+                ft = family_text(),
+            ),
+            Some(".prefixes"),
+        )
+    }
+
+    /// Spec rule: an IPv4 pool's sub-prefixes are at most /32. The default, 64, is an IPv6
+    /// length, so an IPv4 pool that leaves the field out is told to set it.
+    pub fn ipv4_allocation_length() -> Rule {
+        rule(
+            format!(
+                "!{} || {} == 6 || {LENGTH} <= 32",
+                first_is_cidr(),
+                family()
+            ),
+            format!(
+                "{length} + ' is longer than 32, the longest IPv4 sub-prefix' + ({LENGTH} == 64 ? ' (64 is the default, for IPv6 prefixes: set it for IPv4 ones, such as 26)' : '')",
+                length = length_text()
+            ),
+            Some(".allocationPrefixLength"),
+        )
+    }
+
+    /// Spec rule: the gateway has the prefixes' family.
+    pub fn gateway_family() -> Rule {
+        rule(
+            format!(
+                "!has(self.gateway) || !isIP(self.gateway) || !{} || ip(self.gateway).family() == {}",
+                first_is_cidr(),
+                family()
+            ),
+            format!(
+                "self.gateway + ' is IPv' + (ip(self.gateway).family() == 4 ? '4' : '6') + ' but spec.prefixes is IPv' + {}",
+                family_text()
+            ),
+            Some(".gateway"),
+        )
+    }
+
+    /// Spec rule: every excluded entry has the prefixes' family.
+    pub fn excluded_family() -> Rule {
+        let other = format!(
+            "{} && {} != {}",
+            entry_shaped("x"),
+            entry_family("x"),
+            family()
+        );
+        rule(
+            format!(
+                "!has(self.excludedPrefixes) || !{} || !self.excludedPrefixes.exists(x, {other})",
+                first_is_cidr()
+            ),
+            format!(
+                "self.excludedPrefixes.filter(x, {other})[0] + ' is IPv' + ({f} == 4 ? '6' : '4') + ' but spec.prefixes is IPv' + {ft}",
+                f = family(),
+                ft = family_text(),
+            ),
+            Some(".excludedPrefixes"),
         )
     }
 }

@@ -1,7 +1,8 @@
 //! Prefix pools (`InClusterPrefixPool`, `GlobalInClusterPrefixPool`) on the real API server: the
-//! reference's examples are accepted (and defaulted as by the reference), and every rule of the
-//! reference's webhook that one object can decide refuses with a message naming the field, as CEL
-//! rules in inpool's CRDs. Then claims on them, served by an in-process controller: the
+//! reference's examples are accepted (and defaulted as by the reference), IPv4 prefixes too (the
+//! reference's are IPv6 only), and every rule of the reference's webhook that one object can
+//! decide refuses with a message naming the field, as CEL rules in inpool's CRDs, with the rules
+//! of one family per pool. Then claims on them, served by an in-process controller: the
 //! reference's allocations, exhaustion, growth, release, exclusion, deletion protection, the
 //! global kind across namespaces and two controllers at once. Every controller test ends with the
 //! audit's drift guard (`common::RunningController`).
@@ -95,21 +96,27 @@ async fn the_references_examples_are_accepted_and_the_length_defaults_to_64() {
         .unwrap();
     assert_eq!(created.metadata.namespace, None);
     assert_eq!(created.spec.allocation_length(), 64);
-    let refused = global
+    // IPv4 prefixes, which the reference refuses, with an IPv4 length and gateway.
+    let mut v4 = InClusterPrefixPoolSpec::new(["10.0.0.0/8"]);
+    v4.allocation_prefix_length = Some(26);
+    v4.gateway = Some("10.0.0.1".into());
+    v4.excluded_prefixes = Some(vec!["10.0.0.0-10.0.0.63".into()]);
+    let created = global
         .create(
             &PostParams::default(),
             &GlobalInClusterPrefixPool::new(
                 &format!("{name}-v4"),
-                GlobalInClusterPrefixPoolSpec(InClusterPrefixPoolSpec::new(["10.0.0.0/8"])),
+                GlobalInClusterPrefixPoolSpec(v4.clone()),
             ),
         )
         .await
-        .expect_err("an IPv4 prefix in a global prefix pool");
-    assert!(
-        refused.to_string().contains("must be an IPv6 CIDR"),
-        "{refused}"
-    );
+        .expect("an IPv4 global prefix pool");
+    assert_eq!(created.spec.0, v4);
     global.delete(&name, &Default::default()).await.unwrap();
+    global
+        .delete(&format!("{name}-v4"), &Default::default())
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -125,19 +132,39 @@ async fn what_the_references_webhook_refuses_is_refused_with_a_message_naming_th
         (json!({}), "spec.prefixes: Required value"),
         (
             json!({"prefixes": []}),
-            "spec.prefixes: Invalid value: at least one IPv6 CIDR is required",
+            "spec.prefixes: Invalid value: at least one CIDR is required",
         ),
         (
             json!({"prefixes": ["10.0.0.0/24"]}),
-            "spec.prefixes[0]: Invalid value: \"10.0.0.0/24\": must be an IPv6 CIDR",
+            "spec.allocationPrefixLength: Invalid value: 64 is longer than 32, the longest IPv4 sub-prefix (64 is the default, for IPv6 prefixes: set it for IPv4 ones, such as 26)",
+        ),
+        (
+            json!({"prefixes": ["10.0.0.0/24"], "allocationPrefixLength": 33}),
+            "spec.allocationPrefixLength: Invalid value: 33 is longer than 32, the longest IPv4 sub-prefix\"",
+        ),
+        (
+            json!({"prefixes": ["fd00::/48", "10.0.0.0/24"]}),
+            "spec.prefixes: Invalid value: 10.0.0.0/24 is IPv4 but the first entry fd00::/48 is IPv6: a pool holds prefixes of one family",
+        ),
+        (
+            json!({"prefixes": ["10.0.0.0/16", "fd00::/48"], "allocationPrefixLength": 24}),
+            "spec.prefixes: Invalid value: fd00::/48 is IPv6 but the first entry 10.0.0.0/16 is IPv4: a pool holds prefixes of one family",
         ),
         (
             json!({"prefixes": ["fd00::"]}),
-            "spec.prefixes[0]: Invalid value: \"fd00::\": must be an IPv6 CIDR",
+            "spec.prefixes[0]: Invalid value: \"fd00::\": must be a CIDR",
         ),
         (
             json!({"prefixes": ["fd00::/48", "nonsense"]}),
-            "spec.prefixes[1]: Invalid value: \"nonsense\": must be an IPv6 CIDR",
+            "spec.prefixes[1]: Invalid value: \"nonsense\": must be a CIDR",
+        ),
+        (
+            json!({"prefixes": ["10.0.0.1/24"], "allocationPrefixLength": 26}),
+            "spec.prefixes[0]: Invalid value: \"10.0.0.1/24\": must be network-aligned",
+        ),
+        (
+            json!({"prefixes": ["10.0.0.0/28"], "allocationPrefixLength": 26}),
+            "spec.prefixes: Invalid value: 10.0.0.0/28 is longer than spec.allocationPrefixLength (26)",
         ),
         (
             json!({"prefixes": ["fd00::1/48"]}),
@@ -161,19 +188,23 @@ async fn what_the_references_webhook_refuses_is_refused_with_a_message_naming_th
         ),
         (
             json!({"prefixes": ["fd00::/48"], "gateway": "10.0.0.1"}),
-            "spec.gateway: Invalid value: \"10.0.0.1\": must be an IPv6 address",
+            "spec.gateway: Invalid value: 10.0.0.1 is IPv4 but spec.prefixes is IPv6",
+        ),
+        (
+            json!({"prefixes": ["10.0.0.0/16"], "allocationPrefixLength": 24, "gateway": "fd00::1"}),
+            "spec.gateway: Invalid value: fd00::1 is IPv6 but spec.prefixes is IPv4",
         ),
         (
             json!({"prefixes": ["fd00::/48"], "gateway": "fd00::/64"}),
-            "spec.gateway: Invalid value: \"fd00::/64\": must be an IPv6 address",
+            "spec.gateway: Invalid value: \"fd00::/64\": must be an IP address",
         ),
         (
             json!({"prefixes": ["fd00::/48"], "excludedPrefixes": ["10.0.0.1"]}),
-            "spec.excludedPrefixes[0]: Invalid value: \"10.0.0.1\": must be an IPv6 address, CIDR or first-last range",
+            "spec.excludedPrefixes: Invalid value: 10.0.0.1 is IPv4 but spec.prefixes is IPv6",
         ),
         (
             json!({"prefixes": ["fd00::/48"], "excludedPrefixes": ["fd00::9-fd00::1"]}),
-            "spec.excludedPrefixes[0]: Invalid value: \"fd00::9-fd00::1\": must be an IPv6 address, CIDR or first-last range",
+            "spec.excludedPrefixes[0]: Invalid value: \"fd00::9-fd00::1\": must be an IP address, a CIDR or a first-last range",
         ),
     ];
     for (i, (spec, message)) in refused.into_iter().enumerate() {
@@ -301,6 +332,13 @@ async fn claims_get_the_references_sub_prefixes_in_address_order() {
             ["fd00:0:0:1::", "fd10::"],
             64,
             (65537, 2, 65535, 0),
+        ),
+        // IPv4, which the reference's prefix pools refuse: /26s of a /24.
+        (
+            json!({"prefixes": ["10.1.0.0/24"], "allocationPrefixLength": 26, "gateway": "10.1.0.1"}),
+            ["10.1.0.0", "10.1.0.64"],
+            26,
+            (4, 2, 2, 0),
         ),
     ];
     for (spec, expected, length, pool_counts) in examples {

@@ -9,10 +9,10 @@
 //!   1, 31, 32, 33; network and broadcast addresses; ranges reversed or spanning the subnet's
 //!   end; gateways inside, outside, of the other family or not an address; text that is almost
 //!   an address.
-//! - Prefix pools (`InClusterPrefixPool`, likewise): prefixes of every length near the
-//!   allocation length, aligned or with host bits set, IPv4, IPv4-mapped, zoned or not a CIDR;
-//!   allocation lengths 0 to 129; gateways inside, outside or of the other family; exclusions
-//!   of every form.
+//! - Prefix pools (`InClusterPrefixPool`, likewise), IPv6 and IPv4: prefixes of every length
+//!   near the allocation length, aligned or with host bits set, of the other family,
+//!   IPv4-mapped, zoned or not a CIDR; allocation lengths 0 to 129, and the IPv6 default on IPv4
+//!   prefixes; gateways inside, outside or of the other family; exclusions of every form.
 //!
 //! proptest shrinks a disagreement to its smallest spec before the test fails with it.
 
@@ -100,56 +100,150 @@ fn spec() -> impl Strategy<Value = Value> {
     })
 }
 
-/// A prefix pool's entry: mostly an aligned CIDR of fd00::/48's neighbourhood, else a CIDR near
-/// the edges (host bits set, lengths 0, 1, 127, 128, 129) or text that is almost one.
-fn prefix() -> impl Strategy<Value = String> {
+/// What a prefix pool's spec of one family is generated from.
+struct PrefixPieces {
+    /// Aligned CIDRs near each other: mostly valid entries.
+    aligned: &'static [&'static str],
+    /// Addresses, with host bits or without, and lengths near the edges, to make CIDRs of.
+    addresses: &'static [&'static str],
+    lengths: &'static [u8],
+    /// Text that is almost an entry, or one of the other family.
+    almost: &'static [&'static str],
+    /// `excludedPrefixes` entries beside the forms above: addresses and ranges.
+    excluded: &'static [&'static str],
+    /// Allocation lengths that fit the family, and some at or past its edges.
+    lengths_that_fit: &'static [i64],
+    edge_lengths: &'static [i64],
+    gateways: &'static [&'static str],
+}
+
+/// IPv6, as the reference's prefix pools: fd00::/48's neighbourhood, lengths 0, 1, 127, 128, 129.
+const IPV6: PrefixPieces = PrefixPieces {
+    aligned: &[
+        "fd00::/48",
+        "fd00:0:0:1::/64",
+        "fd00::/56",
+        "2001:db8::/32",
+        "fd00:1::/48",
+    ],
+    addresses: &["fd00::", "fd00:0:0:1::", "fd00::1", "2001:db8::"],
+    lengths: &[0, 1, 16, 47, 48, 56, 63, 64, 65, 127, 128, 129],
+    almost: &[
+        "fd00::",
+        "10.0.0.0/8",
+        "::ffff:10.0.0.0/104",
+        "fd00::/048",
+        "fe80::%eth0/64",
+        " fd00::/48",
+        "fd00::-fd00::ffff",
+        "",
+        "fd00::/",
+    ],
+    excluded: &[
+        "fd00::5",
+        "fd00::-fd00::ffff",
+        "fd00:0:0:1::-fd00::",
+        "10.0.0.1",
+        "::ffff:10.0.0.1",
+    ],
+    lengths_that_fit: &[64, 56, 128],
+    edge_lengths: &[0, 1, 24, 32, 47, 48, 65, 96, 129],
+    gateways: &[
+        "fd00::1",
+        "fd00::",
+        "2001:db8::1",
+        "10.0.0.1",
+        "",
+        "fe80::1%eth0",
+        "::ffff:10.0.0.1",
+    ],
+};
+
+/// IPv4, which inpool adds: 10.0.0.0/16's neighbourhood, lengths 0, 1, 31, 32, 33, and the IPv6
+/// default (64) when the length is left out.
+const IPV4: PrefixPieces = PrefixPieces {
+    aligned: &[
+        "10.0.0.0/16",
+        "10.0.0.0/24",
+        "10.0.1.0/24",
+        "10.0.0.64/26",
+        "192.168.0.0/22",
+    ],
+    addresses: &["10.0.0.0", "10.0.1.0", "10.0.0.64", "10.0.0.1"],
+    lengths: &[0, 1, 8, 16, 24, 25, 26, 31, 32, 33],
+    almost: &[
+        "10.0.0.0",
+        "fd00::/48",
+        "10.0.0.0/024",
+        "010.0.0.0/16",
+        "10.0.0.0-10.0.0.255",
+        "10.0.0.0/",
+        " 10.0.0.0/24",
+    ],
+    excluded: &[
+        "10.0.0.5",
+        "10.0.0.0-10.0.0.63",
+        "10.0.1.0-10.0.0.0",
+        "fd00::1",
+        "::ffff:10.0.0.1",
+    ],
+    lengths_that_fit: &[24, 26, 32],
+    edge_lengths: &[0, 1, 16, 25, 33, 64, 128],
+    gateways: &[
+        "10.0.0.1",
+        "10.0.0.0",
+        "192.168.0.1",
+        "fd00::1",
+        "",
+        "10.0.0.256",
+    ],
+};
+
+/// A prefix pool's entry: mostly an aligned CIDR, else a CIDR near the edges (host bits set,
+/// lengths at the family's ends) or text that is almost one.
+fn prefix(pieces: &'static PrefixPieces) -> impl Strategy<Value = String> {
+    let texts = |list: &'static [&'static str]| {
+        prop::sample::select(list.to_vec()).prop_map(str::to_string)
+    };
     prop_oneof![
-        6 => prop::sample::select(vec![
-            "fd00::/48", "fd00:0:0:1::/64", "fd00::/56", "2001:db8::/32", "fd00:1::/48",
-        ])
-        .prop_map(str::to_string),
+        6 => texts(pieces.aligned),
         3 => (
-            prop::sample::select(vec!["fd00::", "fd00:0:0:1::", "fd00::1", "2001:db8::"]),
-            prop::sample::select(vec![0u8, 1, 16, 47, 48, 56, 63, 64, 65, 127, 128, 129]),
+            prop::sample::select(pieces.addresses.to_vec()),
+            prop::sample::select(pieces.lengths.to_vec()),
         )
             .prop_map(|(a, len)| format!("{a}/{len}")),
-        1 => prop::sample::select(vec![
-            "fd00::", "10.0.0.0/8", "::ffff:10.0.0.0/104", "fd00::/048", "fe80::%eth0/64",
-            " fd00::/48", "fd00::-fd00::ffff", "", "fd00::/",
-        ])
-        .prop_map(str::to_string),
+        1 => texts(pieces.almost),
     ]
 }
 
 /// A prefix pool's `excludedPrefixes` entry: an address, a CIDR or a range.
-fn excluded_prefix() -> impl Strategy<Value = String> {
+fn excluded_prefix(pieces: &'static PrefixPieces) -> impl Strategy<Value = String> {
     prop_oneof![
-        2 => prefix(),
-        1 => prop::sample::select(vec![
-            "fd00::5", "fd00::-fd00::ffff", "fd00:0:0:1::-fd00::", "10.0.0.1", "::ffff:10.0.0.1",
-        ])
-        .prop_map(str::to_string),
+        2 => prefix(pieces),
+        1 => prop::sample::select(pieces.excluded.to_vec()).prop_map(str::to_string),
     ]
 }
 
-/// A prefix pool's spec, as JSON: one to three prefixes, an allocation length (mostly one that
-/// fits), perhaps a gateway and exclusions.
+/// A prefix pool's spec, as JSON: one to three prefixes of one family but for some noise (IPv6,
+/// as the reference's, or IPv4, which inpool adds), an allocation length (mostly one that fits
+/// the family, or left to its default of 64), perhaps a gateway and exclusions.
 fn prefix_spec() -> impl Strategy<Value = Value> {
+    prop_oneof![prefix_spec_of(&IPV6), prefix_spec_of(&IPV4)]
+}
+
+/// A prefix pool's spec from the pieces of one family.
+fn prefix_spec_of(pieces: &'static PrefixPieces) -> impl Strategy<Value = Value> {
     (
-        prop::collection::vec(prefix(), 1..3),
+        prop::collection::vec(prefix(pieces), 1..3),
         prop_oneof![
-            3 => prop::option::of(prop::sample::select(vec![64i64, 56, 128])),
-            1 => prop::sample::select(vec![0i64, 1, 47, 48, 65, 96, 129]).prop_map(Some),
+            3 => prop::option::of(prop::sample::select(pieces.lengths_that_fit.to_vec())),
+            1 => prop::sample::select(pieces.edge_lengths.to_vec()).prop_map(Some),
         ],
         prop_oneof![
             3 => Just(None),
-            1 => prop::sample::select(vec![
-                "fd00::1", "fd00::", "2001:db8::1", "10.0.0.1", "", "fe80::1%eth0",
-                "::ffff:10.0.0.1",
-            ])
-            .prop_map(Some),
+            1 => prop::sample::select(pieces.gateways.to_vec()).prop_map(Some),
         ],
-        prop::collection::vec(excluded_prefix(), 0..2),
+        prop::collection::vec(excluded_prefix(pieces), 0..2),
     )
         .prop_map(|(prefixes, length, gateway, excluded)| {
             let mut spec = json!({ "prefixes": prefixes });
