@@ -1,5 +1,6 @@
-//! Feeds arbitrary text into the prefix-pool spec parser and, when the spec is valid, into the
-//! prefix allocator, checking invariants along the way. Any panic is a bug.
+//! Feeds arbitrary text into the prefix-pool spec parser (prefixes of either family) and, when
+//! the spec is valid, into the prefix allocator, checking invariants along the way. Any panic is
+//! a bug.
 //!
 //! Input format (one item per line, all optional):
 //! - line 1: `allocationPrefixLength` (an integer, any sign or size; empty or not a number
@@ -50,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
 
 fn exercise(pool: ParsedPrefixPool, spec: &PrefixPoolSpecInput, used: &[Subnet]) {
     let length = pool.allocation_prefix_length();
-    assert!((1..=128).contains(&length));
+    assert!((1..=pool.family().bits()).contains(&length));
     assert!(pool.allocatable().difference(pool.prefixes()).is_empty());
     let mut allocator = PrefixAllocator::new(pool.clone());
     for subnet in used {
