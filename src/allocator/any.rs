@@ -55,6 +55,14 @@ impl ParsedSpec {
         }
     }
 
+    /// The subnets a parent pool holds for this one (an IP pool carved from a prefix pool).
+    pub fn carved(&self) -> &[Subnet] {
+        match self {
+            ParsedSpec::Addresses(pool) => pool.carved(),
+            ParsedSpec::Prefixes(_) => &[],
+        }
+    }
+
     /// The gateway of the pool's own subnet, never handed out.
     pub fn gateway(&self) -> Option<IpAddr> {
         self.network().1

@@ -54,8 +54,9 @@ impl WithPoolType for PoolCrd {
     }
 }
 
-/// Adds the rule on each `spec.preAllocations` entry's `claimNamespace` that differs between the namespaced
-/// and the global kind (they share one spec type, so one schema).
+/// Adds the rules that differ between the namespaced and the global kind (they share one spec
+/// type, so one schema): on each `spec.preAllocations` entry's `claimNamespace`, and on
+/// `spec.parentPool`'s.
 fn with_pre_allocation_namespace_rule(
     crd: CustomResourceDefinition,
     namespaced: bool,
@@ -65,15 +66,29 @@ fn with_pre_allocation_namespace_rule(
         .pointer_mut("/spec/versions")
         .and_then(|v| v.as_array_mut())
         .expect("a CRD has versions");
+    let per_kind = [
+        (
+            "preAllocations/items",
+            super::pool::rules::pre_allocation_namespace(namespaced),
+        ),
+        (
+            "parentPool",
+            super::pool::rules::parent_claim_namespace(namespaced),
+        ),
+    ];
     for version in versions {
-        let rules = version
-            .pointer_mut("/schema/openAPIV3Schema/properties/spec/properties/preAllocations/items")
-            .and_then(|v| v.as_object_mut())
-            .expect("the pool schema has spec.preAllocations entries")
-            .entry("x-kubernetes-validations")
-            .or_insert_with(|| serde_json::Value::Array(Vec::new()));
-        if let Some(rules) = rules.as_array_mut() {
-            rules.push(super::pool::rules::pre_allocation_namespace(namespaced));
+        for (field, rule) in &per_kind {
+            let rules = version
+                .pointer_mut(&format!(
+                    "/schema/openAPIV3Schema/properties/spec/properties/{field}"
+                ))
+                .and_then(|v| v.as_object_mut())
+                .unwrap_or_else(|| panic!("the pool schema has spec.{field}"))
+                .entry("x-kubernetes-validations")
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+            if let Some(rules) = rules.as_array_mut() {
+                rules.push(rule.clone());
+            }
         }
     }
     serde_json::from_value(value).expect("CRD deserialises")

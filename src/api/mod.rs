@@ -41,6 +41,7 @@ macro_rules! wraps_spec {
 }
 
 pub mod capi;
+pub mod carve;
 pub mod conditions;
 pub mod crds;
 pub mod key;
@@ -61,9 +62,10 @@ pub use conditions::{
 };
 pub use key::{Name, ObjectKey, PoolKey, PoolKind, Scope};
 pub use pool::{
-    AdditionalSubnet, GlobalInClusterIPPool, GlobalInClusterIPPoolSpec, IPAddressesStatus, IPPool,
-    InClusterIPPool, InClusterIPPoolSpec, InClusterIPPoolStatus, MAX_ADDITIONAL_SUBNETS,
-    MAX_PRE_ALLOCATIONS, MAX_SUBNET_ADDRESS_ENTRIES, PoolSpecRef, PreAllocation, pool_status_patch,
+    AdditionalSubnet, CarvedPrefix, GlobalInClusterIPPool, GlobalInClusterIPPoolSpec,
+    IPAddressesStatus, IPPool, InClusterIPPool, InClusterIPPoolSpec, InClusterIPPoolStatus,
+    MAX_ADDITIONAL_SUBNETS, MAX_PRE_ALLOCATIONS, MAX_SUBNET_ADDRESS_ENTRIES, ParentPool,
+    PoolSpecRef, PreAllocation, pool_status_patch,
 };
 pub use prefix_pool::{
     GlobalInClusterPrefixPool, GlobalInClusterPrefixPoolSpec, InClusterPrefixPool,

@@ -10,10 +10,11 @@ use serde::Serialize;
 use crate::allocator::{AnyAllocator, ParsedSpec};
 use crate::api::ObjectKey;
 use crate::api::{
-    IPAM_GROUP, IPAddress, IPAddressClaim, IPPool, IPPoolReference, PoolKey, READY_CONDITION,
-    REASON_ADDRESS_ALLOCATED, REASON_POOL_EXHAUSTED, find_condition,
+    IPAM_GROUP, IPAddress, IPAddressClaim, IPPool, IPPoolReference, PoolKey, PoolSpecRef,
+    READY_CONDITION, REASON_ADDRESS_ALLOCATED, REASON_POOL_EXHAUSTED, find_condition,
 };
 use crate::controllers::state::QueuedClaim;
+use crate::controllers::state::Unready;
 use crate::controllers::state::facts;
 
 /// One pool, as `kubectl inpool pools` shows it.
@@ -23,6 +24,9 @@ pub struct PoolRow {
     pub kind: &'static str,
     pub namespace: Option<String>,
     pub name: String,
+    /// `Kind/name` of the prefix pool it is carved from (`spec.parentPool`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
     pub family: String,
     pub total: Option<i64>,
     pub used: Option<i64>,
@@ -145,7 +149,7 @@ pub(super) fn pool_row<P: IPPool>(
             && pool_ref.name == name
             && (namespace.is_none() || object_namespace == namespace)
     };
-    let parsed = facts::parse_spec(pool.spec_of());
+    let parsed = facts::parse_pool(pool.spec_of(), pool.pool_status(), namespace.as_deref());
     let family = match &parsed {
         Ok(ParsedSpec::Addresses(p)) => match p.networks().len() {
             1 => p.family().to_string(),
@@ -173,7 +177,11 @@ pub(super) fn pool_row<P: IPPool>(
                     let c = allocator.counts().to_status();
                     Ok((c.total, c.used, c.free))
                 }
-                Err(e) => Err(format!("invalid spec: {e}")),
+                Err(Unready::Carving(parent)) => {
+                    Err(format!("no subnet yet: waits for a sub-prefix of {parent}"))
+                }
+                Err(Unready::Invalid(errors)) => Err(format!("invalid spec: {errors}")),
+                Err(other) => Err(format!("{other:?}")),
             };
             (counted, "IPAddresses")
         }
@@ -214,10 +222,18 @@ pub(super) fn pool_row<P: IPPool>(
         Ok((total, used, free)) => (Some(total), Some(used), Some(free), None),
         Err(problem) => (None, None, None, Some(problem)),
     };
+    let parent = match pool.spec_of() {
+        PoolSpecRef::Addresses(spec) => spec
+            .parent_pool
+            .as_ref()
+            .map(|parent| format!("{}/{}", parent.pool_ref.kind, parent.pool_ref.name)),
+        PoolSpecRef::Prefixes(_) => None,
+    };
     PoolRow {
         kind,
         namespace,
         name,
+        parent,
         family,
         total,
         used,

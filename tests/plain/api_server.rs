@@ -630,6 +630,7 @@ async fn pool_status_patch_keeps_foreign_conditions() {
             out_of_range: 0,
         }),
         conditions: Some(conditions),
+        carved_prefixes: None,
     };
     let back = pools
         .patch_status(

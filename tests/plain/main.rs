@@ -10,6 +10,7 @@
 mod corpus;
 
 mod api_server;
+mod carved_pools;
 mod kubectl_plugin;
 mod migration;
 mod pools;

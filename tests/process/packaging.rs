@@ -28,7 +28,7 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
     (
         "ipam.cluster.x-k8s.io",
         "ipaddressclaims",
-        &["get", "list", "watch", "patch"],
+        &["create", "delete", "get", "list", "watch", "patch"],
     ),
     (
         "ipam.cluster.x-k8s.io",
@@ -155,8 +155,12 @@ const DENIED: &[(&str, &str, &str, &str)] = &[
     ("", "", "secrets", "get"),
     ("", "", "pods", "list"),
     ("", "", "configmaps", "create"),
-    ("", "ipam.cluster.x-k8s.io", "ipaddressclaims", "delete"),
-    ("", "ipam.cluster.x-k8s.io", "ipaddressclaims", "create"),
+    (
+        "",
+        "ipam.cluster.x-k8s.io",
+        "ipaddressclaims",
+        "deletecollection",
+    ),
     (
         "",
         "ipam.cluster.x-k8s.io",

@@ -94,6 +94,9 @@ pub struct ParsedPool {
     configured: AddressSet,
     allocatable: AddressSet,
     pre_allocations: Vec<PreAllocated>,
+    /// The subnets that another pool holds for this one, whole (carved from a parent): a hold of
+    /// exactly one of them is what makes it this pool's, never a use of its addresses.
+    carved: Vec<Subnet>,
 }
 
 impl ParsedPool {
@@ -145,6 +148,17 @@ impl ParsedPool {
     /// The pre-allocations, in the order written.
     pub fn pre_allocations(&self) -> &[PreAllocated] {
         &self.pre_allocations
+    }
+
+    /// The subnets carved for this pool from a parent (see [`ParsedPool::set_carved`]).
+    pub fn carved(&self) -> &[Subnet] {
+        &self.carved
+    }
+
+    /// Records which of the pool's subnets a parent pool holds for it, whole: the parent's hold
+    /// of one of them does not use the addresses it gives this pool.
+    pub fn set_carved(&mut self, carved: Vec<Subnet>) {
+        self.carved = carved;
     }
 
     pub fn into_allocatable(self) -> AddressSet {

@@ -201,6 +201,7 @@ impl PoolSpecInput {
             configured,
             allocatable,
             pre_allocations,
+            carved: Vec::new(),
         })
     }
 }

@@ -109,6 +109,9 @@ pub const MAX_SUBNET_ADDRESS_ENTRIES: usize = MAX_ADDRESS_ENTRIES / MAX_ADDITION
 #[schemars(
     description = "InClusterIPPoolSpec defines the desired state of a pool: the addresses it hands out, their prefix and gateway."
 )]
+#[x_kube(validation = rules::required_unless_parent("addresses"))]
+#[x_kube(validation = rules::required_unless_parent("prefix"))]
+#[x_kube(validation = rules::gateway_needs_addresses())]
 #[x_kube(validation = rules::single_family())]
 #[x_kube(validation = rules::ipv4_prefix())]
 #[x_kube(validation = rules::within_subnet(rules::SPEC))]
@@ -121,11 +124,15 @@ pub struct InClusterIPPoolSpec {
     /// Addresses is a list of IP addresses that can be assigned. This set of addresses can be
     /// non-contiguous. Each entry is a single IP (`10.0.0.10`), a CIDR (`10.0.0.128/28`) or a
     /// `first-last` range (`10.0.0.20-10.0.0.30`); all entries are of one family and inside the
-    /// subnet given by the first entry and `prefix`.
+    /// subnet given by the first entry and `prefix`. Required unless `parentPool` is set; a
+    /// written list is never empty, so empty here means left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::addresses_schema")]
     pub addresses: Vec<String>,
 
-    /// Prefix is the network prefix to use (1-32 for IPv4, 1-128 for IPv6).
+    /// Prefix is the network prefix to use (1-32 for IPv4, 1-128 for IPv6). Required unless
+    /// `parentPool` is set; a written prefix is at least 1, so 0 here means left out.
+    #[serde(default, skip_serializing_if = "is_zero")]
     #[schemars(schema_with = "schema::prefix_schema")]
     #[x_kube(validation = rules::prefix_positive())]
     pub prefix: i32,
@@ -174,6 +181,41 @@ pub struct InClusterIPPoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::additional_subnets_schema")]
     pub additional_subnets: Option<Vec<AdditionalSubnet>>,
+
+    /// ParentPool names a prefix pool this pool carves its subnets from: inpool claims
+    /// `subPrefixes` sub-prefixes of it, and each one realised is one more subnet of this pool
+    /// (inpool's addition; the reference has no such field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::parent_pool_schema")]
+    pub parent_pool: Option<ParentPool>,
+}
+
+fn is_zero(value: &i32) -> bool {
+    *value == 0
+}
+
+/// `spec.parentPool`: where a pool's carved subnets come from, and how many it holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentPool {
+    /// PoolRef names the parent: a GlobalInClusterPrefixPool, or an InClusterPrefixPool of this
+    /// pool's namespace.
+    pub pool_ref: super::IPPoolReference,
+    /// SubPrefixes is how many sub-prefixes of the parent (each of its allocationPrefixLength)
+    /// the pool holds, each one subnet: 1 to 16, 1 when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_prefixes: Option<i32>,
+    /// ClaimNamespace is where inpool creates the claims on the parent: required on a
+    /// GlobalInClusterIPPool, left out on an InClusterIPPool (its own namespace).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub claim_namespace: String,
+}
+
+impl ParentPool {
+    /// How many sub-prefixes the pool holds.
+    pub fn count(&self) -> usize {
+        usize::try_from(self.sub_prefixes.unwrap_or(1)).unwrap_or(0)
+    }
 }
 
 /// One entry of `spec.additionalSubnets`: a subnet with the meaning of the spec's own
@@ -258,6 +300,7 @@ impl InClusterIPPoolSpec {
             address_reuse_grace_period_seconds: None,
             pre_allocations: None,
             additional_subnets: None,
+            parent_pool: None,
         }
     }
 }
@@ -335,13 +378,28 @@ pub struct InClusterIPPoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::api::conditions::conditions_schema")]
     pub conditions: Option<Vec<Condition>>,
+    /// CarvedPrefixes are the sub-prefixes the pool holds from spec.parentPool, one per claim
+    /// on the parent, in the claims' order: the subnets it hands out besides spec.addresses
+    /// (inpool's addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carved_prefixes: Option<Vec<CarvedPrefix>>,
 }
 
 impl InClusterIPPoolStatus {
     /// True when this status would serialise as `{}`.
     pub fn is_empty(&self) -> bool {
-        self.ip_addresses.is_none() && self.conditions.is_none()
+        self.ip_addresses.is_none() && self.conditions.is_none() && self.carved_prefixes.is_none()
     }
+}
+
+/// One entry of `status.carvedPrefixes`: a sub-prefix of the parent and the claim that holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CarvedPrefix {
+    /// ClaimName is the IPAddressClaim on the parent that holds the sub-prefix.
+    pub claim_name: String,
+    /// Prefix is the sub-prefix, as a CIDR.
+    pub prefix: String,
 }
 
 /// Address counts of a pool, as the reference provider reports them (Go `int`; counts that do

@@ -32,7 +32,7 @@
 //! their texts, values are bound to names with `[value].all(name, ...)` /
 //! `[value].map(name, ...)[0]` (CEL here has no `cel.bind`), and addresses are compared through
 //! fixed-width keys built from bounded substrings.
-use kube::core::{Message, Rule};
+use kube::core::{Message, Reason, Rule};
 use serde_json::Value;
 
 pub(crate) fn rule(rule: String, message_expression: String, field_path: Option<&str>) -> Rule {
@@ -219,12 +219,60 @@ pub fn prefix_positive() -> Rule {
     )
 }
 
+/// Spec rules: `addresses` and `prefix` are required unless `parentPool` is set (the schema
+/// cannot say "unless"), each reported at its field as a missing value.
+pub fn required_unless_parent(field: &str) -> Rule {
+    Rule::new(format!("has(self.parentPool) || has(self.{field})"))
+        .message(Message::Expression(
+            "'required unless spec.parentPool is set'".into(),
+        ))
+        .reason(Reason::FieldValueRequired)
+        .field_path(format!(".{field}"))
+}
+
+/// Spec rule: a `gateway` belongs to `addresses`; the subnets carved from `parentPool` get theirs
+/// by rule.
+pub fn gateway_needs_addresses() -> Rule {
+    rule(
+        "!has(self.gateway) || self.gateway == '' || has(self.addresses)".into(),
+        "'is the gateway of spec.addresses, which is left out: the subnets carved from spec.parentPool get theirs by rule (the first address after the network address)'".into(),
+        Some(".gateway"),
+    )
+}
+
+/// Rule on `spec.parentPool` per kind (added in [`crate::api::crds`]): `claimNamespace` left out
+/// on an `InClusterIPPool` (its claims are in its own namespace), required on a
+/// `GlobalInClusterIPPool`.
+pub fn parent_claim_namespace(namespaced: bool) -> Value {
+    by_kind(
+        namespaced,
+        (
+            "!has(self.claimNamespace) || self.claimNamespace == ''",
+            "'claimNamespace ' + self.claimNamespace + ' is set: an InClusterIPPool claims on its parent in its own namespace; leave claimNamespace out'",
+        ),
+        (
+            "has(self.claimNamespace) && self.claimNamespace != ''",
+            "'claimNamespace is required on a GlobalInClusterIPPool: the namespace where inpool creates the claims on the parent'",
+        ),
+    )
+}
+
+/// The rule and message for the namespaced kind, or those for the global kind.
+fn by_kind(namespaced: bool, namespaced_rule: (&str, &str), global_rule: (&str, &str)) -> Value {
+    let (text, message) = if namespaced {
+        namespaced_rule
+    } else {
+        global_rule
+    };
+    to_json(rule(text.into(), message.into(), None))
+}
+
 /// Subnet rule: every entry of `addresses` has the family of the first.
 pub fn single_family() -> Rule {
     let f = entry_family(FIRST);
     rule(
         format!(
-            "size(self.addresses) == 0 || !{g} || self.addresses.all(e, !{ge} || {fe} == {f})",
+            "!has(self.addresses) || size(self.addresses) == 0 || !{g} || self.addresses.all(e, !{ge} || {fe} == {f})",
             g = entry_shaped(FIRST),
             ge = entry_shaped("e"),
             fe = entry_family("e"),
@@ -243,7 +291,7 @@ pub fn single_family() -> Rule {
 pub fn ipv4_prefix() -> Rule {
     rule(
         format!(
-            "size(self.addresses) == 0 || !{g} || {f} == 6 || self.prefix <= 32",
+            "!has(self.addresses) || size(self.addresses) == 0 || !has(self.prefix) || !{g} || {f} == 6 || self.prefix <= 32",
             g = entry_shaped(FIRST),
             f = entry_family(FIRST)
         ),
@@ -278,7 +326,7 @@ fn inside(e: &str, s: &str) -> String {
 fn subnet_undefined() -> String {
     let f = entry_family(FIRST);
     format!(
-        "size(self.addresses) == 0 || !self.addresses.all(e, {ge}) || !self.addresses.all(e, {fe} == {f}) || self.prefix < 1 || self.prefix > ({f} == 4 ? 32 : 128)",
+        "!has(self.addresses) || size(self.addresses) == 0 || !self.addresses.all(e, {ge}) || !self.addresses.all(e, {fe} == {f}) || !has(self.prefix) || self.prefix < 1 || self.prefix > ({f} == 4 ? 32 : 128)",
         ge = entry_shaped("e"),
         fe = entry_family("e"),
     )
@@ -339,7 +387,7 @@ pub fn gateway_family(names: SubnetNames) -> Rule {
     let f = entry_family(FIRST);
     rule(
         format!(
-            "!has(self.gateway) || !isIP(self.gateway) || size(self.addresses) == 0 || !{g} || ip(self.gateway).family() == {f}",
+            "!has(self.gateway) || !isIP(self.gateway) || !has(self.addresses) || size(self.addresses) == 0 || !{g} || ip(self.gateway).family() == {f}",
             g = entry_shaped(FIRST)
         ),
         format!(
@@ -357,7 +405,7 @@ pub fn excluded_family() -> Rule {
     let f = entry_family(FIRST);
     rule(
         format!(
-            "!has(self.excludedAddresses) || size(self.addresses) == 0 || !{g} || self.excludedAddresses.all(x, !{gx} || {fx} == {f})",
+            "!has(self.excludedAddresses) || !has(self.addresses) || size(self.addresses) == 0 || !{g} || self.excludedAddresses.all(x, !{gx} || {fx} == {f})",
             g = entry_shaped(FIRST),
             gx = entry_shaped("x"),
             fx = entry_family("x"),
@@ -386,7 +434,7 @@ pub fn pre_allocation_family() -> Rule {
     let f = entry_family(FIRST);
     rule(
         format!(
-            "!has(self.preAllocations) || size(self.addresses) == 0 || !{g} || self.preAllocations.all(p, !isIP(p.address) || ip(p.address).family() == {f})",
+            "!has(self.preAllocations) || !has(self.addresses) || size(self.addresses) == 0 || !{g} || self.preAllocations.all(p, !isIP(p.address) || ip(p.address).family() == {f})",
             g = entry_shaped(FIRST),
         ),
         format!(
@@ -402,19 +450,17 @@ pub fn pre_allocation_family() -> Rule {
 /// (`claimNamespace` required). The two kinds share one spec type, so [`crate::api::crds`]
 /// adds this rule to each CRD.
 pub fn pre_allocation_namespace(namespaced: bool) -> Value {
-    if namespaced {
-        to_json(rule(
-            "self.claimNamespace == ''".into(),
-            "'claimNamespace ' + self.claimNamespace + ' is set for claim ' + self.claimName + ': an InClusterIPPool serves the claims of its own namespace only; leave claimNamespace out'".into(),
-            None,
-        ))
-    } else {
-        to_json(rule(
-            "self.claimNamespace != ''".into(),
-            "'claimNamespace is required on a GlobalInClusterIPPool (claim ' + self.claimName + ')'".into(),
-            None,
-        ))
-    }
+    by_kind(
+        namespaced,
+        (
+            "self.claimNamespace == ''",
+            "'claimNamespace ' + self.claimNamespace + ' is set for claim ' + self.claimName + ': an InClusterIPPool serves the claims of its own namespace only; leave claimNamespace out'",
+        ),
+        (
+            "self.claimNamespace != ''",
+            "'claimNamespace is required on a GlobalInClusterIPPool (claim ' + self.claimName + ')'",
+        ),
+    )
 }
 
 /// The first address of subnet `o`'s first entry, and whether the subnet of it and `o`'s
@@ -423,7 +469,7 @@ pub fn pre_allocation_namespace(namespaced: bool) -> Value {
 fn subnet_defined(o: &str, f: &str) -> String {
     let first = format!("{o}.addresses[0]");
     format!(
-        "(size({o}.addresses) > 0 && {g} && {fam} == {f} && {o}.prefix >= 1 && {o}.prefix <= ({f} == 4 ? 32 : 128))",
+        "(has({o}.addresses) && has({o}.prefix) && size({o}.addresses) > 0 && {g} && {fam} == {f} && {o}.prefix >= 1 && {o}.prefix <= ({f} == 4 ? 32 : 128))",
         g = entry_shaped(&first),
         fam = entry_family(&first),
     )
@@ -452,7 +498,7 @@ pub fn additional_subnets_family() -> Rule {
     };
     rule(
         format!(
-            "!has(self.additionalSubnets) || size(self.addresses) == 0 || !{g} || !self.additionalSubnets.exists(s, {o})",
+            "!has(self.additionalSubnets) || !has(self.addresses) || size(self.addresses) == 0 || !{g} || !self.additionalSubnets.exists(s, {o})",
             g = entry_shaped(FIRST),
             o = other_family("s"),
         ),
@@ -485,7 +531,7 @@ pub fn additional_subnets_disjoint() -> Rule {
     );
     rule(
         format!(
-            "!has(self.additionalSubnets) || size(self.addresses) == 0 || !{g} || self.additionalSubnets.all(s, {clear})",
+            "!has(self.additionalSubnets) || !has(self.addresses) || size(self.addresses) == 0 || !{g} || self.additionalSubnets.all(s, {clear})",
             g = entry_shaped(FIRST),
         ),
         format!(

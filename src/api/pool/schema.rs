@@ -143,3 +143,51 @@ pub(super) fn pre_allocations_schema(_: &mut schemars::SchemaGenerator) -> schem
         },
     })
 }
+
+pub(super) fn parent_pool_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "description": "ParentPool names a prefix pool this pool carves its subnets from: inpool claims subPrefixes sub-prefixes of it, and each one realised is one more subnet of this pool.",
+        "required": ["poolRef"],
+        "properties": {
+            "poolRef": {
+                "type": "object",
+                "description": "PoolRef names the parent: a GlobalInClusterPrefixPool, or an InClusterPrefixPool of this pool's namespace.",
+                "required": ["apiGroup", "kind", "name"],
+                "properties": {
+                    "apiGroup": {
+                        "type": "string",
+                        "enum": ["ipam.cluster.x-k8s.io"],
+                        "description": "apiGroup of the parent: ipam.cluster.x-k8s.io."
+                    },
+                    "kind": {
+                        "type": "string",
+                        "enum": ["InClusterPrefixPool", "GlobalInClusterPrefixPool"],
+                        "description": "kind of the parent: InClusterPrefixPool or GlobalInClusterPrefixPool."
+                    },
+                    "name": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 253,
+                        "pattern": crate::api::capi::DNS1123_SUBDOMAIN_PATTERN,
+                        "description": "name of the parent."
+                    }
+                }
+            },
+            "subPrefixes": {
+                "type": "integer",
+                "format": "int32",
+                "minimum": 1,
+                "maximum": MAX_ADDITIONAL_SUBNETS,
+                "default": 1,
+                "description": "SubPrefixes is how many sub-prefixes of the parent (each of its allocationPrefixLength) the pool holds, each one subnet: 1 to 16, 1 when left out."
+            },
+            "claimNamespace": {
+                "type": "string",
+                "maxLength": 63,
+                "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$",
+                "description": "ClaimNamespace is where inpool creates the claims on the parent: required on a GlobalInClusterIPPool, left out on an InClusterIPPool (its own namespace)."
+            }
+        }
+    })
+}

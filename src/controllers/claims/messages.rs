@@ -70,6 +70,9 @@ pub(crate) fn not_ready_message(pool: &PoolKey, unready: &Unready) -> String {
         }
         Unready::Deleting => format!("{pool} is being deleted and hands out no new addresses"),
         Unready::Paused => format!("{pool} is paused"),
+        Unready::Carving(parent) => format!(
+            "{pool} has no subnet yet: it waits for a sub-prefix of {parent} (its Ready condition says why); the claim is realised once it has one"
+        ),
     }
 }
 

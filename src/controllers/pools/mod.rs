@@ -2,9 +2,12 @@
 //!
 //! - [`status`]: counts and conditions from the registry, deletion protection, and the per-pool
 //!   metrics;
+//! - [`carve`]: the claims a pool carved from a parent holds on it, and the sub-prefixes they
+//!   realised;
 //! - [`pacing`]: when each pool's status may be written;
 //! - [`reuse_grace`]: frees a released claim's address once its pool's reuse grace period is
 //!   over.
+pub(crate) mod carve;
 pub(crate) mod pacing;
 pub(crate) mod reuse_grace;
 pub(crate) mod status;

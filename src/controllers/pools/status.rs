@@ -25,10 +25,12 @@ use crate::api::{
 };
 use crate::api::{
     ConditionStatus, DesiredCondition, IPAddressesStatus, InClusterIPPoolStatus, POOL_FINALIZER,
-    READY_CONDITION, REASON_POOL_EXHAUSTED, pool_status_patch,
+    READY_CONDITION, REASON_POOL_EXHAUSTED, REASON_POOL_NOT_READY, pool_status_patch,
 };
 use crate::api::{IPPool, ObjectKey};
+use crate::controllers::claims::messages::not_ready_message;
 use crate::controllers::context::Context;
+use crate::controllers::pools::carve;
 use crate::controllers::pools::pacing::{StatusPacing, WAKE_DEBOUNCE};
 use crate::controllers::runtime::controller::{Action, Controller, Requests};
 use crate::controllers::runtime::error::{self, Error};
@@ -38,7 +40,7 @@ use crate::controllers::sources::pool_cache::{PoolView, StatusSeen};
 use crate::controllers::sources::pool_kinds::LaneInput;
 use crate::controllers::sources::writers::{Foreign, foreign_message};
 use crate::controllers::state::reservation::IPAddressReservation;
-use crate::controllers::state::{Holder, PreAllocationState, Unready};
+use crate::controllers::state::{Holder, PreAllocationState, Registry, Unready};
 
 /// How many out-of-range addresses or overlapping pools a message lists.
 const LISTED: usize = 10;
@@ -94,18 +96,25 @@ async fn reconcile_pool<P: IPPool>(pool: &PoolView, ctx: &Context) -> Result<Act
         set_finalizer(&api, pool, true).await?;
     }
     publish_pre_allocation_notes(pool, ctx).await;
-    let status = desired_status(pool, ctx);
+    let carved = match pool.carving() {
+        Some(carving) => Some(carve::carve(pool, carving, ctx).await?),
+        None => None,
+    };
+    let mut status = desired_status(pool, ctx);
+    status.carved_prefixes = carved;
     publish_metrics(ctx, key, status.ip_addresses.as_ref());
     if !changed(pool.status(), &status) {
         pacing(ctx).settled(key);
         return Ok(Action::await_change());
     }
-    // A condition that turns (another status or reason) is news, not a count: it goes at once.
-    let changes = if condition_turned(pool.status(), &status) {
-        u64::MAX
-    } else {
-        claims_changed(pool.status(), &status)
-    };
+    // A condition that turns (another status or reason) is news, not a count, and so is a
+    // sub-prefix carved or let go (the pool's subnets): they go at once.
+    let changes =
+        if condition_turned(pool.status(), &status) || carved_changed(pool.status(), &status) {
+            u64::MAX
+        } else {
+            claims_changed(pool.status(), &status)
+        };
     if let Some(wait) = pacing(ctx).ask(key, changes, Instant::now()) {
         return Ok(Action::requeue(wait));
     }
@@ -181,12 +190,16 @@ pub fn desired_status(pool: &PoolView, ctx: &Context) -> InClusterIPPoolStatus {
         .filter(|_| key.kind.is_prefix())
         .map(|(family, (length, _))| (family, length));
     let pre_allocations = registry.pre_allocation_report(key);
+    let waits_for_parent = match pool.readiness() {
+        Err(Unready::Carving(parent)) => Some(parent_wait(&registry, parent)),
+        _ => None,
+    };
     drop(registry);
     let foreign = ctx.writers.foreign_in(key);
 
     let generation = pool.generation();
     let (_, units) = units(key);
-    let mut desired = vec![ready_condition(pool, out_of_range.len())];
+    let mut desired = vec![ready_condition(pool, out_of_range.len(), waits_for_parent)];
     if let Some(counts) = &counts {
         desired.push(if counts.free > 0 {
             condition(
@@ -229,6 +242,7 @@ pub fn desired_status(pool: &PoolView, ctx: &Context) -> InClusterIPPoolStatus {
             }
         }),
         conditions: Some(conditions),
+        carved_prefixes: None,
     }
 }
 
@@ -250,9 +264,37 @@ fn condition(
     DesiredCondition::new(type_, status, reason, message)
 }
 
-fn ready_condition(pool: &PoolView, out_of_range: usize) -> DesiredCondition {
+/// Why a pool carved from `parent` has no subnet yet: what its claims on the parent wait for.
+fn parent_wait(registry: &Registry, parent: &PoolKey) -> String {
+    match registry.readiness(parent) {
+        Err(Unready::Missing) => format!("{parent} does not exist"),
+        Err(unready) => not_ready_message(parent, &unready),
+        Ok(()) => match registry.counts(parent) {
+            Some(counts) if counts.free == 0 => format!(
+                "{parent} has no free sub-prefix: all {} are in use; the pool gets one once the parent grows or releases one",
+                counts.total
+            ),
+            _ => format!("its claims on {parent} are being served"),
+        },
+    }
+}
+
+fn ready_condition(
+    pool: &PoolView,
+    out_of_range: usize,
+    waits_for_parent: Option<String>,
+) -> DesiredCondition {
     let key = pool.key();
     match pool.readiness() {
+        Err(Unready::Carving(parent)) => condition(
+            READY_CONDITION,
+            ConditionStatus::False,
+            REASON_POOL_NOT_READY,
+            format!(
+                "{key} has no subnet yet: it waits for a sub-prefix of {parent}: {}",
+                waits_for_parent.unwrap_or_default()
+            ),
+        ),
         Ok(()) => condition(
             READY_CONDITION,
             ConditionStatus::True,
@@ -484,12 +526,18 @@ fn changed(current: Option<&StatusSeen>, desired: &InClusterIPPoolStatus) -> boo
     let Some(current) = current else {
         return true;
     };
-    current.counts != desired.ip_addresses
+    carved_changed(Some(current), desired)
+        || current.counts != desired.ip_addresses
         || !desired
             .conditions
             .iter()
             .flatten()
             .all(|want| current.carries(want))
+}
+
+/// Whether the sub-prefixes the pool carved differ from those its status lists.
+fn carved_changed(current: Option<&StatusSeen>, desired: &InClusterIPPoolStatus) -> bool {
+    current.and_then(|c| c.carved.as_ref()) != desired.carved_prefixes.as_ref()
 }
 
 /// Whether a condition the status should carry has another status or reason than the one it
@@ -589,6 +637,7 @@ mod tests {
                 last_transition_time: now(),
                 observed_generation: Some(1),
             }]),
+            carved_prefixes: None,
         };
         let free = with("True", "AddressesAvailable", "3 of 10 addresses are free");
         let fewer = with("True", "AddressesAvailable", "2 of 10 addresses are free");
@@ -615,6 +664,7 @@ mod tests {
                 out_of_range: 0,
             }),
             conditions: None,
+            carved_prefixes: None,
         };
         let seen = |used, total| StatusSeen::of(&status(used, total));
         assert_eq!(claims_changed(Some(&seen(3, 10)), &status(7, 10)), 4);
@@ -623,6 +673,7 @@ mod tests {
         let no_counts = InClusterIPPoolStatus {
             ip_addresses: None,
             conditions: None,
+            carved_prefixes: None,
         };
         assert_eq!(
             claims_changed(Some(&StatusSeen::of(&no_counts)), &no_counts),

@@ -25,10 +25,11 @@ use tokio::sync::SetOnce;
 use crate::allocator::ParsedSpec;
 use crate::api::POOL_CONDITIONS;
 use crate::api::{
-    ConditionStatus, DesiredCondition, IPAM_GROUP, IPAddressesStatus, IPPool,
+    CarvedPrefix, ConditionStatus, DesiredCondition, IPAM_GROUP, IPAddressesStatus, IPPool,
     InClusterIPPoolStatus, PAUSED_ANNOTATION, POOL_FINALIZER, POOL_VERSION, PoolKey, PoolSpecRef,
 };
 use crate::controllers::state::Unready;
+use crate::controllers::state::facts;
 use crate::controllers::state::fingerprint;
 
 /// What the controllers read of one pool: taken from the object its watch brought, which is not
@@ -52,8 +53,19 @@ pub struct PoolView {
     other_finalizers: Vec<String>,
     reuse_grace_period_seconds: Option<i32>,
     allocation_length: Option<i32>,
+    /// What the pool asks of its parent, if it names one (`spec.parentPool`).
+    carving: Option<Box<Carving>>,
     /// The status as the pool controller compares it; `None` while the pool has none.
     status: Option<StatusSeen>,
+}
+
+/// What a pool carved from a parent asks (`spec.parentPool`): its claims on `parent`, in
+/// `claim_namespace`, are `count`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Carving {
+    pub parent: PoolKey,
+    pub count: usize,
+    pub claim_namespace: String,
 }
 
 /// A pool's status as the pool controller compares it with the status it would write: its
@@ -62,6 +74,9 @@ pub struct PoolView {
 pub struct StatusSeen {
     pub counts: Option<IPAddressesStatus>,
     conditions: Box<[ConditionSeen]>,
+    /// `carvedPrefixes`, kept whole: only pools carved from a parent have it, and its entries are
+    /// what the pool hands out.
+    pub carved: Option<Vec<CarvedPrefix>>,
 }
 
 /// One of inpool's conditions on a pool, its reason and message as [`fingerprint`]s: two
@@ -87,6 +102,17 @@ impl PoolView {
             PoolSpecRef::Addresses(spec) => (spec.address_reuse_grace_period_seconds, None),
             PoolSpecRef::Prefixes(spec) => (None, Some(spec.allocation_length())),
         };
+        let carving = match pool.spec_of() {
+            PoolSpecRef::Addresses(spec) => spec.parent_pool.as_ref().and_then(|parent| {
+                let namespace = meta.namespace.as_deref();
+                Some(Box::new(Carving {
+                    parent: facts::parent_key(parent, namespace)?,
+                    count: parent.count(),
+                    claim_namespace: facts::claim_namespace(parent, namespace).to_string(),
+                }))
+            }),
+            PoolSpecRef::Prefixes(_) => None,
+        };
         let finalizers = pool.finalizers();
         PoolView {
             key: pool.key(),
@@ -103,6 +129,7 @@ impl PoolView {
                 .collect(),
             reuse_grace_period_seconds,
             allocation_length,
+            carving,
             status: pool.pool_status().map(StatusSeen::of),
         }
     }
@@ -159,6 +186,11 @@ impl PoolView {
         self.status.as_ref()
     }
 
+    /// What the pool asks of its parent, if it names one.
+    pub fn carving(&self) -> Option<&Carving> {
+        self.carving.as_deref()
+    }
+
     /// The pool as the object an Event is about.
     pub fn reference(&self) -> ObjectReference {
         ObjectReference {
@@ -194,6 +226,7 @@ impl StatusSeen {
         StatusSeen {
             counts: status.ip_addresses,
             conditions,
+            carved: status.carved_prefixes.clone(),
         }
     }
 
@@ -410,6 +443,7 @@ mod tests {
                 "3 of 10 addresses are free",
                 1_000,
             )]),
+            carved_prefixes: None,
         });
         let free = |message: &str| {
             desired(

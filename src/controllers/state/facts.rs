@@ -4,12 +4,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use crate::allocator::{
-    ParsedSpec, PoolSpecInput, PreAllocationInput, PrefixPoolSpecInput, SpecErrors, SubnetInput,
+    ParsedSpec, PoolSpecInput, PreAllocationInput, PrefixPoolSpecInput, SpecErrors, Subnet,
+    SubnetInput, parse_network,
 };
 use crate::api::ObjectKey;
 use crate::api::{
-    IPAddress, IPPool, InClusterIPPoolSpec, InClusterPrefixPoolSpec, PAUSED_ANNOTATION, PoolKey,
-    PoolSpecRef,
+    IPAddress, IPPool, InClusterIPPoolSpec, InClusterIPPoolStatus, InClusterPrefixPoolSpec,
+    PAUSED_ANNOTATION, ParentPool, PoolKey, PoolSpecRef,
 };
 use std::net::IpAddr;
 
@@ -24,18 +25,119 @@ pub fn pool_state<P: IPPool>(pool: &P) -> Result<ParsedSpec, Unready> {
     if pool.annotations().contains_key(PAUSED_ANNOTATION) {
         return Err(Unready::Paused);
     }
-    parse_spec(pool.spec_of()).map_err(|errors| Unready::Invalid(errors.to_string()))
+    parse_pool(
+        pool.spec_of(),
+        pool.pool_status(),
+        pool.meta().namespace.as_deref(),
+    )
 }
 
-/// A pool's spec, validated, whatever its shape.
-pub fn parse_spec(spec: PoolSpecRef<'_>) -> Result<ParsedSpec, SpecErrors> {
+/// A pool's spec with the sub-prefixes it carved from its parent (`status.carvedPrefixes`),
+/// validated: what it hands out. A pool that names a parent and has neither addresses of its
+/// own nor a carved sub-prefix waits for its parent ([`Unready::Carving`]). `namespace` is the
+/// pool's (`None` for a global pool).
+pub fn parse_pool(
+    spec: PoolSpecRef<'_>,
+    status: Option<&InClusterIPPoolStatus>,
+    namespace: Option<&str>,
+) -> Result<ParsedSpec, Unready> {
+    let invalid = |errors: SpecErrors| Unready::Invalid(errors.to_string());
     match spec {
         PoolSpecRef::Addresses(spec) => {
-            PoolSpecInput::from(spec).parse().map(ParsedSpec::Addresses)
+            let carved = carved_subnets(status)?;
+            if let Some(parent) = &spec.parent_pool
+                && spec.addresses.is_empty()
+                && carved.is_empty()
+            {
+                return Err(match parent_key(parent, namespace) {
+                    Some(parent) => Unready::Carving(parent),
+                    None => Unready::Invalid(format!(
+                        "spec.parentPool.poolRef names {} {}, not a prefix pool of inpool",
+                        parent.pool_ref.kind, parent.pool_ref.name
+                    )),
+                });
+            }
+            let mut input = PoolSpecInput::from(spec);
+            let carved_networks: Vec<Subnet> = carved.iter().map(|(subnet, _)| *subnet).collect();
+            for (_, subnet) in carved {
+                if input.addresses.is_empty() {
+                    input.addresses = subnet.addresses;
+                    input.prefix = subnet.prefix;
+                    input.gateway = subnet.gateway;
+                } else {
+                    input.additional_subnets.push(subnet);
+                }
+            }
+            let mut parsed = input.parse().map_err(invalid)?;
+            parsed.set_carved(carved_networks);
+            Ok(ParsedSpec::Addresses(parsed))
         }
         PoolSpecRef::Prefixes(spec) => PrefixPoolSpecInput::from(spec)
             .parse()
-            .map(ParsedSpec::Prefixes),
+            .map(ParsedSpec::Prefixes)
+            .map_err(invalid),
+    }
+}
+
+/// The namespace of a pool's claims on its parent: `spec.parentPool.claimNamespace` if set (a
+/// global pool's), else the pool's own.
+pub fn claim_namespace<'a>(parent: &'a ParentPool, namespace: Option<&'a str>) -> &'a str {
+    if parent.claim_namespace.is_empty() {
+        namespace.unwrap_or_default()
+    } else {
+        &parent.claim_namespace
+    }
+}
+
+/// The parent a pool's `spec.parentPool` names, as its claims on it name it: a prefix pool kind
+/// of inpool's group, a namespaced one in the claims' namespace. `None` for anything else.
+pub fn parent_key(parent: &ParentPool, namespace: Option<&str>) -> Option<PoolKey> {
+    PoolKey::from_ref(&parent.pool_ref, claim_namespace(parent, namespace))
+        .filter(|key| key.kind.is_prefix())
+}
+
+/// The subnets a pool carved (`status.carvedPrefixes`), each as the subnet it is and as the
+/// subnet input it adds: the whole sub-prefix, its length, and as gateway the first address
+/// after the network address (none in a sub-prefix with no room for one: an IPv4 /31 or /32, an
+/// IPv6 /127 or /128). inpool writes the list; an entry that is no CIDR makes the pool invalid,
+/// naming it.
+fn carved_subnets(
+    status: Option<&InClusterIPPoolStatus>,
+) -> Result<Vec<(Subnet, SubnetInput)>, Unready> {
+    let entries = status
+        .and_then(|s| s.carved_prefixes.as_deref())
+        .unwrap_or_default();
+    entries
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let subnet = parse_network(&entry.prefix).map_err(|reason| {
+                Unready::Invalid(format!(
+                    "status.carvedPrefixes[{index}] `{}`: {reason}",
+                    entry.prefix
+                ))
+            })?;
+            Ok((
+                subnet,
+                SubnetInput {
+                    addresses: vec![subnet.to_string()],
+                    prefix: i64::from(subnet.prefix()),
+                    gateway: carved_gateway(subnet).map(|ip| ip.to_string()),
+                },
+            ))
+        })
+        .collect()
+}
+
+/// The gateway of a carved subnet: the first address after its network address, where the
+/// subnet has an address for hosts beside it.
+pub fn carved_gateway(subnet: Subnet) -> Option<IpAddr> {
+    if subnet.family().bits() - subnet.prefix() < 2 {
+        return None;
+    }
+    match subnet.network() {
+        IpAddr::V4(v4) => Some(IpAddr::V4((u32::from(v4) + 1).into())),
+        IpAddr::V6(v6) => Some(IpAddr::V6((u128::from(v6) + 1).into())),
     }
 }
 

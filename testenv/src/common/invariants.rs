@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use inpool::allocator::{AddrRange, AddressSet, Family, PoolSpecInput, Subnet};
+use inpool::allocator::{AddrRange, AddressSet, Family, Subnet};
 use inpool::api::reservation::IPAddressReservation;
 use inpool::api::{IPAddress, IPAddressClaim, InClusterIPPool};
 use kube::api::{Api, ListParams};
@@ -172,11 +172,15 @@ pub fn block_of(address: &IPAddress) -> Option<AddrRange> {
     Some(Subnet::containing(ip, length)?.range())
 }
 
-/// The addresses the namespaced IP pool `pool` hands out (the union of its subnets), if its spec
-/// parses.
+/// The addresses the namespaced IP pool `pool` hands out (the union of its subnets, those it
+/// carved from a parent included), if its spec parses, read as inpool reads it.
 fn range_of(pool: &InClusterIPPool) -> Option<AddressSet> {
-    let parsed = PoolSpecInput::from(&pool.spec).parse().ok()?;
-    Some(parsed.allocatable().clone())
+    let spec = inpool::api::PoolSpecRef::Addresses(&pool.spec);
+    let namespace = pool.metadata.namespace.as_deref();
+    match inpool::controllers::parse_pool(spec, pool.status.as_ref(), namespace).ok()? {
+        inpool::allocator::ParsedSpec::Addresses(parsed) => Some(parsed.allocatable().clone()),
+        inpool::allocator::ParsedSpec::Prefixes(_) => None,
+    }
 }
 
 /// Every address an entry of `spec.preAllocations` keeps, over the namespace's pools: an entry's

@@ -53,6 +53,10 @@ pub(super) async fn fail(
     message: String,
 ) -> Result<Action, Error> {
     set_ready(claim, ctx, ConditionStatus::False, reason, message, None).await?;
+    if let Some((pool, _)) = crate::api::carve::carving_pool(claim.key()) {
+        // The pool this claim carves for says in its Ready condition why it waits.
+        ctx.update_registry(|registry| registry.touch(&pool));
+    }
     Ok(Action::await_change())
 }
 

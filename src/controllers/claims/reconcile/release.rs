@@ -12,6 +12,8 @@ use kube::api::{Api, Patch};
 use super::allocate::held_length;
 use super::conditions::publish;
 use super::lifecycle::{Gate, gate, remove_finalizer};
+use crate::allocator::Subnet;
+use crate::api::carve::carving_pool;
 use crate::api::{CLAIM_FINALIZER, DELETE_FOR_MOVE_ANNOTATION, IPAddress};
 use crate::api::{ObjectKey, PoolKey};
 use crate::controllers::claims::cached_claim::CachedClaim;
@@ -27,6 +29,25 @@ use crate::controllers::state::reservation::{
     IPAddressReservation, new_reservation, release_patch, released,
 };
 
+/// How often a deleted claim that carved a sub-prefix looks again whether the pool it carved
+/// for has let go of it: a rare wait (a pool shrunk, or such a claim deleted by hand), so a plain
+/// requeue.
+const CARVED_RECHECK: Duration = Duration::from_secs(2);
+
+/// A claim that carved a sub-prefix for a pool (see [`crate::api::carve`]) is released only once
+/// that pool neither hands out nor holds an address in it: until then the sub-prefix stays
+/// held, whoever deleted the claim, so that the parent never hands it to another pool while
+/// addresses in it are out. `None` when the claim may go.
+fn held_for_carving(key: &ObjectKey, pool: &PoolKey, ctx: &Context) -> Option<Action> {
+    let (carving_for, _) = carving_pool(key)?;
+    let registry = ctx.registry();
+    let held = registry.address_of(key).filter(|held| &held.pool == pool)?;
+    let block = Subnet::new(held.ip, held.length)?;
+    registry
+        .holds_within(&carving_for, block)
+        .then(|| Action::requeue(CARVED_RECHECK))
+}
+
 /// The claim is being deleted: give the address back (unless paused or moving), then let the
 /// claim go. A missing Cluster does not block this (it could never be unpaused).
 pub(super) async fn release(
@@ -35,6 +56,9 @@ pub(super) async fn release(
     pool: &PoolKey,
     ctx: &Context,
 ) -> Result<Action, Error> {
+    if let Some(wait) = held_for_carving(key, pool, ctx) {
+        return Ok(wait);
+    }
     let held = ctx.update_registry(|registry| plan::release(registry, key, pool));
     if !claim.has_finalizer(CLAIM_FINALIZER) {
         return Ok(Action::await_change());

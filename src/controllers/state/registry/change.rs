@@ -76,4 +76,7 @@ pub enum Unready {
     Invalid(String),
     Deleting,
     Paused,
+    /// A pool with no addresses of its own waits for its first sub-prefix of this parent
+    /// (`spec.parentPool`).
+    Carving(PoolKey),
 }

@@ -166,6 +166,10 @@ impl Registry {
         let old_range = entry.range().cloned();
         self.set_pre_allocations(key, &parsed);
         let entry = self.pool_entry(key);
+        entry.carved = parsed
+            .as_ref()
+            .map(|parsed| parsed.carved().to_vec())
+            .unwrap_or_default();
         match parsed {
             Ok(parsed) => {
                 entry.networks = Some(parsed.networks());
@@ -224,6 +228,12 @@ impl Registry {
                 entry.hold(key, record);
             }
         }
+    }
+
+    /// Marks a pool's status as possibly changed by something the registry does not hold (the
+    /// `Ready` condition of a claim that carves for it).
+    pub fn touch(&mut self, pool: &PoolKey) {
+        self.dirty.insert(pool.clone());
     }
 
     /// Pools whose status may have changed since the last call.
@@ -316,6 +326,7 @@ impl Registry {
     }
 
     fn address_added(&mut self, key: ObjectKey, record: HoldRecord) -> Vec<ObjectKey> {
+        self.mark_carving_pool(&key);
         let old = self.addresses.insert(key, record.clone());
         if old.as_ref() == Some(&record) {
             return Vec::new();
@@ -332,6 +343,7 @@ impl Registry {
     /// The claim of a vanished `IPAddress` is woken too: it must get its address back (or be
     /// told it has none), never stay `Ready` without it.
     fn address_removed(&mut self, key: &ObjectKey) -> Vec<ObjectKey> {
+        self.mark_carving_pool(key);
         match self.addresses.remove(key) {
             Some(old) => {
                 let mut woken = self.release_record(&old);
@@ -339,6 +351,14 @@ impl Registry {
                 woken
             }
             None => Vec::new(),
+        }
+    }
+
+    /// The `IPAddress` of a claim that carves for a pool came or went: that pool's subnets may
+    /// change (see [`crate::api::carve`]).
+    fn mark_carving_pool(&mut self, address: &ObjectKey) {
+        if let Some((pool, _)) = crate::api::carve::carving_pool(address) {
+            self.dirty.insert(pool);
         }
     }
 

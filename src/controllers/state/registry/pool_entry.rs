@@ -39,6 +39,9 @@ pub(super) struct PoolEntry {
     /// claims of one namespace can reach both pools; sorted. Kept from first-fit and counted used
     /// as the pool's own entries are (see [`super::pre_allocations`]).
     pub(super) kept_for_others: Vec<IpAddr>,
+    /// The subnets a parent holds for this pool, whole (see [`ParsedSpec::carved`]): the
+    /// parent's hold of one is not a use of this pool's addresses.
+    pub(super) carved: Vec<Subnet>,
 }
 
 /// A fingerprint of a pool's parsed spec, or of why it has none. The registry keeps what it builds
@@ -119,7 +122,15 @@ impl PoolEntry {
     pub(super) fn is_held_by(&self, key: &PoolKey, record: &HoldRecord) -> bool {
         record.pool == *key
             || (scopes_meet(&key.scope(), &record.scope)
-                && self.range().is_some_and(|r| r.meets(record.block())))
+                && self.range().is_some_and(|r| r.meets(record.block()))
+                && !self.is_carved_for_it(record))
+    }
+
+    /// Whether `record` is the hold of a parent on a whole subnet it carved for this pool.
+    pub(super) fn is_carved_for_it(&self, record: &HoldRecord) -> bool {
+        self.carved
+            .iter()
+            .any(|subnet| subnet.network() == record.ip && subnet.prefix() == record.length)
     }
 
     /// Whether `record` of this pool (`key`) lies outside its range. A pool that is not ready

@@ -8,6 +8,15 @@ use super::{HoldRecord, Holder, QueuedClaim, Registry, ReservationNames, Unready
 use crate::api::{ObjectKey, PoolKey};
 
 impl Registry {
+    /// Whether the pool hands out addresses now, or why not (`Missing` for a pool never seen).
+    pub fn readiness(&self, key: &PoolKey) -> Result<(), Unready> {
+        match self.pools.get(key).and_then(|entry| entry.state.as_ref()) {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(unready)) => Err(unready.clone()),
+            None => Err(Unready::Missing),
+        }
+    }
+
     /// Whether the pool is known and paused (its claims are then not queued).
     pub fn is_paused(&self, key: &PoolKey) -> bool {
         self.pools
@@ -123,10 +132,37 @@ impl Registry {
             .into_iter()
             .filter(|key| key != pool && scopes_meet(&key.scope(), &pool.scope()))
             .filter_map(|key| {
-                let shared = range.first_overlap(self.pools.get(&key)?.range()?)?;
-                Some((key, shared))
+                let other = self.pools.get(&key)?;
+                let shared = range.first_overlap(other.range()?)?;
+                // A parent and a pool carved from it share the carved subnets by design.
+                let carved = |entry: &super::pool_entry::PoolEntry| {
+                    entry
+                        .carved
+                        .iter()
+                        .any(|s| s.range().contains_range(shared))
+                };
+                let entry = self.pools.get(pool)?;
+                (!carved(entry) && !carved(other)).then_some((key, shared))
             })
             .collect()
+    }
+
+    /// Whether a pool still holds anything inside `block`: a record of its own (a reservation,
+    /// an `IPAddress`, an allocation in flight) or a subnet of its spec. A claim that carved
+    /// `block` for it is released only when neither is left.
+    pub fn holds_within(&self, pool: &PoolKey, block: crate::allocator::Subnet) -> bool {
+        let range = block.range();
+        let own = self
+            .reservations
+            .values()
+            .chain(self.addresses.values())
+            .chain(self.in_flight.iter())
+            .any(|r| &r.pool == pool && range.contains(r.ip));
+        own || self
+            .pools
+            .get(pool)
+            .and_then(|entry| entry.range())
+            .is_some_and(|r| r.meets(range))
     }
 
     /// Whether anything still holds an address *for* this pool (its own reservations and

@@ -1,0 +1,419 @@
+//! Pools carved from a parent (`spec.parentPool`) on the real API server, served by an in-process
+//! controller: an `InClusterIPPool` names an `InClusterPrefixPool` and a number of sub-prefixes,
+//! inpool claims them on the parent, and each one realised becomes a subnet of the pool. Fifty
+//! children of uneven sizes at once, a parent too small and then grown, a child grown, a child
+//! deleted with addresses out, and a claim on the parent deleted by hand while the child still
+//! uses its sub-prefix; and the CRD's rules for the new fields. Every test ends with the audit's
+//! drift guard (`common::RunningController`).
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use inpool::api::{CarvedPrefix, IPAddress, IPAddressClaim, InClusterIPPool, InClusterPrefixPool};
+use inpool_testenv::{common::*, support};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+
+fn parent(name: &str, prefixes: &[&str], length: i64) -> InClusterPrefixPool {
+    typed(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterPrefixPool",
+        "metadata": {"name": name},
+        "spec": {"prefixes": prefixes, "allocationPrefixLength": length},
+    }))
+}
+
+fn child_spec(parent: &str, sub_prefixes: i64) -> Value {
+    json!({"parentPool": {
+        "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterPrefixPool", "name": parent},
+        "subPrefixes": sub_prefixes,
+    }})
+}
+
+fn child(name: &str, parent: &str, sub_prefixes: i64) -> InClusterIPPool {
+    typed(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+        "metadata": {"name": name}, "spec": child_spec(parent, sub_prefixes),
+    }))
+}
+
+fn ready(pool: &InClusterIPPool) -> Option<(String, String)> {
+    pool.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.message.clone()))
+}
+
+/// Waits until child `name` lists `n` carved sub-prefixes and is `Ready`; returns them.
+async fn carved(pools: &Api<InClusterIPPool>, name: &str, n: usize) -> Vec<CarvedPrefix> {
+    wait_for(
+        &format!("pool {name} to carve {n} sub-prefixes and be Ready"),
+        Duration::from_secs(90),
+        || async {
+            let pool = pools.get(name).await.ok()?;
+            let carved = pool.status.as_ref()?.carved_prefixes.clone()?;
+            let ready = ready(&pool).is_some_and(|(status, _)| status == "True");
+            (carved.len() == n && ready).then_some(carved)
+        },
+    )
+    .await
+}
+
+/// Creates child `name` of `parent` with `n` sub-prefixes and waits until it has them.
+async fn carve_child(
+    pools: &Api<InClusterIPPool>,
+    name: &str,
+    parent: &str,
+    n: usize,
+) -> Vec<CarvedPrefix> {
+    create(pools, &child(name, parent, n as i64)).await;
+    carved(pools, name, n).await
+}
+
+/// Waits until child `name`'s Ready condition is False with a message containing `text`.
+async fn not_ready_with(pools: &Api<InClusterIPPool>, name: &str, text: &str) -> String {
+    wait_for(
+        &format!("pool {name} to be not Ready: {text}"),
+        Duration::from_secs(60),
+        || async {
+            let (status, message) = ready(&pools.get(name).await.ok()?)?;
+            (status == "False" && message.contains(text)).then_some(message)
+        },
+    )
+    .await
+}
+
+async fn used(parents: &Api<InClusterPrefixPool>, name: &str) -> Option<i64> {
+    Some(parents.get(name).await.ok()?.status?.ip_addresses?.used)
+}
+
+async fn wait_used(parents: &Api<InClusterPrefixPool>, name: &str, want: i64) {
+    wait_for(
+        &format!("parent {name} to count {want} sub-prefixes used"),
+        Duration::from_secs(60),
+        || async { (used(parents, name).await == Some(want)).then_some(()) },
+    )
+    .await;
+}
+
+/// The claim `name` on pool `pool`, realised: its `IPAddress`.
+async fn realise(client: &kube::Client, ns: &str, name: &str, pool: &str) -> IPAddress {
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
+    create(&claims, &claim(name, pool)).await;
+    wait_reason(&claims, name, "AddressAllocated").await;
+    Api::<IPAddress>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap()
+}
+
+fn inside(address: &IPAddress, carved: &CarvedPrefix) -> bool {
+    let ip: IpAddr = address.spec.address.parse().unwrap();
+    let subnet: inpool::allocator::Subnet =
+        inpool::allocator::parse_network(&carved.prefix).unwrap();
+    subnet.contains(ip) && address.spec.prefix == i32::from(subnet.prefix())
+}
+
+/// A namespace served by an in-process controller, with a parent `InClusterPrefixPool` `name`
+/// of `prefixes` split by `length`. Returns the client, the namespace, the APIs of its prefix
+/// pools, IP pools and claims, and the controller (which serves while it is kept).
+async fn bed(
+    name: &str,
+    prefixes: &[&str],
+    length: i64,
+) -> (
+    kube::Client,
+    String,
+    Api<InClusterPrefixPool>,
+    Api<InClusterIPPool>,
+    Api<IPAddressClaim>,
+    RunningController,
+) {
+    let (client, ns) = support::env().namespace().await;
+    let controller = start_controller(&client, &ns);
+    let parents: Api<InClusterPrefixPool> = Api::namespaced(client.clone(), &ns);
+    create(&parents, &parent(name, prefixes, length)).await;
+    let pools = Api::namespaced(client.clone(), &ns);
+    let claims = Api::namespaced(client.clone(), &ns);
+    (client, ns, parents, pools, claims, controller)
+}
+
+#[tokio::test]
+async fn fifty_children_of_uneven_sizes_are_carved_disjoint_and_ready() {
+    let (client, ns, parents, pools, _, _controller) = bed("nodes", &["10.20.0.0/16"], 26).await;
+    let size = |i: usize| 1 + i % 3;
+    for i in 0..50 {
+        create(&pools, &child(&format!("c{i:02}"), "nodes", size(i) as i64)).await;
+    }
+    let mut all = BTreeSet::new();
+    for i in 0..50 {
+        let name = format!("c{i:02}");
+        for carved in carved(&pools, &name, size(i)).await {
+            assert!(carved.prefix.starts_with("10.20.") && carved.prefix.ends_with("/26"));
+            assert!(
+                all.insert(carved.prefix.clone()),
+                "{} carved twice",
+                carved.prefix
+            );
+        }
+    }
+    let total: usize = (0..50).map(size).sum();
+    assert_eq!(all.len(), total);
+    wait_used(&parents, "nodes", total as i64).await;
+
+    // A claim on a child gets an address of its sub-prefix, with its length and the stated
+    // gateway: the first address after the network address.
+    let first = carved(&pools, "c00", 1).await.remove(0);
+    let address = realise(&client, &ns, "m0", "c00").await;
+    assert!(inside(&address, &first), "{address:?} in {first:?}");
+    let network = first.prefix.split('/').next().unwrap();
+    let gateway: std::net::Ipv4Addr = network.parse().unwrap();
+    let gateway = std::net::Ipv4Addr::from(u32::from(gateway) + 1).to_string();
+    assert_eq!(address.spec.gateway.as_deref(), Some(gateway.as_str()));
+    let handed_out = address.spec.address.as_str();
+    assert!(
+        ![network, gateway.as_str()].contains(&handed_out),
+        "neither the network nor the gateway address is handed out: {handed_out}"
+    );
+}
+
+#[tokio::test]
+async fn a_parent_too_small_serves_the_children_that_fit_and_the_rest_once_it_grows() {
+    let (client, ns, parents, pools, claims, _controller) =
+        bed("small", &["10.21.0.0/24"], 26).await;
+    carve_child(&pools, "a", "small", 2).await;
+    carve_child(&pools, "b", "small", 2).await;
+    create(&pools, &child("c", "small", 1)).await;
+    let message = not_ready_with(&pools, "c", "has no free sub-prefix").await;
+    assert!(
+        message.starts_with(&format!(
+            "InClusterIPPool {ns}/c has no subnet yet: it waits for a sub-prefix of InClusterPrefixPool {ns}/small:"
+        )),
+        "{message}"
+    );
+    // A claim on the child waits, and says for what.
+    create(&claims, &claim("early", "c")).await;
+    let waiting = wait_reason(&claims, "early", "PoolNotReady").await;
+    assert!(
+        ready_message(&waiting).contains("has no subnet yet"),
+        "{}",
+        ready_message(&waiting)
+    );
+    // The parent grows: the last child gets its sub-prefix, and its claim is served.
+    merge_patch(
+        &parents,
+        "small",
+        json!({"spec": {"prefixes": ["10.21.0.0/23"]}}),
+    )
+    .await;
+    let last = carved(&pools, "c", 1).await.remove(0);
+    wait_reason(&claims, "early", "AddressAllocated").await;
+    let address = Api::<IPAddress>::namespaced(client.clone(), &ns)
+        .get("early")
+        .await
+        .unwrap();
+    assert!(inside(&address, &last));
+}
+
+#[tokio::test]
+async fn a_child_grows_by_a_second_sub_prefix_and_keeps_its_addresses() {
+    let (client, ns, _, pools, claims, _controller) = bed("rack", &["10.22.0.0/24"], 28).await;
+    let first = carve_child(&pools, "g", "rack", 1).await.remove(0);
+    // A /28 hands out 13 addresses: 16 less the network, broadcast and gateway addresses.
+    create_claims(&claims, "g", 14).await;
+    // The namespace's claims count the pool's own claim on the parent too.
+    wait_counts(&claims, 13 + 1, 1).await;
+    let before = addresses_by_claim(&client, &ns).await;
+    merge_patch(&pools, "g", json!({"spec": child_spec("rack", 2)})).await;
+    let grown = carved(&pools, "g", 2).await;
+    assert_eq!(grown[0], first, "the first sub-prefix stays");
+    wait_counts(&claims, 14 + 2, 0).await;
+    let after = addresses_by_claim(&client, &ns).await;
+    for (claim, address) in &before {
+        assert_eq!(after.get(claim), Some(address), "{claim} keeps its address");
+    }
+    // `kubectl inpool pools` shows the tree: the child names its parent, the parent counts its
+    // sub-prefixes.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-inpool"))
+        .arg("--kubeconfig")
+        .arg(support::env().kubeconfig())
+        .args(["pools", "-n", &ns, "-o", "json"])
+        .output()
+        .expect("running kubectl-inpool");
+    let rows: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let row = |name: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no row for {name}: {rows}"))
+    };
+    assert_eq!(row("g")["parent"], "InClusterPrefixPool/rack");
+    assert_eq!(row("g")["family"], "IPv4 (2 subnets)");
+    assert_eq!(row("rack")["family"], "IPv4/28");
+    assert_eq!(row("rack")["used"], 2);
+    let second = inpool::allocator::parse_network(&grown[1].prefix).unwrap();
+    let new: Vec<&String> = after
+        .iter()
+        .filter(|(c, _)| !before.contains_key(*c) && !c.starts_with("icipp-"))
+        .map(|(_, a)| a)
+        .collect();
+    assert_eq!(new.len(), 1);
+    assert!(
+        second.contains(new[0].parse().unwrap()),
+        "{new:?} in {second}"
+    );
+}
+
+#[tokio::test]
+async fn a_child_deleted_with_addresses_out_waits_then_frees_its_sub_prefix() {
+    let (client, ns, parents, pools, claims, _controller) =
+        bed("zone", &["10.23.0.0/24"], 26).await;
+    carve_child(&pools, "d", "zone", 1).await;
+    realise(&client, &ns, "held", "d").await;
+    wait_used(&parents, "zone", 1).await;
+
+    pools.delete("d", &DeleteParams::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let deleting = pools
+        .get("d")
+        .await
+        .expect("held by ProtectPool while an address is out");
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        used(&parents, "zone").await,
+        Some(1),
+        "the sub-prefix stays held"
+    );
+
+    claims.delete("held", &Default::default()).await.unwrap();
+    wait_gone(&pools, "d", Duration::from_secs(60)).await;
+    wait_gone(&claims, "icipp-d-0", Duration::from_secs(60)).await;
+    wait_used(&parents, "zone", 0).await;
+}
+
+#[tokio::test]
+async fn a_claim_on_the_parent_deleted_by_hand_holds_its_sub_prefix_while_the_child_uses_it() {
+    let (client, ns, parents, pools, claims, _controller) = bed("row", &["10.24.0.0/24"], 26).await;
+    let first = carve_child(&pools, "h", "row", 1).await.remove(0);
+    realise(&client, &ns, "in-use", "h").await;
+
+    claims
+        .delete("icipp-h-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The child stops handing out the sub-prefix at once ...
+    not_ready_with(&pools, "h", "has no subnet yet").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // ... but the claim on the parent, and so the sub-prefix, stay while an address is out.
+    let kept = claims
+        .get("icipp-h-0")
+        .await
+        .expect("kept while the child uses it");
+    assert!(kept.metadata.deletion_timestamp.is_some());
+    assert_eq!(used(&parents, "row").await, Some(1));
+
+    claims
+        .delete("in-use", &DeleteParams::default())
+        .await
+        .unwrap();
+    // Released, and carved again by a new claim of the same name.
+    let again = carved(&pools, "h", 1).await.remove(0);
+    assert_eq!(again.claim_name, first.claim_name);
+    wait_used(&parents, "row", 1).await;
+}
+
+#[tokio::test]
+async fn the_crd_takes_a_parent_instead_of_addresses_and_refuses_what_cannot_work() {
+    let (client, ns) = support::env().namespace().await;
+    let untyped = |kind: &str| {
+        let resource = ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "ipam.cluster.x-k8s.io",
+            "v1alpha2",
+            kind,
+        ));
+        (resource, kind.to_string())
+    };
+    let (namespaced, _) = untyped("InClusterIPPool");
+    let pools: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &namespaced);
+    let object = |name: &str, kind: &str, spec: Value| -> DynamicObject {
+        typed(json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": kind,
+            "metadata": {"name": name}, "spec": spec,
+        }))
+    };
+    let accepted = pools
+        .create(
+            &PostParams::default(),
+            &object("ok", "InClusterIPPool", child_spec("p", 3)),
+        )
+        .await
+        .expect("a pool with a parent and no addresses");
+    assert_eq!(accepted.data["spec"]["parentPool"]["subPrefixes"], 3);
+    let defaulted = pools
+        .create(
+            &PostParams::default(),
+            &object("one", "InClusterIPPool", json!({"parentPool": {"poolRef": {
+                "apiGroup": "ipam.cluster.x-k8s.io", "kind": "GlobalInClusterPrefixPool", "name": "p"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(defaulted.data["spec"]["parentPool"]["subPrefixes"], 1);
+
+    let mut with_namespace = child_spec("p", 1);
+    with_namespace["parentPool"]["claimNamespace"] = json!("elsewhere");
+    let mut gateway_alone = child_spec("p", 1);
+    gateway_alone["gateway"] = json!("10.0.0.1");
+    let mut not_a_prefix_pool = child_spec("p", 1);
+    not_a_prefix_pool["parentPool"]["poolRef"]["kind"] = json!("InClusterIPPool");
+    let refused = [
+        (
+            json!({"prefix": 24}),
+            "spec.addresses: Required value: required unless spec.parentPool is set",
+        ),
+        (
+            json!({"addresses": ["10.0.0.1"]}),
+            "spec.prefix: Required value: required unless spec.parentPool is set",
+        ),
+        (gateway_alone, "spec.gateway: Invalid value"),
+        (with_namespace, "claimNamespace elsewhere is set"),
+        (
+            not_a_prefix_pool,
+            "spec.parentPool.poolRef.kind: Unsupported value",
+        ),
+        (child_spec("p", 17), "spec.parentPool.subPrefixes"),
+    ];
+    for (i, (spec, message)) in refused.into_iter().enumerate() {
+        let error = pools
+            .create(
+                &PostParams::default(),
+                &object(&format!("bad-{i}"), "InClusterIPPool", spec.clone()),
+            )
+            .await
+            .expect_err(&format!("{spec} must be refused"));
+        assert!(
+            error.to_string().contains(message),
+            "{spec}: wanted {message:?} in {error}"
+        );
+    }
+    // A global pool names the namespace of its claims on the parent.
+    let (global, _) = untyped("GlobalInClusterIPPool");
+    let globals: Api<DynamicObject> = Api::all_with(client.clone(), &global);
+    let name = unique("carved");
+    let error = globals
+        .create(
+            &PostParams::default(),
+            &object(&name, "GlobalInClusterIPPool", child_spec("p", 1)),
+        )
+        .await
+        .expect_err("a global pool without claimNamespace");
+    assert!(
+        error.to_string().contains("claimNamespace is required"),
+        "{error}"
+    );
+}
