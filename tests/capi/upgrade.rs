@@ -18,7 +18,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use inpool::api::{IPAddressClaim, InClusterIPPool};
+use inpool::api::IPAddressClaim;
 use inpool_testenv::common::*;
 use kube::api::Api;
 
@@ -45,23 +45,11 @@ async fn clusterctl_upgrade_apply_under_a_burst_reallocates_nothing() {
         &plane.kubeconfig,
         Path::new(env!("CARGO_BIN_EXE_inpool")),
     );
-    wait_for(
-        "the installed release's provider to be ready",
-        Duration::from_secs(60),
-        || async { pods.runs().first()?.ready },
-    )
-    .await;
-
     let ns = "upgraded";
     create_namespace(&client, ns).await;
-    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), ns);
-    create(&pools, &pool("pool", &["10.11.0.10-10.11.0.99"], 24, None)).await;
+    let range = ("pool", "10.11.0.10-10.11.0.99");
+    let before = realised_before_upgrade(&client, &pods, ns, range, "u", 0).await;
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
-    for i in 0..10 {
-        create(&claims, &claim(&format!("u-{i:02}"), "pool")).await;
-    }
-    wait_counts(&claims, 10, 0).await;
-    let before = addresses_by_claim(&client, ns).await;
 
     clusterctl.add_release(NEXT);
     // A claim every 100 ms, from before clusterctl starts until after it is done.

@@ -171,21 +171,10 @@ async fn version_bumped_under_a_burst(
     operator: &operator::Operator,
     pods: &DeploymentStandIn,
 ) {
-    wait_for(
-        "the installed release's provider to be ready",
-        Duration::from_secs(60),
-        || async { pods.runs().first()?.ready },
-    )
-    .await;
-    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), CLAIMS_NAMESPACE);
-    create(&pools, &pool("bump", &["10.43.0.10-10.43.0.99"], 24, None)).await;
-    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), CLAIMS_NAMESPACE);
-    for i in 0..10 {
-        create(&claims, &claim(&format!("b-{i:02}"), "bump")).await;
-    }
     // The claim of `serves_a_claim` is realised too.
-    wait_counts(&claims, 11, 0).await;
-    let before = addresses_by_claim(client, CLAIMS_NAMESPACE).await;
+    let range = ("bump", "10.43.0.10-10.43.0.99");
+    let before = realised_before_upgrade(client, pods, CLAIMS_NAMESPACE, range, "b", 1).await;
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), CLAIMS_NAMESPACE);
 
     let current = format!("ghcr.io/inpool-dev/inpool:v{}", env!("CARGO_PKG_VERSION"));
     let clusterctl = repo_root().join("config").join("clusterctl");

@@ -20,11 +20,11 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use inpool::api::IPAddressClaim;
+use inpool::api::{IPAddressClaim, InClusterIPPool};
 
 use super::{
     Inpool, SYSTEM_NAMESPACE, addresses_by_claim, assert_invariants, claim, create,
-    service_account_kubeconfig_of,
+    service_account_kubeconfig_of, wait_counts, wait_for,
 };
 
 /// inpool's Deployment as the components name it.
@@ -251,6 +251,35 @@ pub fn container_env(container: &Container, deployment: &Deployment) -> Vec<(Str
             (var.name.clone(), value)
         })
         .collect()
+}
+
+/// What an upgrade test sets up before it upgrades: once `pods` runs the installed release's
+/// provider and it is ready, an `InClusterIPPool` `pool` of `range` (/24) in `ns` and ten claims
+/// `PREFIX-00` to `PREFIX-09` on it, realised. `realised_already` counts the claims of `ns`
+/// realised by earlier steps. Returns claim → address of every claim of `ns`, to hold against
+/// the addresses after the upgrade ([`replaced_once`]).
+pub async fn realised_before_upgrade(
+    client: &Client,
+    pods: &DeploymentStandIn,
+    ns: &str,
+    (pool, range): (&str, &str),
+    prefix: &str,
+    realised_already: usize,
+) -> BTreeMap<String, String> {
+    wait_for(
+        "the installed release's provider to be ready",
+        Duration::from_secs(60),
+        || async { pods.runs().first()?.ready },
+    )
+    .await;
+    let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), ns);
+    create(&pools, &super::pool(pool, &[range], 24, None)).await;
+    let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
+    for i in 0..10 {
+        create(&claims, &claim(&format!("{prefix}-{i:02}"), pool)).await;
+    }
+    wait_counts(&claims, realised_already + 10, 0).await;
+    addresses_by_claim(client, ns).await
 }
 
 /// Claims `PREFIX-NN` on `pool` for each of `numbers`, one every 100 ms, in a task: as machines
