@@ -162,9 +162,7 @@ async fn claims_take_the_prefix_and_gateway_of_their_subnet_and_an_exhausted_poo
         }
     };
     let refused = set_subnets(json!([second, {"addresses": ["fd00::1"], "prefix": 64}])).await;
-    let message = refused
-        .expect_err("a subnet of the other family")
-        .to_string();
+    let message = refusal(&refused.expect_err("a subnet of the other family"));
     assert!(
         message.contains(
             "spec.additionalSubnets: Invalid value: fd00::1 is IPv6 but spec.addresses is IPv4"
