@@ -7,9 +7,9 @@
 //! audit, and a `Ready` condition that says why it waits. Each reconcile of the pool:
 //!
 //! 1. creates the claims it lacks (an existing one of that name is taken as it is);
-//! 2. deletes the ones beyond `subPrefixes`; the claim controller releases such a claim only once
-//!    the pool neither hands out nor holds an address in its sub-prefix (see
-//!    [`crate::controllers::state::Registry::holds_within`]);
+//! 2. deletes the ones it owns beyond `subPrefixes` or on a parent it no longer names; the claim
+//!    controller releases such a claim only once the pool neither hands out nor holds an address
+//!    in its sub-prefix (see [`crate::controllers::state::Registry::holds_within`]);
 //! 3. returns the sub-prefixes of its claims that are realised, wanted and not being deleted:
 //!    `status.carvedPrefixes`, which the pool's parsed spec reads back as its subnets
 //!    ([`crate::controllers::state::facts::parse_pool`]).
@@ -47,20 +47,21 @@ pub async fn carve(
             return Ok(carved);
         };
         let claim_key = ObjectKey::new(&carving.claim_namespace, &name);
-        let cached = ctx.stores.claim(&claim_key);
-        if index >= wanted {
-            if cached.is_some_and(|claim| !claim.is_deleting()) {
-                delete_if_present(&claims, &name).await?;
+        let Some(claim) = ctx.stores.claim(&claim_key) else {
+            if index < wanted {
+                create_claim(&claims, pool, carving, &name).await?;
             }
             continue;
-        }
-        let Some(claim) = cached else {
-            create_claim(&claims, pool, carving, &name).await?;
-            continue;
         };
-        if claim.is_deleting() || claim.pool() != &carving.parent {
-            // Deleted (by hand): its sub-prefix is dropped, so that no new address comes from
-            // it, and a new claim is made once it is gone. On another pool: not this pool's.
+        if claim.is_deleting() {
+            // Deleted (by hand, or below): its sub-prefix is dropped, so that no new address
+            // comes from it, and a new claim is made once it is gone.
+            continue;
+        }
+        if index >= wanted || claim.pool() != &carving.parent {
+            // Beyond `subPrefixes`, or on a parent the pool no longer names: let it go (it is
+            // released once no address of the pool is left in it).
+            delete_if_owned(&claims, &name, pool).await?;
             continue;
         }
         let held = ctx.registry().address_of(&claim_key).cloned();
@@ -72,6 +73,27 @@ pub async fn carve(
         }
     }
     Ok(carved)
+}
+
+/// Deletes claim `name` if the pool owns it: the names are the pool's, but a claim someone else
+/// made under one is not deleted. Read afresh, as the claim cache keeps no owners.
+async fn delete_if_owned(
+    claims: &Api<IPAddressClaim>,
+    name: &str,
+    pool: &PoolView,
+) -> Result<(), Error> {
+    let owned = claims.get_opt(name).await?.is_some_and(|claim| {
+        claim
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|owner| Some(owner.uid.as_str()) == pool.uid())
+    });
+    if owned {
+        delete_if_present(claims, name).await?;
+    }
+    Ok(())
 }
 
 /// Creates claim `name` on the parent, owned by the pool; one that exists already is left as it
