@@ -147,7 +147,7 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
     );
     assert!(
         Regex::new(
-            r"InClusterIPPool\s+default\s+demo-subnets\s+IPv4 \(2 subnets\)\s+12\s+3\s+9\s+"
+            r"InClusterIPPool\s+default\s+demo-subnets\s+-\s+IPv4 \(2 subnets\)\s+12\s+3\s+9\s+"
         )
         .unwrap()
         .is_match(first),
@@ -195,7 +195,7 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
         .count();
     assert_eq!(v4, 8, "{last}");
     assert!(
-        Regex::new(r"InClusterIPPool\s+default\s+demo-pool\s+IPv4\s+8\s+")
+        Regex::new(r"InClusterIPPool\s+default\s+demo-pool\s+-\s+IPv4\s+8\s+")
             .unwrap()
             .is_match(last),
         "the grown pool shows 8 addresses:\n{last}"
@@ -208,9 +208,11 @@ fn once_shows_exhaustion_then_growth_and_exits_0_leaving_nothing_behind() {
         .collect();
     assert_eq!(sub_prefixes, ["fd00:10:0:1::/64", "fd00:10::/64"], "{last}");
     assert!(
-        Regex::new(r"GlobalInClusterPrefixPool\s+-\s+demo-prefixes\s+IPv6/64\s+256\s+2\s+254\s+")
-            .unwrap()
-            .is_match(last),
+        Regex::new(
+            r"GlobalInClusterPrefixPool\s+-\s+demo-prefixes\s+-\s+IPv6/64\s+256\s+2\s+254\s+"
+        )
+        .unwrap()
+        .is_match(last),
         "the prefix pool shows 256 sub-prefixes, 2 used:\n{last}"
     );
     assert!(stdout.contains("all 15 claims are Ready"), "{stdout}");
