@@ -23,11 +23,11 @@ use crate::api::{
     ADDRESSES_AVAILABLE_CONDITION, ADDRESSES_IN_RANGE_CONDITION, FOREIGN_ADDRESSES_CONDITION,
     OVERLAP_CONDITION, PRE_ALLOCATIONS_CONDITION,
 };
+use crate::api::{CarvedPrefix, IPPool, ObjectKey};
 use crate::api::{
     ConditionStatus, DesiredCondition, IPAddressesStatus, InClusterIPPoolStatus, POOL_FINALIZER,
     READY_CONDITION, REASON_POOL_EXHAUSTED, REASON_POOL_NOT_READY, pool_status_patch,
 };
-use crate::api::{IPPool, ObjectKey};
 use crate::controllers::claims::messages::not_ready_message;
 use crate::controllers::context::Context;
 use crate::controllers::pools::carve;
@@ -100,8 +100,7 @@ async fn reconcile_pool<P: IPPool>(pool: &PoolView, ctx: &Context) -> Result<Act
         Some(carving) => Some(carve::carve(pool, carving, ctx).await?),
         None => None,
     };
-    let mut status = desired_status(pool, ctx);
-    status.carved_prefixes = carved;
+    let status = desired_status(pool, ctx, carved);
     publish_metrics(ctx, key, status.ip_addresses.as_ref());
     if !changed(pool.status(), &status) {
         pacing(ctx).settled(key);
@@ -176,8 +175,13 @@ async fn set_finalizer<P: IPPool>(
     Ok(())
 }
 
-/// The status the pool should have now.
-pub fn desired_status(pool: &PoolView, ctx: &Context) -> InClusterIPPoolStatus {
+/// The status the pool should have now, with the sub-prefixes it carved (`None` unless it names
+/// a parent).
+pub fn desired_status(
+    pool: &PoolView,
+    ctx: &Context,
+    carved_prefixes: Option<Vec<CarvedPrefix>>,
+) -> InClusterIPPoolStatus {
     let key = pool.key();
     let registry = ctx.registry();
     let counts = registry.counts(key);
@@ -242,7 +246,7 @@ pub fn desired_status(pool: &PoolView, ctx: &Context) -> InClusterIPPoolStatus {
             }
         }),
         conditions: Some(conditions),
-        carved_prefixes: None,
+        carved_prefixes,
     }
 }
 
@@ -694,22 +698,19 @@ mod tests {
                 Holder::Claim(ObjectKey::new("ns", "v4")),
             ),
         ];
-        let condition = in_range_condition(&key, Some((Family::V6, 64)), &held);
-        assert!(
-            condition
-                .message
-                .contains("fd40:0:0:1::/64 (claim ns/b), 10.0.0.64 (claim ns/v4)"),
-            "{}",
-            condition.message
-        );
-        // In an IPv4 prefix pool, the other way round.
-        let condition = in_range_condition(&key, Some((Family::V4, 26)), &held);
-        assert!(
-            condition
-                .message
-                .contains("fd40:0:0:1:: (claim ns/b), 10.0.0.64/26 (claim ns/v4)"),
-            "{}",
-            condition.message
-        );
+        // In an IPv6 prefix pool, and in an IPv4 one the other way round.
+        for (sub_prefix, listed) in [
+            (
+                (Family::V6, 64),
+                "fd40:0:0:1::/64 (claim ns/b), 10.0.0.64 (claim ns/v4)",
+            ),
+            (
+                (Family::V4, 26),
+                "fd40:0:0:1:: (claim ns/b), 10.0.0.64/26 (claim ns/v4)",
+            ),
+        ] {
+            let condition = in_range_condition(&key, Some(sub_prefix), &held);
+            assert!(condition.message.contains(listed), "{}", condition.message);
+        }
     }
 }

@@ -98,20 +98,20 @@ impl PoolView {
     /// whether it hands out addresses.
     pub fn of<P: IPPool>(pool: &P, state: &Result<ParsedSpec, Unready>) -> PoolView {
         let meta = pool.meta();
-        let (reuse_grace_period_seconds, allocation_length) = match pool.spec_of() {
-            PoolSpecRef::Addresses(spec) => (spec.address_reuse_grace_period_seconds, None),
-            PoolSpecRef::Prefixes(spec) => (None, Some(spec.allocation_length())),
-        };
-        let carving = match pool.spec_of() {
-            PoolSpecRef::Addresses(spec) => spec.parent_pool.as_ref().and_then(|parent| {
-                let namespace = meta.namespace.as_deref();
-                Some(Box::new(Carving {
-                    parent: facts::parent_key(parent, namespace)?,
-                    count: parent.count(),
-                    claim_namespace: facts::claim_namespace(parent, namespace).to_string(),
-                }))
-            }),
-            PoolSpecRef::Prefixes(_) => None,
+        let namespace = meta.namespace.as_deref();
+        let (reuse_grace_period_seconds, allocation_length, carving) = match pool.spec_of() {
+            PoolSpecRef::Addresses(spec) => (
+                spec.address_reuse_grace_period_seconds,
+                None,
+                spec.parent_pool.as_ref().and_then(|parent| {
+                    Some(Box::new(Carving {
+                        parent: facts::parent_key(parent, namespace)?,
+                        count: parent.count(),
+                        claim_namespace: facts::claim_namespace(parent, namespace).to_string(),
+                    }))
+                }),
+            ),
+            PoolSpecRef::Prefixes(spec) => (None, Some(spec.allocation_length()), None),
         };
         let finalizers = pool.finalizers();
         PoolView {

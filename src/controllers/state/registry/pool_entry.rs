@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use super::pre_allocations::PreAllocations;
 use super::{HoldRecord, QueuedClaim, Unready, scopes_meet};
-use crate::allocator::{AnyAllocator, Footprint, Networks, ParsedSpec, Subnet};
+use crate::allocator::{AddrRange, AnyAllocator, Footprint, Networks, ParsedSpec, Subnet};
 use crate::api::{ObjectKey, PoolKey};
 
 #[derive(Default)]
@@ -131,6 +131,13 @@ impl PoolEntry {
         self.carved
             .iter()
             .any(|subnet| subnet.network() == record.ip && subnet.prefix() == record.length)
+    }
+
+    /// Whether `range` lies inside a subnet carved for this pool from a parent.
+    pub(super) fn is_carved_range(&self, range: AddrRange) -> bool {
+        self.carved
+            .iter()
+            .any(|subnet| subnet.range().contains_range(range))
     }
 
     /// Whether `record` of this pool (`key`) lies outside its range. A pool that is not ready

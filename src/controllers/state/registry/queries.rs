@@ -123,7 +123,10 @@ impl Registry {
     /// Other pools that share addresses with this one and that claims of one namespace can
     /// reach together with it, with the first shared range.
     pub fn overlaps(&self, pool: &PoolKey) -> Vec<(PoolKey, crate::allocator::AddrRange)> {
-        let Some(range) = self.pools.get(pool).and_then(|entry| entry.range()) else {
+        let Some(entry) = self.pools.get(pool) else {
+            return Vec::new();
+        };
+        let Some(range) = entry.range() else {
             return Vec::new();
         };
         // Sorted by key, as the index answers.
@@ -135,14 +138,8 @@ impl Registry {
                 let other = self.pools.get(&key)?;
                 let shared = range.first_overlap(other.range()?)?;
                 // A parent and a pool carved from it share the carved subnets by design.
-                let carved = |entry: &super::pool_entry::PoolEntry| {
-                    entry
-                        .carved
-                        .iter()
-                        .any(|s| s.range().contains_range(shared))
-                };
-                let entry = self.pools.get(pool)?;
-                (!carved(entry) && !carved(other)).then_some((key, shared))
+                let by_design = entry.is_carved_range(shared) || other.is_carved_range(shared);
+                (!by_design).then_some((key, shared))
             })
             .collect()
     }
