@@ -13,12 +13,13 @@ use serde::Serialize;
 use super::rows::{ClaimRow, PoolRow};
 use super::snapshot::Snapshot;
 use super::subnets::{subnet_counts, subnet_named};
-use crate::allocator::{ParsedPool, PoolSpecInput};
+use crate::allocator::{ParsedPool, ParsedSpec};
 use crate::api::kinds::WithPoolType;
 use crate::api::{
     Cluster, IPAddress, IPAddressClaim, IPPool, InClusterIPPoolSpec, PAUSED_ANNOTATION, PoolKey,
     PoolSpecRef,
 };
+use crate::controllers::parse_pool;
 
 /// What a claim is waiting for, from the API alone.
 #[derive(Clone, Debug, Serialize)]
@@ -104,16 +105,19 @@ pub async fn why(client: &Client, namespace: &str, name: &str) -> anyhow::Result
     };
     // An IP pool's spec, and the namespace its entries give their claims: a namespaced pool's
     // entries leave it out, a global pool's name the claim's.
-    let ip_pool = fetched.and_then(|pool| pool.ip_spec).map(|spec| {
-        let namespaced = served.as_ref().is_some_and(|key| key.kind.is_namespaced());
-        (spec, if namespaced { "" } else { namespace })
-    });
+    let (ip_pool, parsed) = match fetched.and_then(|pool| pool.ip_spec) {
+        Some((spec, parsed)) => {
+            let namespaced = served.as_ref().is_some_and(|key| key.kind.is_namespaced());
+            (
+                Some((spec, if namespaced { "" } else { namespace })),
+                parsed,
+            )
+        }
+        None => (None, None),
+    };
     let pre_allocated = ip_pool
         .as_ref()
         .and_then(|(spec, claim_namespace)| entry_of(spec, claim_namespace));
-    let parsed = ip_pool
-        .as_ref()
-        .and_then(|(spec, _)| PoolSpecInput::from(spec).parse().ok());
     let held_ip = row
         .address
         .as_deref()
@@ -251,10 +255,11 @@ async fn addresses_in_use(client: &Client, pool: &ParsedPool) -> anyhow::Result<
         .collect())
 }
 
-/// What [`why`] reads of the claim's pool: whether it is paused, and an IP pool's spec.
+/// What [`why`] reads of the claim's pool: whether it is paused, and an IP pool's spec, with
+/// how inpool reads it (with the subnets carved from a parent; `None` when it hands out nothing).
 struct FetchedPool {
     paused: bool,
-    ip_spec: Option<InClusterIPPoolSpec>,
+    ip_spec: Option<(InClusterIPPoolSpec, Option<ParsedPool>)>,
 }
 
 /// The pool `name` of one kind, as a claim of `namespace` names it (`None`: it does not exist).
@@ -272,12 +277,22 @@ impl WithPoolType for PoolOfKind {
             let pool = P::api(self.client, Some(&self.namespace))
                 .get_opt(&self.name)
                 .await?;
-            Ok(pool.map(|pool| FetchedPool {
-                paused: pool.annotations().contains_key(PAUSED_ANNOTATION),
-                ip_spec: match pool.spec_of() {
-                    PoolSpecRef::Addresses(spec) => Some(spec.clone()),
-                    PoolSpecRef::Prefixes(_) => None,
-                },
+            Ok(pool.map(|pool| {
+                let parsed = parse_pool(
+                    pool.spec_of(),
+                    pool.pool_status(),
+                    pool.meta().namespace.as_deref(),
+                );
+                FetchedPool {
+                    paused: pool.annotations().contains_key(PAUSED_ANNOTATION),
+                    ip_spec: match (pool.spec_of(), parsed) {
+                        (PoolSpecRef::Addresses(spec), Ok(ParsedSpec::Addresses(parsed))) => {
+                            Some((spec.clone(), Some(parsed)))
+                        }
+                        (PoolSpecRef::Addresses(spec), _) => Some((spec.clone(), None)),
+                        (PoolSpecRef::Prefixes(_), _) => None,
+                    },
+                }
             }))
         }
         .boxed()

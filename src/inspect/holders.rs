@@ -11,9 +11,10 @@ use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use super::subnets::subnet_named;
-use crate::allocator::PoolSpecInput;
+use crate::allocator::{ParsedPool, ParsedSpec};
 use crate::api::kinds::WithPoolType;
 use crate::api::{IPAddress, IPPool, InClusterIPPoolSpec, PoolKind, PoolSpecRef};
+use crate::controllers::parse_pool;
 use crate::controllers::state::facts;
 use crate::controllers::state::reservation::{IPAddressReservation, hold_of};
 
@@ -57,6 +58,9 @@ struct IpPoolSpec {
     /// The pool's namespace; `None` for a global pool.
     namespace: Option<String>,
     spec: InClusterIPPoolSpec,
+    /// The spec as inpool reads it, with the subnets carved from a parent
+    /// (`status.carvedPrefixes`); `None` when it cannot hand out addresses.
+    parsed: Option<ParsedPool>,
 }
 
 impl IpPoolSpec {
@@ -112,10 +116,17 @@ impl WithPoolType for IpPoolsOfKind {
                     let PoolSpecRef::Addresses(spec) = pool.spec_of() else {
                         return None;
                     };
+                    let namespace = pool.namespace();
+                    let parsed =
+                        parse_pool(pool.spec_of(), pool.pool_status(), namespace.as_deref());
                     Some(IpPoolSpec {
                         pool: format!("{}/{}", P::KIND.name(), pool.name_any()),
-                        namespace: pool.namespace(),
+                        namespace,
                         spec: spec.clone(),
+                        parsed: match parsed {
+                            Ok(ParsedSpec::Addresses(parsed)) => Some(parsed),
+                            _ => None,
+                        },
                     })
                 })
                 .collect())
@@ -217,18 +228,18 @@ pub async fn who_has(client: &Client, address: IpAddr) -> anyhow::Result<Vec<Hol
                 .pre_allocated = true;
         }
     }
-    // The subnet, from the pool's spec as it is now; a row without an `IPAddress` (a
+    // The subnet, from the pool's spec and carved subnets as they are now; a row without an `IPAddress` (a
     // pre-allocation not yet taken) gets the prefix and gateway its address will carry.
     for holder in holders.values_mut() {
         let Some(parsed) = pools
             .iter()
             .find(|p| p.is(&holder.pool, &holder.namespace))
-            .and_then(|p| PoolSpecInput::from(&p.spec).parse().ok())
+            .and_then(|p| p.parsed.as_ref())
         else {
             continue;
         };
         let ip = holder.address.parse().unwrap_or(address);
-        holder.subnet = subnet_named(&parsed, ip);
+        holder.subnet = subnet_named(parsed, ip);
         if holder.ip_address.is_none() && parsed.subnet_index_of(ip).is_some() {
             let network = parsed.network_of(ip);
             holder.prefix = Some(i32::from(network.subnet.prefix()));
@@ -257,7 +268,7 @@ pub async fn pre_allocations_and_subnets(client: &Client) -> anyhow::Result<Vec<
     };
     let mut lines = Vec::new();
     for pool in &pools {
-        let Ok(parsed) = PoolSpecInput::from(&pool.spec).parse() else {
+        let Some(parsed) = &pool.parsed else {
             continue;
         };
         let named = match &pool.namespace {
@@ -298,7 +309,7 @@ pub async fn pre_allocations_and_subnets(client: &Client) -> anyhow::Result<Vec<
                 continue;
             };
             if parsed.subnet_index_of(ip).is_some_and(|index| index > 0)
-                && let Some(subnet) = subnet_named(&parsed, ip)
+                && let Some(subnet) = subnet_named(parsed, ip)
             {
                 lines.push(format!(
                     "subnet: claim {}/{} holds {} from {subnet} of {named}",

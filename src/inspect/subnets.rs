@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use crate::allocator::{AddressSet, Network, ParsedPool, subnet_field};
+use crate::allocator::{AddressSet, ParsedPool, subnet_field};
 
 /// The subnet of `pool` that `ip` lies in, as `kubectl inpool` names it when the pool spans
 /// several: `spec.additionalSubnets[0] (10.41.0.0/26, gateway 10.41.0.1)`, the pool's own
@@ -14,15 +14,21 @@ pub fn subnet_named(pool: &ParsedPool, ip: IpAddr) -> Option<String> {
         return None;
     }
     let index = pool.subnet_index_of(ip)?;
-    Some(describe_subnet(index, &pool.networks()[index]))
+    Some(describe_subnet(pool, index))
 }
 
-/// `spec.additionalSubnets[0] (10.41.0.0/26, gateway 10.41.0.1)`.
-fn describe_subnet(index: usize, network: &Network) -> String {
+/// `spec.additionalSubnets[0] (10.41.0.0/26, gateway 10.41.0.1)`; a subnet carved from the
+/// pool's parent as its entry of `status.carvedPrefixes`.
+fn describe_subnet(pool: &ParsedPool, index: usize) -> String {
+    let network = &pool.networks()[index];
     let gateway = network
         .gateway
         .map_or("no gateway".to_string(), |g| format!("gateway {g}"));
-    format!("{} ({}, {gateway})", subnet_field(index), network.subnet)
+    let field = match pool.carved().iter().position(|c| *c == network.subnet) {
+        Some(carved) => format!("status.carvedPrefixes[{carved}]"),
+        None => subnet_field(index),
+    };
+    format!("{field} ({}, {gateway})", network.subnet)
 }
 
 /// Each subnet of a pool that spans several, with how many of its addresses are in use:
@@ -46,7 +52,7 @@ pub fn subnet_counts(pool: &ParsedPool, used: &HashSet<IpAddr>) -> Option<String
             let in_use = used.iter().filter(|ip| handed_out.contains(**ip)).count();
             format!(
                 "{}: {in_use} of {} in use",
-                describe_subnet(index, network),
+                describe_subnet(pool, index),
                 handed_out.len()
             )
         })
@@ -110,6 +116,40 @@ mod tests {
             "one subnet: the flat fields say it all"
         );
         assert_eq!(subnet_counts(&single, &HashSet::new()), None);
+    }
+
+    #[test]
+    fn a_subnet_carved_from_a_parent_is_named_by_its_entry_of_the_status() {
+        let spec: crate::api::InClusterIPPoolSpec = serde_json::from_value(serde_json::json!({
+            "parentPool": {"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io",
+                "kind": "InClusterPrefixPool", "name": "nodes"}, "subPrefixes": 2},
+        }))
+        .unwrap();
+        let status: crate::api::InClusterIPPoolStatus = serde_json::from_value(serde_json::json!({
+            "carvedPrefixes": [
+                {"claimName": "icipp-a-0", "prefix": "10.20.0.0/26"},
+                {"claimName": "icipp-a-1", "prefix": "10.20.0.128/26"},
+            ],
+        }))
+        .unwrap();
+        let Ok(crate::allocator::ParsedSpec::Addresses(pool)) = crate::controllers::parse_pool(
+            crate::api::PoolSpecRef::Addresses(&spec),
+            Some(&status),
+            Some("ns"),
+        ) else {
+            panic!("a pool with two carved subnets");
+        };
+        assert_eq!(
+            subnet_named(&pool, ip("10.20.0.130")).as_deref(),
+            Some("status.carvedPrefixes[1] (10.20.0.128/26, gateway 10.20.0.129)")
+        );
+        assert_eq!(
+            subnet_counts(&pool, &[ip("10.20.0.2")].into()).as_deref(),
+            Some(
+                "status.carvedPrefixes[0] (10.20.0.0/26, gateway 10.20.0.1): 1 of 61 in use; \
+                 status.carvedPrefixes[1] (10.20.0.128/26, gateway 10.20.0.129): 0 of 61 in use"
+            )
+        );
     }
 
     #[test]
