@@ -55,11 +55,12 @@ impl ParsedSpec {
         }
     }
 
-    /// The subnets a parent pool holds for this one (an IP pool carved from a prefix pool).
+    /// The subnets (of an IP pool) or prefixes (of a prefix pool) that a parent pool holds for
+    /// this one.
     pub fn carved(&self) -> &[Subnet] {
         match self {
             ParsedSpec::Addresses(pool) => pool.carved(),
-            ParsedSpec::Prefixes(_) => &[],
+            ParsedSpec::Prefixes(pool) => pool.carved(),
         }
     }
 

@@ -81,6 +81,9 @@ pub struct ParsedPrefixPool {
     allocatable: AddressSet,
     /// The allocatable sub-prefixes as block indices: what a [`PrefixAllocator`] hands out.
     blocks: Vec<(u128, u128)>,
+    /// The prefixes that another pool holds for this one, whole (carved from a parent): see
+    /// [`super::ParsedPool::set_carved`].
+    carved: Vec<Subnet>,
 }
 
 impl ParsedPrefixPool {
@@ -95,6 +98,16 @@ impl ParsedPrefixPool {
 
     pub fn gateway(&self) -> Option<IpAddr> {
         self.gateway
+    }
+
+    /// The prefixes carved for this pool from a parent.
+    pub fn carved(&self) -> &[Subnet] {
+        &self.carved
+    }
+
+    /// Records which of the pool's prefixes a parent holds for it (as for an IP pool's subnets).
+    pub fn set_carved(&mut self, carved: Vec<Subnet>) {
+        self.carved = carved;
     }
 
     /// The union of `prefixes`, before exclusions.
@@ -185,6 +198,7 @@ impl PrefixPoolSpecInput {
             prefixes,
             allocatable,
             blocks,
+            carved: Vec::new(),
         })
     }
 

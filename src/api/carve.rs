@@ -1,6 +1,8 @@
 //! The claims a pool carved from a parent makes on that parent (`spec.parentPool`): claim `i`
-//! of pool `web` is named `icipp-web-i` (`gicipp-web-i` for a `GlobalInClusterIPPool`, the
-//! kinds' short names), in the pool's namespace or its `spec.parentPool.claimNamespace`.
+//! of pool `web` is named `<short name>-web-i` after the pool's kind (`icipp-web-0` for an
+//! `InClusterIPPool`, `gicipp-`, `icpp-`, `gicpp-` for the others), in the pool's namespace or
+//! its `spec.parentPool.claimNamespace`. No short name is the start of another, so a name leads
+//! back to one kind.
 //!
 //! The name is the whole link between a claim and the pool it carves for: the claim cache keeps
 //! no owner references (see `controllers::claims::cached_claim`), and a name computed from the
@@ -8,26 +10,33 @@
 //! else on the same parent is taken as the pool's; docs/pools.md reserves the names.
 use super::{ObjectKey, PoolKey, PoolKind};
 
-/// The prefix of the names of `kind`'s claims on a parent; `None` for a prefix pool kind.
-fn prefix(kind: PoolKind) -> Option<&'static str> {
+/// The prefix of the names of `kind`'s claims on a parent: the kind's short name.
+fn prefix(kind: PoolKind) -> &'static str {
     match kind {
-        PoolKind::InCluster => Some("icipp-"),
-        PoolKind::Global => Some("gicipp-"),
-        PoolKind::InClusterPrefix | PoolKind::GlobalPrefix => None,
+        PoolKind::InCluster => "icipp-",
+        PoolKind::Global => "gicipp-",
+        PoolKind::InClusterPrefix => "icpp-",
+        PoolKind::GlobalPrefix => "gicpp-",
     }
 }
 
-/// The name of claim `index` of `pool` on its parent (`None` for a prefix pool kind).
-pub fn carve_claim_name(pool: &PoolKey, index: usize) -> Option<String> {
-    Some(format!("{}{}-{index}", prefix(pool.kind)?, pool.name))
+/// What one sub-prefix carved for a pool of `kind` is to it: a subnet of an IP pool, a prefix
+/// of a prefix pool (for messages).
+pub fn carved_noun(kind: PoolKind) -> &'static str {
+    if kind.is_prefix() { "prefix" } else { "subnet" }
+}
+
+/// The name of claim `index` of `pool` on its parent.
+pub fn carve_claim_name(pool: &PoolKey, index: usize) -> String {
+    format!("{}{}-{index}", prefix(pool.kind), pool.name)
 }
 
 /// The pool that `claim` carves for, and its index, if its name is one [`carve_claim_name`]
 /// makes: a namespaced pool in the claim's namespace, or a global one.
 pub fn carving_pool(claim: &ObjectKey) -> Option<(PoolKey, usize)> {
     let name: &str = &claim.name;
-    for kind in [PoolKind::InCluster, PoolKind::Global] {
-        let Some(rest) = prefix(kind).and_then(|p| name.strip_prefix(p)) else {
+    for kind in PoolKind::ALL {
+        let Some(rest) = name.strip_prefix(prefix(kind)) else {
             continue;
         };
         let (pool, index) = rest.rsplit_once('-')?;
@@ -48,26 +57,34 @@ mod tests {
     #[test]
     fn a_claim_name_leads_back_to_its_pool_and_index() {
         let pool = PoolKey::in_cluster("ns", "web-a");
-        let name = carve_claim_name(&pool, 3).unwrap();
+        let name = carve_claim_name(&pool, 3);
         assert_eq!(name, "icipp-web-a-3");
         assert_eq!(carving_pool(&ObjectKey::new("ns", &name)), Some((pool, 3)));
         let global = PoolKey::of_kind(PoolKind::Global, None, "nodes").unwrap();
-        let name = carve_claim_name(&global, 0).unwrap();
+        let name = carve_claim_name(&global, 0);
         assert_eq!(name, "gicipp-nodes-0");
         assert_eq!(
             carving_pool(&ObjectKey::new("carving", &name)),
             Some((global, 0))
         );
+        for (kind, expected) in [
+            (PoolKind::InClusterPrefix, "icpp-p-1"),
+            (PoolKind::GlobalPrefix, "gicpp-p-1"),
+        ] {
+            let pool = PoolKey::of_kind(kind, Some("ns"), "p").unwrap();
+            let name = carve_claim_name(&pool, 1);
+            assert_eq!(name, expected);
+            assert_eq!(carving_pool(&ObjectKey::new("ns", &name)), Some((pool, 1)));
+        }
         for other in [
             "web-0",
             "icipp-web",
             "icipp--0",
             "icipp-web-x",
             "icipp-web-",
+            "icpp-",
         ] {
             assert_eq!(carving_pool(&ObjectKey::new("ns", other)), None, "{other}");
         }
-        let prefix_pool = PoolKey::of_kind(PoolKind::InClusterPrefix, Some("ns"), "p").unwrap();
-        assert_eq!(carve_claim_name(&prefix_pool, 0), None);
     }
 }

@@ -46,36 +46,32 @@ impl WithPoolType for PoolCrd {
     type Output = CustomResourceDefinition;
 
     fn with<P: IPPool>(self) -> CustomResourceDefinition {
-        let crd = tidy(P::crd());
-        match P::KIND.is_prefix() {
-            true => crd,
-            false => with_pre_allocation_namespace_rule(crd, P::KIND.is_namespaced()),
-        }
+        with_claim_namespace_rules(tidy(P::crd()), P::KIND)
     }
 }
 
 /// Adds the rules that differ between the namespaced and the global kind (they share one spec
-/// type, so one schema): on each `spec.preAllocations` entry's `claimNamespace`, and on
-/// `spec.parentPool`'s.
-fn with_pre_allocation_namespace_rule(
+/// type, so one schema): on `spec.parentPool`'s `claimNamespace`, and on each
+/// `spec.preAllocations` entry's (IP pools only).
+fn with_claim_namespace_rules(
     crd: CustomResourceDefinition,
-    namespaced: bool,
+    kind: PoolKind,
 ) -> CustomResourceDefinition {
     let mut value = serde_json::to_value(&crd).expect("CRD serialises");
     let versions = value
         .pointer_mut("/spec/versions")
         .and_then(|v| v.as_array_mut())
         .expect("a CRD has versions");
-    let per_kind = [
-        (
+    let mut per_kind = vec![(
+        "parentPool",
+        super::pool::rules::parent_claim_namespace(kind),
+    )];
+    if !kind.is_prefix() {
+        per_kind.push((
             "preAllocations/items",
-            super::pool::rules::pre_allocation_namespace(namespaced),
-        ),
-        (
-            "parentPool",
-            super::pool::rules::parent_claim_namespace(namespaced),
-        ),
-    ];
+            super::pool::rules::pre_allocation_namespace(kind.is_namespaced()),
+        ));
+    }
     for version in versions {
         for (field, rule) in &per_kind {
             let rules = version

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::PoolKind;
 use super::pool::rules as pool_rules;
 use super::pool::{
-    IPPool, InClusterIPPoolStatus, MAX_ADDRESS_ENTRIES, MAX_ADDRESS_TEXT, PoolSpecRef,
+    IPPool, InClusterIPPoolStatus, MAX_ADDRESS_ENTRIES, MAX_ADDRESS_TEXT, ParentPool, PoolSpecRef,
 };
 
 /// The allocation length the reference defaults to.
@@ -90,6 +90,7 @@ pub const DEFAULT_ALLOCATION_PREFIX_LENGTH: i32 = 64;
 #[schemars(
     description = "InClusterPrefixPoolSpec defines the desired state of a prefix pool: the IPv6 prefixes it splits, the length of the sub-prefixes it hands out, and their gateway."
 )]
+#[x_kube(validation = pool_rules::required_unless_parent("prefixes"))]
 #[x_kube(validation = rules::prefixes_fit_the_allocation_length())]
 #[x_kube(validation = rules::single_family())]
 #[x_kube(validation = rules::ipv4_allocation_length())]
@@ -97,7 +98,9 @@ pub const DEFAULT_ALLOCATION_PREFIX_LENGTH: i32 = 64;
 #[x_kube(validation = rules::excluded_family())]
 pub struct InClusterPrefixPoolSpec {
     /// Prefixes is a list of CIDRs of one family from which sub-prefixes are allocated. Each
-    /// entry must be a network-aligned CIDR (e.g. `fd00::/48`, or `10.0.0.0/16`).
+    /// entry must be a network-aligned CIDR (e.g. `fd00::/48`, or `10.0.0.0/16`). Required unless
+    /// `parentPool` is set; a written list is never empty, so empty here means left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "prefixes_schema")]
     pub prefixes: Vec<String>,
 
@@ -122,6 +125,14 @@ pub struct InClusterPrefixPoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "excluded_prefixes_schema")]
     pub excluded_prefixes: Option<Vec<String>>,
+
+    /// ParentPool names a prefix pool this pool carves its prefixes from: inpool claims
+    /// `subPrefixes` sub-prefixes of it, and each one realised is one more prefix this pool
+    /// splits (an IPv6 /56 of a /48, handed out as /64s, say; inpool's addition, the reference
+    /// has no such field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::api::pool::parent_pool_schema")]
+    pub parent_pool: Option<ParentPool>,
 }
 
 impl InClusterPrefixPoolSpec {
@@ -133,6 +144,7 @@ impl InClusterPrefixPoolSpec {
             allocation_prefix_length: None,
             gateway: None,
             excluded_prefixes: None,
+            parent_pool: None,
         }
     }
 
@@ -300,7 +312,7 @@ pub mod rules {
 
     /// The first entry of `prefixes` exists and is a CIDR: its family is the pool's.
     fn first_is_cidr() -> String {
-        format!("(size(self.prefixes) > 0 && isCIDR({FIRST}))")
+        format!("(has(self.prefixes) && size(self.prefixes) > 0 && isCIDR({FIRST}))")
     }
 
     /// The pool's family, 4 or 6 (only behind [`first_is_cidr`]).
@@ -370,7 +382,7 @@ pub mod rules {
     pub fn prefixes_fit_the_allocation_length() -> Rule {
         let too_long = format!("isCIDR(p) && cidr(p).prefixLength() > {LENGTH}");
         rule(
-            format!("self.prefixes.all(p, !({too_long}))"),
+            format!("!has(self.prefixes) || self.prefixes.all(p, !({too_long}))"),
             format!(
                 "self.prefixes.filter(p, {too_long})[0] + ' is longer than spec.allocationPrefixLength (' + {length} + '): each prefix must hold at least one sub-prefix'",
                 length = length_text()

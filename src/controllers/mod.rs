@@ -38,4 +38,4 @@ pub(crate) mod state;
 pub use run::run;
 pub use sources::watch::API_READ_TIMEOUT;
 /// How inpool reads a pool (public: the tests' invariant check reads pools as inpool does).
-pub use state::facts::parse_pool;
+pub use state::facts::{carved_gateway, parse_pool};

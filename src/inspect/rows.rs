@@ -10,8 +10,8 @@ use serde::Serialize;
 use crate::allocator::{AnyAllocator, ParsedSpec};
 use crate::api::ObjectKey;
 use crate::api::{
-    IPAM_GROUP, IPAddress, IPAddressClaim, IPPool, IPPoolReference, PoolKey, PoolSpecRef,
-    READY_CONDITION, REASON_ADDRESS_ALLOCATED, REASON_POOL_EXHAUSTED, find_condition,
+    IPAM_GROUP, IPAddress, IPAddressClaim, IPPool, IPPoolReference, PoolKey, READY_CONDITION,
+    REASON_ADDRESS_ALLOCATED, REASON_POOL_EXHAUSTED, find_condition,
 };
 use crate::controllers::state::QueuedClaim;
 use crate::controllers::state::Unready;
@@ -177,9 +177,10 @@ pub(super) fn pool_row<P: IPPool>(
                     let c = allocator.counts().to_status();
                     Ok((c.total, c.used, c.free))
                 }
-                Err(Unready::Carving(parent)) => {
-                    Err(format!("no subnet yet: waits for a sub-prefix of {parent}"))
-                }
+                Err(Unready::Carving(parent)) => Err(format!(
+                    "no {} yet: waits for a sub-prefix of {parent}",
+                    crate::api::carve::carved_noun(P::KIND)
+                )),
                 Err(Unready::Invalid(errors)) => Err(format!("invalid spec: {errors}")),
                 Err(other) => Err(format!("{other:?}")),
             };
@@ -222,13 +223,10 @@ pub(super) fn pool_row<P: IPPool>(
         Ok((total, used, free)) => (Some(total), Some(used), Some(free), None),
         Err(problem) => (None, None, None, Some(problem)),
     };
-    let parent = match pool.spec_of() {
-        PoolSpecRef::Addresses(spec) => spec
-            .parent_pool
-            .as_ref()
-            .map(|parent| format!("{}/{}", parent.pool_ref.kind, parent.pool_ref.name)),
-        PoolSpecRef::Prefixes(_) => None,
-    };
+    let parent = pool
+        .spec_of()
+        .parent_pool()
+        .map(|parent| format!("{}/{}", parent.pool_ref.kind, parent.pool_ref.name));
     PoolRow {
         kind,
         namespace,

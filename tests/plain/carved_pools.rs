@@ -12,7 +12,10 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use inpool::api::{CarvedPrefix, IPAddress, IPAddressClaim, InClusterIPPool, InClusterPrefixPool};
+use inpool::api::reservation::IPAddressReservation;
+use inpool::api::{
+    CarvedPrefix, IPAddress, IPAddressClaim, IPPool, InClusterIPPool, InClusterPrefixPool,
+};
 use inpool_testenv::{common::*, support};
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::ApiResource;
@@ -33,6 +36,16 @@ fn child_spec(parent: &str, sub_prefixes: i64) -> Value {
     }})
 }
 
+/// A prefix pool carved from `parent`, handing out sub-prefixes of `length`.
+fn prefix_child(name: &str, parent: &str, length: i64) -> InClusterPrefixPool {
+    let mut spec = child_spec(parent, 1);
+    spec["allocationPrefixLength"] = json!(length);
+    typed(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterPrefixPool",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+}
+
 fn child(name: &str, parent: &str, sub_prefixes: i64) -> InClusterIPPool {
     typed(json!({
         "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
@@ -40,9 +53,8 @@ fn child(name: &str, parent: &str, sub_prefixes: i64) -> InClusterIPPool {
     }))
 }
 
-fn ready(pool: &InClusterIPPool) -> Option<(String, String)> {
-    pool.status
-        .as_ref()?
+fn ready<P: IPPool>(pool: &P) -> Option<(String, String)> {
+    pool.pool_status()?
         .conditions
         .iter()
         .flatten()
@@ -51,16 +63,19 @@ fn ready(pool: &InClusterIPPool) -> Option<(String, String)> {
 }
 
 /// Waits until child `name` lists `n` carved sub-prefixes and is `Ready`; returns them.
-async fn carved(pools: &Api<InClusterIPPool>, name: &str, n: usize) -> Vec<CarvedPrefix> {
-    wait_for(
+async fn carved<P: IPPool>(pools: &Api<P>, name: &str, n: usize) -> Vec<CarvedPrefix> {
+    let seen = std::sync::Mutex::new(None);
+    wait_explained(
         &format!("pool {name} to carve {n} sub-prefixes and be Ready"),
         Duration::from_secs(90),
         || async {
             let pool = pools.get(name).await.ok()?;
-            let carved = pool.status.as_ref()?.carved_prefixes.clone()?;
+            *seen.lock().unwrap() = pool.pool_status().cloned();
+            let carved = pool.pool_status()?.carved_prefixes.clone()?;
             let ready = ready(&pool).is_some_and(|(status, _)| status == "True");
             (carved.len() == n && ready).then_some(carved)
         },
+        || format!(": its status was {:?}", seen.lock().unwrap()),
     )
     .await
 }
@@ -77,7 +92,7 @@ async fn carve_child(
 }
 
 /// Waits until child `name`'s Ready condition is False with a message containing `text`.
-async fn not_ready_with(pools: &Api<InClusterIPPool>, name: &str, text: &str) -> String {
+async fn not_ready_with<P: IPPool>(pools: &Api<P>, name: &str, text: &str) -> String {
     wait_for(
         &format!("pool {name} to be not Ready: {text}"),
         Duration::from_secs(60),
@@ -108,10 +123,11 @@ async fn wait_used(parents: &Api<InClusterPrefixPool>, name: &str, want: i64) {
     .await;
 }
 
-/// The claim `name` on pool `pool`, realised: its `IPAddress`.
-async fn realise(client: &kube::Client, ns: &str, name: &str, pool: &str) -> IPAddress {
+/// `claim`, created and realised: its `IPAddress`.
+async fn realise(client: &kube::Client, ns: &str, claim: IPAddressClaim) -> IPAddress {
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
-    create(&claims, &claim(name, pool)).await;
+    create(&claims, &claim).await;
+    let name = claim.metadata.name.as_deref().unwrap();
     wait_reason(&claims, name, "AddressAllocated").await;
     Api::<IPAddress>::namespaced(client.clone(), ns)
         .get(name)
@@ -186,7 +202,7 @@ async fn fifty_children_of_uneven_sizes_are_carved_disjoint_and_ready() {
     // A claim on a child gets an address of its sub-prefix, with its length and the stated
     // gateway: the first address after the network address.
     let first = carved(&pools, "c00", 1).await.remove(0);
-    let address = realise(&client, &ns, "m0", "c00").await;
+    let address = realise(&client, &ns, claim("m0", "c00")).await;
     assert!(inside(&address, &first), "{address:?} in {first:?}");
     let network = first.prefix.split('/').next().unwrap();
     let gateway: std::net::Ipv4Addr = network.parse().unwrap();
@@ -288,6 +304,31 @@ async fn a_child_grows_by_a_second_sub_prefix_and_keeps_its_addresses() {
         second.contains(new[0].parse().unwrap()),
         "{new:?} in {second}"
     );
+    // `explain` and `who-has` name the carved subnet an address lies in, and `who-has` the
+    // parent's claim that holds the whole subnet.
+    let (new_claim, new_address) = after
+        .iter()
+        .find(|(c, a)| !before.contains_key(*c) && a == &new[0])
+        .unwrap();
+    let carved_second = format!("status.carvedPrefixes[1] ({second}, gateway ");
+    let why = inpool::inspect::why(&client, &ns, new_claim).await.unwrap();
+    assert!(
+        why.subnet
+            .as_deref()
+            .is_some_and(|s| s.starts_with(&carved_second)),
+        "{why:?}"
+    );
+    let holders = inpool::inspect::who_has(&client, new_address.parse().unwrap())
+        .await
+        .unwrap();
+    let holder = |claim: &str| holders.iter().find(|h| h.claim == claim);
+    assert!(
+        holder(new_claim)
+            .and_then(|h| h.subnet.as_deref())
+            .is_some_and(|s| s.starts_with(&carved_second)),
+        "{holders:?}"
+    );
+    assert!(holder("icipp-g-1").is_some(), "{holders:?}");
 }
 
 #[tokio::test]
@@ -295,7 +336,7 @@ async fn a_child_deleted_with_addresses_out_waits_then_frees_its_sub_prefix() {
     let (client, ns, parents, pools, claims, _controller) =
         bed("zone", &["10.23.0.0/24"], 26).await;
     carve_child(&pools, "d", "zone", 1).await;
-    realise(&client, &ns, "held", "d").await;
+    realise(&client, &ns, claim("held", "d")).await;
     wait_used(&parents, "zone", 1).await;
 
     pools.delete("d", &DeleteParams::default()).await.unwrap();
@@ -321,7 +362,7 @@ async fn a_child_deleted_with_addresses_out_waits_then_frees_its_sub_prefix() {
 async fn a_claim_on_the_parent_deleted_by_hand_holds_its_sub_prefix_while_the_child_uses_it() {
     let (client, ns, parents, pools, claims, _controller) = bed("row", &["10.24.0.0/24"], 26).await;
     let first = carve_child(&pools, "h", "row", 1).await.remove(0);
-    realise(&client, &ns, "in-use", "h").await;
+    realise(&client, &ns, claim("in-use", "h")).await;
 
     claims
         .delete("icipp-h-0", &DeleteParams::default())
@@ -346,6 +387,97 @@ async fn a_claim_on_the_parent_deleted_by_hand_holds_its_sub_prefix_while_the_ch
     let again = carved(&pools, "h", 1).await.remove(0);
     assert_eq!(again.claim_name, first.claim_name);
     wait_used(&parents, "row", 1).await;
+}
+
+#[tokio::test]
+async fn an_ipv6_chain_carves_a_56_from_a_48_then_a_64_from_the_56() {
+    let (client, ns, parents, pools, claims, _controller) =
+        bed("region", &["fd00:10::/48"], 56).await;
+    // A prefix pool carved from the /48: a /56, split into /64s.
+    create(&parents, &prefix_child("site", "region", 64)).await;
+    let site = carved(&parents, "site", 1).await.remove(0);
+    let site_net = inpool::allocator::parse_network(&site.prefix).unwrap();
+    assert_eq!(site_net.prefix(), 56);
+    assert!(
+        inpool::allocator::parse_network("fd00:10::/48")
+            .unwrap()
+            .range()
+            .contains_range(site_net.range()),
+        "{site:?}"
+    );
+    assert_eq!(site.claim_name, "icpp-site-0");
+    // An IP pool carved from the /56: a /64, with the stated gateway; it hands out the /64's
+    // first address too (allocateReservedIPAddresses).
+    let mut rack = child("rack", "site", 1);
+    rack.spec.allocate_reserved_ip_addresses = Some(true);
+    create(&pools, &rack).await;
+    let rack = carved(&pools, "rack", 1).await.remove(0);
+    let rack_net = inpool::allocator::parse_network(&rack.prefix).unwrap();
+    assert_eq!(rack_net.prefix(), 64);
+    assert!(
+        site_net.contains(rack_net.network()),
+        "{rack:?} in {site:?}"
+    );
+
+    let host = realise(&client, &ns, claim("host", "rack")).await;
+    assert!(inside(&host, &rack), "{host:?} in {rack:?}");
+    let gateway = inpool::controllers::carved_gateway(rack_net).unwrap();
+    assert_eq!(host.spec.gateway, Some(gateway.to_string()));
+    // That first address starts the /56 and the /64 as well: three holds of one address, each
+    // with a reservation of its own that the API server keeps unique.
+    assert_eq!(host.spec.address, site_net.network().to_string());
+    let mut held_there: Vec<(Option<i32>, String)> =
+        Api::<IPAddressReservation>::all(client.clone())
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.spec.address == host.spec.address)
+            .map(|r| (r.spec.prefix_length, r.spec.claim_name))
+            .collect();
+    held_there.sort();
+    assert_eq!(
+        held_there,
+        [
+            (None, "host".to_string()),
+            (Some(56), "icpp-site-0".to_string()),
+            (Some(64), "icipp-rack-0".to_string()),
+        ]
+    );
+    // A claim on the middle pool gets a /64 of its /56, never the one the IP pool holds.
+    let delegated = realise(&client, &ns, prefix_claim("delegated", "site")).await;
+    assert!(
+        site_net.contains(delegated.spec.address.parse().unwrap()),
+        "{delegated:?} in {site:?}"
+    );
+    assert_eq!(delegated.spec.prefix, 64);
+    assert_ne!(
+        delegated.spec.address,
+        rack_net.network().to_string(),
+        "the /64 carved for rack is not handed out again"
+    );
+
+    // A pool whose sub-prefixes would be shorter than what its parent carves says so.
+    create(&parents, &prefix_child("wide", "region", 52)).await;
+    let message = not_ready_with(
+        &parents,
+        "wide",
+        "longer than spec.allocationPrefixLength (52)",
+    )
+    .await;
+    assert!(message.contains("status.carvedPrefixes[0]"), "{message}");
+
+    // Releasing goes up the chain: the IP pool's address, then its /64, then the /56.
+    pools
+        .delete("rack", &DeleteParams::default())
+        .await
+        .unwrap();
+    delete_and_wait_gone(&claims, "host").await;
+    wait_gone(&pools, "rack", Duration::from_secs(60)).await;
+    wait_gone(&claims, "icipp-rack-0", Duration::from_secs(60)).await;
+    delete_and_wait_gone(&claims, "delegated").await;
+    delete_and_wait_gone(&parents, "site").await;
+    wait_gone(&claims, "icpp-site-0", Duration::from_secs(60)).await;
 }
 
 #[tokio::test]
@@ -421,19 +553,45 @@ async fn the_crd_takes_a_parent_instead_of_addresses_and_refuses_what_cannot_wor
             "{spec}: wanted {message:?} in {error}"
         );
     }
-    // A global pool names the namespace of its claims on the parent.
-    let (global, _) = untyped("GlobalInClusterIPPool");
-    let globals: Api<DynamicObject> = Api::all_with(client.clone(), &global);
-    let name = unique("carved");
-    let error = globals
+    // A prefix pool takes a parent instead of prefixes, and needs one or the other.
+    let (prefix_kind, _) = untyped("InClusterPrefixPool");
+    let prefix_pools: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &prefix_kind);
+    prefix_pools
         .create(
             &PostParams::default(),
-            &object(&name, "GlobalInClusterIPPool", child_spec("p", 1)),
+            &object("carved", "InClusterPrefixPool", child_spec("p", 2)),
         )
         .await
-        .expect_err("a global pool without claimNamespace");
-    assert!(
-        error.to_string().contains("claimNamespace is required"),
-        "{error}"
-    );
+        .expect("a prefix pool with a parent and no prefixes");
+    let error = prefix_pools
+        .create(
+            &PostParams::default(),
+            &object(
+                "neither",
+                "InClusterPrefixPool",
+                json!({"allocationPrefixLength": 64}),
+            ),
+        )
+        .await
+        .expect_err("a prefix pool with neither prefixes nor a parent");
+    let wanted = "spec.prefixes: Required value: required unless spec.parentPool is set";
+    assert!(refusal(&error).contains(&refusal(&wanted)), "{error}");
+    // A global pool of either shape names the namespace of its claims on the parent.
+    for kind in ["GlobalInClusterIPPool", "GlobalInClusterPrefixPool"] {
+        let (global, _) = untyped(kind);
+        let globals: Api<DynamicObject> = Api::all_with(client.clone(), &global);
+        let error = globals
+            .create(
+                &PostParams::default(),
+                &object(&unique("carved"), kind, child_spec("p", 1)),
+            )
+            .await
+            .expect_err("a global pool without claimNamespace");
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("claimNamespace is required on a {kind}")),
+            "{error}"
+        );
+    }
 }

@@ -94,8 +94,9 @@ pub struct ParsedPool {
     configured: AddressSet,
     allocatable: AddressSet,
     pre_allocations: Vec<PreAllocated>,
-    /// The subnets that another pool holds for this one, whole (carved from a parent): a hold of
-    /// exactly one of them is what makes it this pool's, never a use of its addresses.
+    /// The subnets that another pool holds for this one, whole (carved from a parent): a hold
+    /// covering one of them (the parent's, or an ancestor's hold of the parent's own carved
+    /// prefix) is what makes it this pool's, never a use of its addresses.
     carved: Vec<Subnet>,
 }
 

@@ -26,6 +26,7 @@ use serde_json::{Map, Value};
 
 pub mod rules;
 mod schema;
+pub(crate) use schema::parent_pool_schema;
 
 /// Longest accepted text of one entry of `addresses` / `excludedAddresses` and of `gateway`.
 /// The longest valid entry is an IPv6 range written with every digit and an embedded IPv4 part:
@@ -466,6 +467,24 @@ pub trait IPPool:
 pub enum PoolSpecRef<'a> {
     Addresses(&'a InClusterIPPoolSpec),
     Prefixes(&'a super::InClusterPrefixPoolSpec),
+}
+
+impl<'a> PoolSpecRef<'a> {
+    /// The prefix pool this pool is carved from (`spec.parentPool`), if any.
+    pub fn parent_pool(self) -> Option<&'a ParentPool> {
+        match self {
+            PoolSpecRef::Addresses(spec) => spec.parent_pool.as_ref(),
+            PoolSpecRef::Prefixes(spec) => spec.parent_pool.as_ref(),
+        }
+    }
+
+    /// Whether the spec lists addresses (prefixes) of its own, beside any carved from a parent.
+    pub fn has_own_range(self) -> bool {
+        match self {
+            PoolSpecRef::Addresses(spec) => !spec.addresses.is_empty(),
+            PoolSpecRef::Prefixes(spec) => !spec.prefixes.is_empty(),
+        }
+    }
 }
 
 impl IPPool for InClusterIPPool {

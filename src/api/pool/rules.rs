@@ -21,6 +21,8 @@
 //! | each `additionalSubnets` entry | `gateway` inside the subnet of the entry's first address and `prefix` |
 //! | spec | the first address of every `additionalSubnets` entry of `first`'s family |
 //! | spec | no two subnets overlap (the spec's own, every `additionalSubnets` entry's) |
+//! | spec | `addresses` and `prefix` set unless `parentPool` is (the prefix pools' `prefixes` too) |
+//! | `spec.parentPool` (per kind, added in [`crate::api::crds`]) | `claimNamespace` left out on a namespaced pool, set on a cluster-scoped one (the prefix pools' too) |
 //!
 //! Cross-field rules are written `!precondition || check`, so that a value another rule already
 //! reports (an unparsable entry, a missing first entry) never makes them fail or error: each
@@ -34,6 +36,8 @@
 //! fixed-width keys built from bounded substrings.
 use kube::core::{Message, Reason, Rule};
 use serde_json::Value;
+
+use crate::api::PoolKind;
 
 pub(crate) fn rule(rule: String, message_expression: String, field_path: Option<&str>) -> Rule {
     let mut r = Rule::new(rule).message(Message::Expression(message_expression));
@@ -241,20 +245,25 @@ pub fn gateway_needs_addresses() -> Rule {
 }
 
 /// Rule on `spec.parentPool` per kind (added in [`crate::api::crds`]): `claimNamespace` left out
-/// on an `InClusterIPPool` (its claims are in its own namespace), required on a
-/// `GlobalInClusterIPPool`.
-pub fn parent_claim_namespace(namespaced: bool) -> Value {
-    by_kind(
-        namespaced,
+/// on a namespaced pool (its claims are in its own namespace), required on a cluster-scoped one.
+pub fn parent_claim_namespace(kind: PoolKind) -> Value {
+    let name = kind.name();
+    let (text, message) = if kind.is_namespaced() {
         (
             "!has(self.claimNamespace) || self.claimNamespace == ''",
-            "'claimNamespace ' + self.claimNamespace + ' is set: an InClusterIPPool claims on its parent in its own namespace; leave claimNamespace out'",
-        ),
+            format!(
+                "'claimNamespace ' + self.claimNamespace + ' is set: an {name} claims on its parent in its own namespace; leave claimNamespace out'"
+            ),
+        )
+    } else {
         (
             "has(self.claimNamespace) && self.claimNamespace != ''",
-            "'claimNamespace is required on a GlobalInClusterIPPool: the namespace where inpool creates the claims on the parent'",
-        ),
-    )
+            format!(
+                "'claimNamespace is required on a {name}: the namespace where inpool creates the claims on the parent'"
+            ),
+        )
+    };
+    to_json(rule(text.into(), message, None))
 }
 
 /// The rule and message for the namespaced kind, or those for the global kind.

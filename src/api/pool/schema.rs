@@ -144,15 +144,15 @@ pub(super) fn pre_allocations_schema(_: &mut schemars::SchemaGenerator) -> schem
     })
 }
 
-pub(super) fn parent_pool_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn parent_pool_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
-        "description": "ParentPool names a prefix pool this pool carves its subnets from: inpool claims subPrefixes sub-prefixes of it, and each one realised is one more subnet of this pool.",
+        "description": "ParentPool names a prefix pool this pool carves from: inpool claims subPrefixes sub-prefixes of it, and each one realised is one more subnet of an IP pool, or one more prefix of a prefix pool.",
         "required": ["poolRef"],
         "properties": {
             "poolRef": {
                 "type": "object",
-                "description": "PoolRef names the parent: a GlobalInClusterPrefixPool, or an InClusterPrefixPool of this pool's namespace.",
+                "description": "PoolRef names the parent: a GlobalInClusterPrefixPool, or an InClusterPrefixPool of the namespace of the claims on it (this pool's, or claimNamespace).",
                 "required": ["apiGroup", "kind", "name"],
                 "properties": {
                     "apiGroup": {
@@ -180,13 +180,13 @@ pub(super) fn parent_pool_schema(_: &mut schemars::SchemaGenerator) -> schemars:
                 "minimum": 1,
                 "maximum": MAX_ADDITIONAL_SUBNETS,
                 "default": 1,
-                "description": "SubPrefixes is how many sub-prefixes of the parent (each of its allocationPrefixLength) the pool holds, each one subnet: 1 to 16, 1 when left out."
+                "description": "SubPrefixes is how many sub-prefixes of the parent (each of its allocationPrefixLength) the pool holds, each one subnet or prefix of it: 1 to 16, 1 when left out."
             },
             "claimNamespace": {
                 "type": "string",
                 "maxLength": 63,
                 "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$",
-                "description": "ClaimNamespace is where inpool creates the claims on the parent: required on a GlobalInClusterIPPool, left out on an InClusterIPPool (its own namespace)."
+                "description": "ClaimNamespace is where inpool creates the claims on the parent: required on a cluster-scoped pool, left out on a namespaced one (its own namespace)."
             }
         }
     })

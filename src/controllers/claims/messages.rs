@@ -71,7 +71,8 @@ pub(crate) fn not_ready_message(pool: &PoolKey, unready: &Unready) -> String {
         Unready::Deleting => format!("{pool} is being deleted and hands out no new addresses"),
         Unready::Paused => format!("{pool} is paused"),
         Unready::Carving(parent) => format!(
-            "{pool} has no subnet yet: it waits for a sub-prefix of {parent} (its Ready condition says why); the claim is realised once it has one"
+            "{pool} has no {} yet: it waits for a sub-prefix of {parent} (its Ready condition says why); the claim is realised once it has one",
+            crate::api::carve::carved_noun(pool.kind)
         ),
     }
 }

@@ -1,5 +1,5 @@
-//! Pools carved from a parent (`spec.parentPool`): the pool controller's part for an IP pool that
-//! names a prefix pool as its parent.
+//! Pools carved from a parent (`spec.parentPool`): the pool controller's part for a pool (of any
+//! kind) that names a prefix pool as its parent.
 //!
 //! The pool holds `subPrefixes` sub-prefixes of the parent through ordinary claims on it, named
 //! by [`crate::api::carve`] and owned by the pool, so that a sub-prefix gets what any claim gets:
@@ -14,48 +14,66 @@
 //!    `status.carvedPrefixes`, which the pool's parsed spec reads back as its subnets
 //!    ([`crate::controllers::state::facts::parse_pool`]).
 //!
+//! The pool is reconciled again when the `IPAddress` of one of its claims comes or goes (the
+//! registry marks it, see [`crate::api::carve::carving_pool`]), and after [`RECHECK`] while a
+//! claim it wants is missing from the cache or being deleted: no event of its own is sure to
+//! follow those.
+//!
 //! Everything is read from the caches and the registry, and every write is idempotent: after a
 //! crash between any two steps the next reconcile finds what the cluster holds and goes on. A
 //! pool being deleted makes no claims; once it is gone, the garbage collector deletes its claims
 //! (their owner is gone) and the claim controller releases their sub-prefixes.
+use std::time::Duration;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::api::carve::carve_claim_name;
 use crate::api::{
     CarvedPrefix, IPAM_GROUP, IPAddressClaim, IPAddressClaimSpec, IPPoolReference,
-    MAX_ADDITIONAL_SUBNETS, ObjectKey, POOL_VERSION, PoolKey,
+    MAX_ADDITIONAL_SUBNETS, ObjectKey, POOL_VERSION, PoolKey, WATCH_FILTER_LABEL,
 };
 use crate::controllers::context::Context;
 use crate::controllers::runtime::delete_if_present;
 use crate::controllers::runtime::error::Error;
 use crate::controllers::sources::pool_cache::{Carving, PoolView};
 
-/// Brings the pool's claims on its parent to what `carving` asks and returns the sub-prefixes
-/// they hold, in claim order, for `status.carvedPrefixes`.
-pub async fn carve(
-    pool: &PoolView,
-    carving: &Carving,
-    ctx: &Context,
-) -> Result<Vec<CarvedPrefix>, Error> {
+/// What [`carve`] found: the sub-prefixes the pool's claims hold, in claim order, for
+/// `status.carvedPrefixes`, and whether a claim it wants is not there yet or still going.
+pub struct Carved {
+    pub prefixes: Vec<CarvedPrefix>,
+    /// A wanted claim is missing from the cache (just created, or the cache is behind) or being
+    /// deleted (a new one is made once it is gone). No event of the pool's own follows either
+    /// for sure, so the pool looks again after [`RECHECK`].
+    pub settling: bool,
+}
+
+/// How soon a pool whose claims on its parent are [`Carved::settling`] looks again.
+pub const RECHECK: Duration = Duration::from_secs(2);
+
+/// Brings the pool's claims on its parent to what `carving` asks and returns what they hold.
+pub async fn carve(pool: &PoolView, carving: &Carving, ctx: &Context) -> Result<Carved, Error> {
     let key = pool.key();
     let claims: Api<IPAddressClaim> = ctx.namespaced(&carving.claim_namespace);
     let wanted = if pool.is_deleting() { 0 } else { carving.count };
-    let mut carved = Vec::new();
+    let mut carved = Carved {
+        prefixes: Vec::new(),
+        settling: false,
+    };
     for index in 0..MAX_ADDITIONAL_SUBNETS {
-        let Some(name) = carve_claim_name(key, index) else {
-            return Ok(carved);
-        };
+        let name = carve_claim_name(key, index);
         let claim_key = ObjectKey::new(&carving.claim_namespace, &name);
         let Some(claim) = ctx.stores.claim(&claim_key) else {
             if index < wanted {
-                create_claim(&claims, pool, carving, &name).await?;
+                create_claim(&claims, pool, carving, &name, ctx).await?;
+                carved.settling = true;
             }
             continue;
         };
         if claim.is_deleting() {
             // Deleted (by hand, or below): its sub-prefix is dropped, so that no new address
             // comes from it, and a new claim is made once it is gone.
+            carved.settling |= index < wanted;
             continue;
         }
         if index >= wanted || claim.pool() != &carving.parent {
@@ -66,7 +84,7 @@ pub async fn carve(
         }
         let held = ctx.registry().address_of(&claim_key).cloned();
         if let Some(held) = held.filter(|held| held.pool == carving.parent) {
-            carved.push(CarvedPrefix {
+            carved.prefixes.push(CarvedPrefix {
                 claim_name: name,
                 prefix: format!("{}/{}", held.ip, held.length),
             });
@@ -96,19 +114,27 @@ async fn delete_if_owned(
     Ok(())
 }
 
-/// Creates claim `name` on the parent, owned by the pool; one that exists already is left as it
-/// is (the cache had not seen it yet).
+/// Creates claim `name` on the parent, owned by the pool, with the label of the run's
+/// `--watch-filter` if it has one (else the claim watch would never see it); one that exists
+/// already is left as it is (the cache had not seen it yet).
 async fn create_claim(
     claims: &Api<IPAddressClaim>,
     pool: &PoolView,
     carving: &Carving,
     name: &str,
+    ctx: &Context,
 ) -> Result<(), Error> {
+    let labels = ctx
+        .settings
+        .watch_filter
+        .as_ref()
+        .map(|value| [(WATCH_FILTER_LABEL.to_string(), value.clone())].into());
     let claim = IPAddressClaim {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(carving.claim_namespace.clone()),
             owner_references: Some(vec![owner(pool)]),
+            labels,
             ..ObjectMeta::default()
         },
         spec: IPAddressClaimSpec {

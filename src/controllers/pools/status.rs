@@ -96,15 +96,22 @@ async fn reconcile_pool<P: IPPool>(pool: &PoolView, ctx: &Context) -> Result<Act
         set_finalizer(&api, pool, true).await?;
     }
     publish_pre_allocation_notes(pool, ctx).await;
-    let carved = match pool.carving() {
-        Some(carving) => Some(carve::carve(pool, carving, ctx).await?),
-        None => None,
+    let (carved, settled) = match pool.carving() {
+        Some(carving) => {
+            let carved = carve::carve(pool, carving, ctx).await?;
+            (Some(carved.prefixes), !carved.settling)
+        }
+        None => (None, true),
+    };
+    let next = match settled {
+        true => Action::await_change(),
+        false => Action::requeue(carve::RECHECK),
     };
     let status = desired_status(pool, ctx, carved);
     publish_metrics(ctx, key, status.ip_addresses.as_ref());
     if !changed(pool.status(), &status) {
         pacing(ctx).settled(key);
-        return Ok(Action::await_change());
+        return Ok(next);
     }
     // A condition that turns (another status or reason) is news, not a count, and so is a
     // sub-prefix carved or let go (the pool's subnets): they go at once.
@@ -124,7 +131,7 @@ async fn reconcile_pool<P: IPPool>(pool: &PoolView, ctx: &Context) -> Result<Act
     )
     .await?;
     pacing(ctx).written(key, Instant::now());
-    Ok(Action::await_change())
+    Ok(next)
 }
 
 fn pacing(ctx: &Context) -> std::sync::MutexGuard<'_, StatusPacing> {
@@ -268,7 +275,7 @@ fn condition(
     DesiredCondition::new(type_, status, reason, message)
 }
 
-/// Why a pool carved from `parent` has no subnet yet: what its claims on the parent wait for.
+/// Why a pool carved from `parent` has no subnet (prefix) yet: what its claims on the parent wait for.
 fn parent_wait(registry: &Registry, parent: &PoolKey) -> String {
     match registry.readiness(parent) {
         Err(Unready::Missing) => format!("{parent} does not exist"),
@@ -295,7 +302,8 @@ fn ready_condition(
             ConditionStatus::False,
             REASON_POOL_NOT_READY,
             format!(
-                "{key} has no subnet yet: it waits for a sub-prefix of {parent}: {}",
+                "{key} has no {} yet: it waits for a sub-prefix of {parent}: {}",
+                crate::api::carve::carved_noun(key.kind),
                 waits_for_parent.unwrap_or_default()
             ),
         ),

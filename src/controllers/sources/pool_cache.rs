@@ -99,20 +99,17 @@ impl PoolView {
     pub fn of<P: IPPool>(pool: &P, state: &Result<ParsedSpec, Unready>) -> PoolView {
         let meta = pool.meta();
         let namespace = meta.namespace.as_deref();
-        let (reuse_grace_period_seconds, allocation_length, carving) = match pool.spec_of() {
-            PoolSpecRef::Addresses(spec) => (
-                spec.address_reuse_grace_period_seconds,
-                None,
-                spec.parent_pool.as_ref().and_then(|parent| {
-                    Some(Box::new(Carving {
-                        parent: facts::parent_key(parent, namespace)?,
-                        count: parent.count(),
-                        claim_namespace: facts::claim_namespace(parent, namespace).to_string(),
-                    }))
-                }),
-            ),
-            PoolSpecRef::Prefixes(spec) => (None, Some(spec.allocation_length()), None),
+        let (reuse_grace_period_seconds, allocation_length) = match pool.spec_of() {
+            PoolSpecRef::Addresses(spec) => (spec.address_reuse_grace_period_seconds, None),
+            PoolSpecRef::Prefixes(spec) => (None, Some(spec.allocation_length())),
         };
+        let carving = pool.spec_of().parent_pool().and_then(|parent| {
+            Some(Box::new(Carving {
+                parent: facts::parent_key(parent, namespace)?,
+                count: parent.count(),
+                claim_namespace: facts::claim_namespace(parent, namespace).to_string(),
+            }))
+        });
         let finalizers = pool.finalizers();
         PoolView {
             key: pool.key(),

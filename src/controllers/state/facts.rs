@@ -33,33 +33,36 @@ pub fn pool_state<P: IPPool>(pool: &P) -> Result<ParsedSpec, Unready> {
 }
 
 /// A pool's spec with the sub-prefixes it carved from its parent (`status.carvedPrefixes`),
-/// validated: what it hands out. A pool that names a parent and has neither addresses of its
-/// own nor a carved sub-prefix waits for its parent ([`Unready::Carving`]). `namespace` is the
-/// pool's (`None` for a global pool).
+/// validated: what it hands out. A pool that names a parent and has neither addresses (prefixes)
+/// of its own nor a carved sub-prefix waits for its parent ([`Unready::Carving`]). `namespace` is
+/// the pool's (`None` for a global pool).
+///
+/// Each carved sub-prefix is one more subnet of an IP pool (after its own addresses, as
+/// `additionalSubnets` are) or one more prefix of a prefix pool.
 pub fn parse_pool(
     spec: PoolSpecRef<'_>,
     status: Option<&InClusterIPPoolStatus>,
     namespace: Option<&str>,
 ) -> Result<ParsedSpec, Unready> {
     let invalid = |errors: SpecErrors| Unready::Invalid(errors.to_string());
+    let carved = carved_subnets(status)?;
+    if let Some(parent) = spec.parent_pool()
+        && !spec.has_own_range()
+        && carved.is_empty()
+    {
+        return Err(match parent_key(parent, namespace) {
+            Some(parent) => Unready::Carving(parent),
+            None => Unready::Invalid(format!(
+                "spec.parentPool.poolRef names {} {}, not a prefix pool of inpool",
+                parent.pool_ref.kind, parent.pool_ref.name
+            )),
+        });
+    }
     match spec {
         PoolSpecRef::Addresses(spec) => {
-            let carved = carved_subnets(status)?;
-            if let Some(parent) = &spec.parent_pool
-                && spec.addresses.is_empty()
-                && carved.is_empty()
-            {
-                return Err(match parent_key(parent, namespace) {
-                    Some(parent) => Unready::Carving(parent),
-                    None => Unready::Invalid(format!(
-                        "spec.parentPool.poolRef names {} {}, not a prefix pool of inpool",
-                        parent.pool_ref.kind, parent.pool_ref.name
-                    )),
-                });
-            }
             let mut input = PoolSpecInput::from(spec);
-            let carved_networks: Vec<Subnet> = carved.iter().map(|(subnet, _)| *subnet).collect();
-            for (_, subnet) in carved {
+            for &subnet in &carved {
+                let subnet = carved_subnet_input(subnet);
                 if input.addresses.is_empty() {
                     input.addresses = subnet.addresses;
                     input.prefix = subnet.prefix;
@@ -69,13 +72,29 @@ pub fn parse_pool(
                 }
             }
             let mut parsed = input.parse().map_err(invalid)?;
-            parsed.set_carved(carved_networks);
+            parsed.set_carved(carved);
             Ok(ParsedSpec::Addresses(parsed))
         }
-        PoolSpecRef::Prefixes(spec) => PrefixPoolSpecInput::from(spec)
-            .parse()
-            .map(ParsedSpec::Prefixes)
-            .map_err(invalid),
+        PoolSpecRef::Prefixes(spec) => {
+            let length = spec.allocation_length();
+            if let Some((index, subnet)) = carved
+                .iter()
+                .enumerate()
+                .find(|(_, subnet)| i32::from(subnet.prefix()) > length)
+            {
+                return Err(Unready::Invalid(format!(
+                    "status.carvedPrefixes[{index}] {subnet}, carved from spec.parentPool, is longer than spec.allocationPrefixLength ({length}): a pool splits its prefixes into sub-prefixes at least as long; make allocationPrefixLength at least {} (in a new pool: it cannot change) or give the parent a shorter allocationPrefixLength",
+                    subnet.prefix()
+                )));
+            }
+            let mut input = PrefixPoolSpecInput::from(spec);
+            input
+                .prefixes
+                .extend(carved.iter().map(ToString::to_string));
+            let mut parsed = input.parse().map_err(invalid)?;
+            parsed.set_carved(carved);
+            Ok(ParsedSpec::Prefixes(parsed))
+        }
     }
 }
 
@@ -96,14 +115,9 @@ pub fn parent_key(parent: &ParentPool, namespace: Option<&str>) -> Option<PoolKe
         .filter(|key| key.kind.is_prefix())
 }
 
-/// The subnets a pool carved (`status.carvedPrefixes`), each as the subnet it is and as the
-/// subnet input it adds: the whole sub-prefix, its length, and as gateway the first address
-/// after the network address (none in a sub-prefix with no room for one: an IPv4 /31 or /32, an
-/// IPv6 /127 or /128). inpool writes the list; an entry that is no CIDR makes the pool invalid,
-/// naming it.
-fn carved_subnets(
-    status: Option<&InClusterIPPoolStatus>,
-) -> Result<Vec<(Subnet, SubnetInput)>, Unready> {
+/// The sub-prefixes a pool carved (`status.carvedPrefixes`). inpool writes the list; an entry
+/// that is no CIDR makes the pool invalid, naming it.
+fn carved_subnets(status: Option<&InClusterIPPoolStatus>) -> Result<Vec<Subnet>, Unready> {
     let entries = status
         .and_then(|s| s.carved_prefixes.as_deref())
         .unwrap_or_default();
@@ -111,22 +125,25 @@ fn carved_subnets(
         .iter()
         .enumerate()
         .map(|(index, entry)| {
-            let subnet = parse_network(&entry.prefix).map_err(|reason| {
+            parse_network(&entry.prefix).map_err(|reason| {
                 Unready::Invalid(format!(
                     "status.carvedPrefixes[{index}] `{}`: {reason}",
                     entry.prefix
                 ))
-            })?;
-            Ok((
-                subnet,
-                SubnetInput {
-                    addresses: vec![subnet.to_string()],
-                    prefix: i64::from(subnet.prefix()),
-                    gateway: carved_gateway(subnet).map(|ip| ip.to_string()),
-                },
-            ))
+            })
         })
         .collect()
+}
+
+/// A carved sub-prefix as an IP pool's subnet: the whole sub-prefix, its length, and as gateway
+/// the first address after the network address (none in a sub-prefix with no room for one: an
+/// IPv4 /31 or /32, an IPv6 /127 or /128).
+fn carved_subnet_input(subnet: Subnet) -> SubnetInput {
+    SubnetInput {
+        addresses: vec![subnet.to_string()],
+        prefix: i64::from(subnet.prefix()),
+        gateway: carved_gateway(subnet).map(|ip| ip.to_string()),
+    }
 }
 
 /// The gateway of a carved subnet: the first address after its network address, where the

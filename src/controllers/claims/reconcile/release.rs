@@ -170,9 +170,15 @@ async fn keep_unreserved(
     let Ok(ip) = address.spec.address.parse::<IpAddr>() else {
         return Ok(());
     };
-    let scope = ctx.registry().reservation_scope(pool, ip);
+    let (scope, nested) = {
+        let registry = ctx.registry();
+        (
+            registry.reservation_scope(pool, ip),
+            registry.starts_carved(pool, ip),
+        )
+    };
     let length = held_length(ctx, pool, ip);
-    let reservation = new_reservation(&scope, pool, key, claim.uid(), ip, length);
+    let reservation = new_reservation(&scope, pool, key, claim.uid(), ip, length, nested);
     if held.contains(&reservation.name_any()) {
         return Ok(());
     }

@@ -126,11 +126,15 @@ impl PoolEntry {
                 && !self.is_carved_for_it(record))
     }
 
-    /// Whether `record` is the hold of a parent on a whole subnet it carved for this pool.
+    /// Whether `record` is a hold covering a whole subnet carved for this pool: the parent's hold
+    /// of it, or, down a chain of carved pools (a /48 → its /56 → a /64), an ancestor's hold of
+    /// the sub-prefix that the parent itself carved. Only the chain holds such a block among
+    /// pools that meet: the API server lets one holder have an address at a time.
     pub(super) fn is_carved_for_it(&self, record: &HoldRecord) -> bool {
+        let held = record.block();
         self.carved
             .iter()
-            .any(|subnet| subnet.network() == record.ip && subnet.prefix() == record.length)
+            .any(|subnet| held.contains_range(subnet.range()))
     }
 
     /// Whether `range` lies inside a subnet carved for this pool from a parent.
