@@ -13,32 +13,13 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use inpool::api::{CarvedPrefix, IPAddress, IPAddressClaim, InClusterIPPool, InClusterPrefixPool};
-use inpool_testenv::{common::*, support};
+use inpool_testenv::common::{
+    carved_pool as child, carved_spec as child_spec, parent_prefix_pool as parent, *,
+};
+use inpool_testenv::support;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
-
-fn parent(name: &str, prefixes: &[&str], length: i64) -> InClusterPrefixPool {
-    typed(json!({
-        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterPrefixPool",
-        "metadata": {"name": name},
-        "spec": {"prefixes": prefixes, "allocationPrefixLength": length},
-    }))
-}
-
-fn child_spec(parent: &str, sub_prefixes: i64) -> Value {
-    json!({"parentPool": {
-        "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterPrefixPool", "name": parent},
-        "subPrefixes": sub_prefixes,
-    }})
-}
-
-fn child(name: &str, parent: &str, sub_prefixes: i64) -> InClusterIPPool {
-    typed(json!({
-        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
-        "metadata": {"name": name}, "spec": child_spec(parent, sub_prefixes),
-    }))
-}
 
 fn ready(pool: &InClusterIPPool) -> Option<(String, String)> {
     pool.status
