@@ -362,11 +362,16 @@ impl Scenario<'_> {
             else {
                 continue;
             };
-            let (Some(ip), Some(len)) = (ip_of(address), address.data["spec"]["prefix"].as_u64())
+            let prefix = address.data["spec"]["prefix"].as_u64();
+            // A prefix that cannot be the address's (longer than the family allows) names no
+            // sub-prefix; the pool is then short of one, and the wait says so.
+            let Some((ip, len)) = ip_of(address).zip(prefix.and_then(|p| u8::try_from(p).ok()))
             else {
                 continue;
             };
-            held.push((network_of(ip, len as u8), len as u8));
+            if len <= max_len(ip) {
+                held.push((network_of(ip, len), len));
+            }
         }
         held.sort();
         Ok(held)
@@ -1020,7 +1025,7 @@ impl Pool {
             Space::Units(block) => block.size.checked_sub(1).map(|i| block.unit(i)),
             Space::Carved { sub_prefixes, .. } => {
                 sub_prefixes.last().and_then(|&(network, len)| {
-                    let host_bits = u32::from(max_len(network) - len);
+                    let host_bits = u32::from(max_len(network).checked_sub(len)?);
                     let offset = 1u128.checked_shl(host_bits)?.checked_sub(2)?;
                     Some(offset_by(network, offset))
                 })
