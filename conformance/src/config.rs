@@ -70,7 +70,8 @@ pub struct Implementation {
     pub contact: Vec<String>,
 }
 
-/// The pool kind under test and how to make a pool of N units.
+/// The pool kind under test and how to make a pool of N units: from `units`, or carved from a
+/// `parent` (exactly one of the two).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PoolConfig {
@@ -81,7 +82,38 @@ pub struct PoolConfig {
     /// A pool manifest with placeholders (see [`render`]).
     pub template: String,
     /// The address space the suite hands to its pools, and what every `IPAddress` must say.
-    pub units: Units,
+    #[serde(default)]
+    pub units: Option<Units>,
+    /// The pool the suite's pools are carved from, when they take their addresses from a parent.
+    #[serde(default)]
+    pub parent: Option<ParentConfig>,
+}
+
+/// A parent pool: one per profile, created before the profile's first pool and deleted after its
+/// last. Each pool of the profile names it (`{{parent}}`) and asks for `{{size}}` sub-prefixes;
+/// the suite reads which ones it got from the contract's objects: the claims on the parent that
+/// the pool owns, and their `IPAddress`es (address and prefix: the sub-prefix).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ParentConfig {
+    /// The parent's API group.
+    pub group: String,
+    /// The parent's kind.
+    pub kind: String,
+    /// The parent's manifest, with placeholders `{{name}}` and `{{namespace}}`.
+    pub template: String,
+    /// The `spec.gateway` every `IPAddress` from a sub-prefix must carry.
+    pub gateway: SubPrefixGateway,
+}
+
+/// The gateway of the addresses of a carved sub-prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SubPrefixGateway {
+    /// The sub-prefix's first address after its network address (`10.0.0.1` in `10.0.0.0/30`).
+    First,
+    /// None.
+    None,
 }
 
 /// The address space the suite's pools are made from: consecutive units (addresses, or
@@ -165,41 +197,33 @@ impl ProviderConfig {
     }
 
     fn validate(&self) -> anyhow::Result<()> {
-        let units = &self.pool.units;
-        let max = units.max_len();
-        let unit = units.unit_len();
-        ensure!(
-            unit <= max && units.prefix <= max,
-            "pool.units: unitPrefix ({unit}) and prefix ({}) must be at most {max} for {}",
-            units.prefix,
-            units.first
-        );
-        if let Some(gateway) = units.gateway {
-            ensure!(
-                gateway.is_ipv4() == units.first.is_ipv4(),
-                "pool.units.gateway {gateway} is not of the family of {}",
-                units.first
-            );
+        match (&self.pool.units, &self.pool.parent) {
+            (Some(units), None) => units.validate()?,
+            (None, Some(parent)) => {
+                let rendered =
+                    render(&parent.template, &[], "p", "ns").context("in pool.parent.template")?;
+                ensure_kind(
+                    &rendered,
+                    &parent.group,
+                    &parent.kind,
+                    "pool.parent.template",
+                )?;
+            }
+            _ => bail!("pool: give either units or parent, not both or neither"),
         }
         ensure!(self.burst >= 2, "burst must be at least 2");
         self.cluster("c")?;
         // The template must render to a manifest of the declared kind.
-        let pool = render(
-            &self.pool.template,
-            &self.pool.units.block(0, 1, 1),
-            "p",
-            "ns",
-        )?;
-        let kind = pool["kind"].as_str().unwrap_or_default();
-        let api_version = pool["apiVersion"].as_str().unwrap_or_default();
-        if kind != self.pool.kind || api_version.split('/').next() != Some(&self.pool.group) {
-            bail!(
-                "pool.template renders {api_version} {kind}, not a {} of group {}",
-                self.pool.kind,
-                self.pool.group
-            );
+        let pool = render(&self.pool.template, &self.sample_values(), "p", "ns")?;
+        ensure_kind(&pool, &self.pool.group, &self.pool.kind, "pool.template")
+    }
+
+    /// The placeholders' values of a pool of one unit, for checking the template.
+    fn sample_values(&self) -> Vec<(&'static str, String)> {
+        match &self.pool.units {
+            Some(units) => units.block(0, 1, 1).values(),
+            None => carved_values(1, "parent"),
         }
-        Ok(())
     }
 
     /// The Cluster `name`, from the cluster template.
@@ -223,19 +247,63 @@ impl ProviderConfig {
 
     /// The pool's API version (`group/version`), from the template.
     pub fn pool_api_version(&self) -> String {
-        render(
-            &self.pool.template,
-            &self.pool.units.block(0, 1, 1),
-            "p",
-            "ns",
-        )
-        .ok()
-        .and_then(|pool| pool["apiVersion"].as_str().map(str::to_string))
-        .unwrap_or_default()
+        api_version_of(render(&self.pool.template, &self.sample_values(), "p", "ns").ok())
+    }
+
+    /// The parent's API version, from its template; empty without a parent.
+    pub fn parent_api_version(&self) -> String {
+        let parent = self.pool.parent.as_ref();
+        api_version_of(parent.and_then(|p| render(&p.template, &[], "p", "ns").ok()))
     }
 }
 
+fn api_version_of(object: Option<serde_json::Value>) -> String {
+    object
+        .and_then(|o| o["apiVersion"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// Fails unless `object` is a `kind` of API group `group`.
+fn ensure_kind(
+    object: &serde_json::Value,
+    group: &str,
+    kind: &str,
+    what: &str,
+) -> anyhow::Result<()> {
+    let rendered_kind = object["kind"].as_str().unwrap_or_default();
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    if rendered_kind != kind || api_version.split('/').next() != Some(group) {
+        bail!("{what} renders {api_version} {rendered_kind}, not a {kind} of group {group}");
+    }
+    Ok(())
+}
+
+/// The placeholders' values of a pool carved from the parent `parent`: `{{size}}` sub-prefixes.
+pub fn carved_values(size: u32, parent: &str) -> Vec<(&'static str, String)> {
+    vec![("size", size.to_string()), ("parent", parent.to_string())]
+}
+
 impl Units {
+    fn validate(&self) -> anyhow::Result<()> {
+        let units = self;
+        let max = units.max_len();
+        let unit = units.unit_len();
+        ensure!(
+            unit <= max && units.prefix <= max,
+            "pool.units: unitPrefix ({unit}) and prefix ({}) must be at most {max} for {}",
+            units.prefix,
+            units.first
+        );
+        if let Some(gateway) = units.gateway {
+            ensure!(
+                gateway.is_ipv4() == units.first.is_ipv4(),
+                "pool.units.gateway {gateway} is not of the family of {}",
+                units.first
+            );
+        }
+        Ok(())
+    }
+
     fn max_len(&self) -> u8 {
         if self.first.is_ipv4() { 32 } else { 128 }
     }
@@ -314,56 +382,66 @@ impl Block {
     }
 }
 
-/// Renders a pool template for `block`. Placeholders: `{{name}}`, `{{namespace}}`, `{{size}}`
-/// (units in use), `{{first}}` and `{{last}}` (the first addresses of the first and last unit),
-/// `{{unitCidrs}}` and `{{unitAddresses}}` (flow lists of every unit as a CIDR, or as its first
-/// address), `{{prefix}}`, `{{unitPrefix}}` and `{{gateway}}`. The result's name and namespace
-/// are set by the suite whatever the template says.
+impl Block {
+    /// The placeholders' values of this block (see [`render`]).
+    pub fn values(&self) -> Vec<(&'static str, String)> {
+        let flow = |items: Vec<String>| {
+            let quoted: Vec<String> = items.iter().map(|i| format!("\"{i}\"")).collect();
+            format!("[{}]", quoted.join(", "))
+        };
+        let last = self.unit(self.size.saturating_sub(1));
+        vec![
+            ("size", self.size.to_string()),
+            ("first", self.unit(0).to_string()),
+            ("last", last.to_string()),
+            ("unitCidrs", flow(self.cidrs())),
+            (
+                "unitAddresses",
+                flow(self.addresses().iter().map(IpAddr::to_string).collect()),
+            ),
+            ("prefix", self.units.prefix.to_string()),
+            ("unitPrefix", self.units.unit_len().to_string()),
+            (
+                "gateway",
+                self.units
+                    .gateway
+                    .map(|g| g.to_string())
+                    .unwrap_or_default(),
+            ),
+        ]
+    }
+}
+
+/// Renders a template with `values` (from [`Block::values`] or [`carved_values`]) and `{{name}}`
+/// and `{{namespace}}`. A pool made of units has placeholders `{{size}}` (units in use),
+/// `{{first}}` and `{{last}}` (the first addresses of the first and last unit), `{{unitCidrs}}` and
+/// `{{unitAddresses}}` (flow lists of every unit as a CIDR, or as its first address),
+/// `{{prefix}}`, `{{unitPrefix}}` and `{{gateway}}`; a pool carved from a parent has `{{size}}`
+/// (sub-prefixes) and `{{parent}}` (the parent's name); a parent has only the name and namespace.
+/// Any other placeholder is refused. The result's name and namespace are set by the suite
+/// whatever the template says.
 pub fn render(
     template: &str,
-    block: &Block,
+    values: &[(&'static str, String)],
     name: &str,
     namespace: &str,
 ) -> anyhow::Result<serde_json::Value> {
-    let flow = |items: Vec<String>| {
-        let quoted: Vec<String> = items.iter().map(|i| format!("\"{i}\"")).collect();
-        format!("[{}]", quoted.join(", "))
-    };
-    let last = block.unit(block.size.saturating_sub(1));
-    let values = [
+    let named = [
         ("name", name.to_string()),
         ("namespace", namespace.to_string()),
-        ("size", block.size.to_string()),
-        ("first", block.unit(0).to_string()),
-        ("last", last.to_string()),
-        ("unitCidrs", flow(block.cidrs())),
-        (
-            "unitAddresses",
-            flow(block.addresses().iter().map(IpAddr::to_string).collect()),
-        ),
-        ("prefix", block.units.prefix.to_string()),
-        ("unitPrefix", block.units.unit_len().to_string()),
-        (
-            "gateway",
-            block
-                .units
-                .gateway
-                .map(|g| g.to_string())
-                .unwrap_or_default(),
-        ),
     ];
     let mut text = template.to_string();
-    for (key, value) in values {
-        text = text.replace(&format!("{{{{{key}}}}}"), &value);
-        text = text.replace(&format!("{{{{ {key} }}}}"), &value);
+    for (key, value) in named.iter().chain(values) {
+        text = text.replace(&format!("{{{{{key}}}}}"), value);
+        text = text.replace(&format!("{{{{ {key} }}}}"), value);
     }
     if let Some(start) = text.find("{{") {
         let rest: String = text[start..].chars().take(30).collect();
-        bail!("pool.template has an unknown placeholder at {rest:?}");
+        bail!("the template has an unknown placeholder at {rest:?}");
     }
     let mut pool: serde_json::Value =
-        serde_saphyr::from_str(&text).context("the rendered pool template is not YAML")?;
-    ensure!(pool.is_object(), "the pool template must render one object");
+        serde_saphyr::from_str(&text).context("the rendered template is not YAML")?;
+    ensure!(pool.is_object(), "the template must render one object");
     pool["metadata"]["name"] = name.into();
     pool["metadata"]["namespace"] = namespace.into();
     Ok(pool)
@@ -408,7 +486,7 @@ mod tests {
         let block = ip_units().block(0, 2, 2);
         let pool = render(
             "apiVersion: g/v1\nkind: K\nspec:\n  a: [\"{{first}}-{{ last }}\"]\n  b: {{unitCidrs}}\n  size: {{size}}\n  gw: \"{{gateway}}\"",
-            &block,
+            &block.values(),
             "n",
             "ns",
         )
@@ -418,7 +496,37 @@ mod tests {
         assert_eq!(pool["spec"]["size"], 2);
         assert_eq!(pool["spec"]["gw"], "10.0.0.1");
         assert_eq!(pool["metadata"]["name"], "n");
-        assert!(render("kind: {{nope}}", &block, "n", "ns").is_err());
+        assert!(render("kind: {{nope}}", &block.values(), "n", "ns").is_err());
+        // A carved pool's template has no units to render.
+        let carved = carved_values(2, "par");
+        assert!(render("kind: {{first}}", &carved, "n", "ns").is_err());
+        let pool = render(
+            "kind: K\nspec: {p: \"{{parent}}\", n: {{size}}}",
+            &carved,
+            "n",
+            "ns",
+        );
+        assert_eq!(
+            pool.unwrap()["spec"],
+            serde_json::json!({"p": "par", "n": 2})
+        );
+    }
+
+    #[test]
+    fn a_pool_is_made_of_units_or_carved_from_a_parent_never_both() {
+        let parent = "  parent:\n    group: g\n    kind: P\n    gateway: first\n    template: |\n      apiVersion: g/v1\n      kind: P\n";
+        let units = "  units: {first: 10.0.0.1, prefix: 24}\n";
+        let config = |pool_fields: &str| {
+            ProviderConfig::from_yaml(&format!(
+                "namespace: ns\nprofiles: [core]\npool:\n  group: g\n  kind: K\n  template: \"{{apiVersion: g/v1, kind: K, spec: {{n: {{{{size}}}}}}}}\"\n{pool_fields}"
+            ))
+        };
+        assert!(config(units).is_ok());
+        assert!(config(parent).is_ok());
+        for wrong in [String::new(), format!("{units}{parent}")] {
+            let error = format!("{:#}", config(&wrong).unwrap_err());
+            assert!(error.contains("either units or parent"), "{error}");
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ use kube::api::{
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::config::{Block, ProviderConfig, render};
+use crate::config::{Block, ProviderConfig, SubPrefixGateway, carved_values, render};
 use crate::profiles::{self, Profile};
 use crate::report::{CheckReport, Evidence, Outcome, round};
 
@@ -37,34 +37,72 @@ pub struct Suite {
     pub clusters: Api<DynamicObject>,
     pools: Api<DynamicObject>,
     pool_resource: ApiResource,
+    /// The parent pools' API, when the suite's pools are carved from one.
+    parents: Option<Api<DynamicObject>>,
     /// A short tag in every object name of this run, so that runs never collide.
     run: String,
     next_unit: AtomicU32,
 }
 
-/// A pool the suite made: its name, uid and units.
+/// A pool the suite made: its name, uid and where its addresses come from.
 #[derive(Clone, Debug)]
 pub struct Pool {
     pub name: String,
     pub uid: String,
-    pub block: Block,
+    space: Space,
+}
+
+/// Where a pool's addresses come from, and so what its `IPAddress`es must say.
+#[derive(Clone, Debug)]
+enum Space {
+    /// The units of a block: the first address of each, with the declared prefix and gateway.
+    Units(Block),
+    /// `size` sub-prefixes of the parent `parent`, as the pool got them: any address of one but
+    /// its network address and its gateway, the sub-prefix's length as prefix.
+    Carved {
+        parent: String,
+        size: u32,
+        gateway: SubPrefixGateway,
+        sub_prefixes: Vec<(IpAddr, u8)>,
+    },
+}
+
+/// The API of `kind` in `group` at `api_version`, found by discovery: namespaced in `ns`, or
+/// cluster-wide for a cluster-scoped kind.
+async fn api_of_kind(
+    client: &Client,
+    group: &str,
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+) -> anyhow::Result<(Api<DynamicObject>, ApiResource)> {
+    use anyhow::Context as _;
+    let version = api_version.split('/').nth(1).unwrap_or_default();
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .with_context(|| format!("the API server does not serve {api_version} {kind}"))?;
+    let api = match capabilities.scope {
+        kube::discovery::Scope::Namespaced => Api::namespaced_with(client.clone(), ns, &resource),
+        kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    Ok((api, resource))
 }
 
 impl Suite {
     pub async fn new(client: Client, config: ProviderConfig) -> anyhow::Result<Suite> {
-        use anyhow::Context as _;
         let ns = config.namespace.clone();
-        let api_version = config.pool_api_version();
-        let version = api_version.split('/').nth(1).unwrap_or_default();
-        let gvk = GroupVersionKind::gvk(&config.pool.group, version, &config.pool.kind);
-        let (pool_resource, capabilities) = kube::discovery::pinned_kind(&client, &gvk)
-            .await
-            .with_context(|| format!("the API server does not serve {api_version} {}", gvk.kind))?;
-        let pools = match capabilities.scope {
-            kube::discovery::Scope::Namespaced => {
-                Api::namespaced_with(client.clone(), &ns, &pool_resource)
+        let p = &config.pool;
+        let (pools, pool_resource) =
+            api_of_kind(&client, &p.group, &config.pool_api_version(), &p.kind, &ns).await?;
+        let parents = match &p.parent {
+            Some(parent) => {
+                let api_version = config.parent_api_version();
+                let (api, _) =
+                    api_of_kind(&client, &parent.group, &api_version, &parent.kind, &ns).await?;
+                Some(api)
             }
-            kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &pool_resource),
+            None => None,
         };
         let ipam = |kind: &str, plural: &str| {
             ApiResource::from_gvk_with_plural(
@@ -89,6 +127,7 @@ impl Suite {
             clusters: Api::namespaced_with(client.clone(), &ns, &cluster),
             pools,
             pool_resource,
+            parents,
             run: base36(now.as_millis() as u64 % 36u64.pow(5)),
             next_unit: AtomicU32::new(0),
             config,
@@ -116,19 +155,24 @@ impl Suite {
             suite: self,
             prefix: format!("cf-{}-{short}", self.run),
             made: Mutex::new(Made::default()),
+            parent: tokio::sync::OnceCell::new(),
         }
     }
 
-    fn next_block(&self, size: u32, capacity: u32) -> Result<Block, Failed> {
+    /// A block of `size` units (room for `capacity`) from the declared units; `None` when the
+    /// pools are carved from a parent instead.
+    fn next_block(&self, size: u32, capacity: u32) -> Result<Option<Block>, Failed> {
+        let Some(units) = &self.config.pool.units else {
+            return Ok(None);
+        };
         let offset = self.next_unit.fetch_add(capacity, Ordering::SeqCst);
-        let span = self.config.pool.units.span;
-        if offset + capacity > span {
+        if offset + capacity > units.span {
             return Err(format!(
-                "the run needs more than pool.units.span ({span}) units from {}",
-                self.config.pool.units.first
+                "the run needs more than pool.units.span ({}) units from {}",
+                units.span, units.first
             ));
         }
-        Ok(self.config.pool.units.block(offset, size, capacity))
+        Ok(Some(units.block(offset, size, capacity)))
     }
 }
 
@@ -149,6 +193,7 @@ fn base36(mut n: u64) -> String {
 #[derive(Default)]
 struct Made {
     pools: Vec<String>,
+    parents: Vec<String>,
     claims: Vec<String>,
     addresses: Vec<String>,
     clusters: Vec<String>,
@@ -161,6 +206,8 @@ pub struct Scenario<'a> {
     pub suite: &'a Suite,
     prefix: String,
     made: Mutex<Made>,
+    /// The name of the scenario's parent pool, once it is created.
+    parent: tokio::sync::OnceCell<String>,
 }
 
 fn remember(made: &Mutex<Made>, f: impl FnOnce(&mut Made)) {
@@ -174,47 +221,168 @@ impl Scenario<'_> {
         format!("{}-{key}", self.prefix)
     }
 
-    /// Creates a pool `key` of `size` units (room for `capacity`) from the provider's template.
+    /// Creates a pool `key` of `size` units (room for `capacity`) from the provider's template;
+    /// a pool carved from a parent asks for `size` sub-prefixes, and is returned once it has them.
     pub async fn pool(&self, key: &str, size: u32, capacity: u32) -> Result<Pool, Failed> {
         let block = self.suite.next_block(size, capacity)?;
         let name = self.name(key);
         remember(&self.made, |m| m.pools.push(name.clone()));
-        self.apply_pool(&name, block).await
+        let space = match block {
+            Some(block) => Space::Units(block),
+            None => self.carved_space(size).await?,
+        };
+        self.apply_pool(&name, space).await
     }
 
     /// Grows (or shrinks) `pool` to `size` units by applying the template again.
     pub async fn resize(&self, pool: &Pool, size: u32) -> Result<Pool, Failed> {
-        self.apply_pool(&pool.name, pool.block.resized(size)).await
+        let space = match &pool.space {
+            Space::Units(block) => Space::Units(block.resized(size)),
+            Space::Carved { .. } => self.carved_space(size).await?,
+        };
+        self.apply_pool(&pool.name, space).await
     }
 
-    async fn apply_pool(&self, name: &str, block: Block) -> Result<Pool, Failed> {
+    /// A carved pool's space of `size` sub-prefixes, before it has any; creates the scenario's
+    /// parent pool first if it does not exist yet.
+    async fn carved_space(&self, size: u32) -> Result<Space, Failed> {
         let s = self.suite;
-        let mut body = render(&s.config.pool.template, &block, name, &s.config.namespace)
-            .map_err(|e| format!("{e:#}"))?;
-        if self.pool_is_cluster_scoped()
-            && let Some(meta) = body["metadata"].as_object_mut()
-        {
-            meta.remove("namespace");
-        }
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let pool = s
-            .pools
-            .patch(name, &params, &Patch::Apply(&body))
-            .await
-            .map_err(|e| format!("applying pool {name} from the template: {e}"))?;
-        Ok(Pool {
-            name: name.to_string(),
-            uid: pool.uid().unwrap_or_default(),
-            block,
+        let (Some(config), Some(parents)) = (&s.config.pool.parent, &s.parents) else {
+            return Err("the provider config declares neither units nor a parent".into());
+        };
+        let parent = self
+            .parent
+            .get_or_try_init(|| async {
+                let name = self.name("parent");
+                let body = render(&config.template, &[], &name, &s.config.namespace)
+                    .map_err(|e| format!("{e:#}"))?;
+                remember(&self.made, |m| m.parents.push(name.clone()));
+                self.apply(parents, &name, body, "parent pool").await?;
+                Ok::<_, Failed>(name)
+            })
+            .await?;
+        Ok(Space::Carved {
+            parent: parent.clone(),
+            size,
+            gateway: config.gateway,
+            sub_prefixes: Vec::new(),
         })
     }
 
-    fn pool_is_cluster_scoped(&self) -> bool {
-        self.suite
-            .pools
-            .resource_url()
-            .split('/')
-            .all(|p| p != "namespaces")
+    async fn apply_pool(&self, name: &str, space: Space) -> Result<Pool, Failed> {
+        let s = self.suite;
+        let values = match &space {
+            Space::Units(block) => block.values(),
+            Space::Carved { parent, size, .. } => carved_values(*size, parent),
+        };
+        let body = render(&s.config.pool.template, &values, name, &s.config.namespace)
+            .map_err(|e| format!("{e:#}"))?;
+        let pool = self.apply(&s.pools, name, body, "pool").await?;
+        let mut pool = Pool {
+            name: name.to_string(),
+            uid: pool.uid().unwrap_or_default(),
+            space,
+        };
+        if let Space::Carved { .. } = pool.space {
+            self.wait_carved(&mut pool).await?;
+        }
+        Ok(pool)
+    }
+
+    /// Server-side applies `body` through `api` (without a namespace for a cluster-scoped kind).
+    async fn apply(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        mut body: Value,
+        what: &str,
+    ) -> Result<DynamicObject, Failed> {
+        let cluster_scoped = api.resource_url().split('/').all(|p| p != "namespaces");
+        if cluster_scoped && let Some(meta) = body["metadata"].as_object_mut() {
+            meta.remove("namespace");
+        }
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch(name, &params, &Patch::Apply(&body))
+            .await
+            .map_err(|e| format!("applying {what} {name} from the template: {e}"))
+    }
+
+    /// Waits until the carved `pool` holds the sub-prefixes it asks for, and records them: the
+    /// `IPAddress`es of the realised claims on its parent that it owns, not being deleted. The
+    /// profile starts from a pool that is ready to serve every address it declares.
+    async fn wait_carved(&self, pool: &mut Pool) -> Result<(), Failed> {
+        let Space::Carved {
+            parent,
+            size,
+            sub_prefixes,
+            ..
+        } = &mut pool.space
+        else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        let mut seen = Vec::new();
+        while started.elapsed() < self.suite.act() {
+            seen = self.sub_prefixes_of(&pool.uid, parent).await?;
+            if seen.len() == *size as usize {
+                *sub_prefixes = seen;
+                return Ok(());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        Err(format!(
+            "pool {} did not get its {size} sub-prefixes of {parent} within {}s: it held {:?}",
+            pool.name,
+            self.suite.act().as_secs(),
+            seen.iter()
+                .map(|(ip, len)| format!("{ip}/{len}"))
+                .collect::<Vec<_>>()
+        ))
+    }
+
+    /// The sub-prefixes the pool of uid `owner` holds of `parent`, lowest first.
+    async fn sub_prefixes_of(
+        &self,
+        owner: &str,
+        parent: &str,
+    ) -> Result<Vec<(IpAddr, u8)>, Failed> {
+        let parent_ref = self.parent_ref(parent);
+        let addresses = self.all_addresses().await?;
+        let mut held = Vec::new();
+        for claim in self.all_claims().await? {
+            let owned = claim.owner_references().iter().any(|o| o.uid == owner);
+            if !owned
+                || claim.data["spec"]["poolRef"] != parent_ref
+                || claim.metadata.deletion_timestamp.is_some()
+            {
+                continue;
+            }
+            let Some(address) = address_ref(&claim)
+                .and_then(|name| addresses.iter().find(|a| a.name_any() == name))
+            else {
+                continue;
+            };
+            let prefix = address.data["spec"]["prefix"].as_u64();
+            // A prefix that cannot be the address's (longer than the family allows) names no
+            // sub-prefix; the pool is then short of one, and the wait says so.
+            let Some((ip, len)) = ip_of(address).zip(prefix.and_then(|p| u8::try_from(p).ok()))
+            else {
+                continue;
+            };
+            if len <= max_len(ip) {
+                held.push((network_of(ip, len), len));
+            }
+        }
+        held.sort();
+        Ok(held)
+    }
+
+    /// The `spec.poolRef` of a claim on the scenario's parent `parent`.
+    fn parent_ref(&self, parent: &str) -> Value {
+        match &self.suite.config.pool.parent {
+            Some(p) => json!({"apiGroup": p.group, "kind": p.kind, "name": parent}),
+            None => Value::Null,
+        }
     }
 
     /// The `spec.poolRef` of a claim on the provider's pool `pool`.
@@ -522,8 +690,11 @@ impl Scenario<'_> {
     }
 
     /// Deletes everything the scenario made, claims first so that the provider releases what
-    /// it holds. What does not go within the act timeout loses its finalizers (the provider did
-    /// not let it go); every such object is named in the result.
+    /// it holds, then `IPAddress`es, pools, the parent pool and Clusters. The claims and
+    /// `IPAddress`es on the parent are the provider's: they must go once the pools that hold
+    /// them are gone (by owner reference or by the provider); the suite only waits for them.
+    /// What does not go within the act timeout is deleted and loses its finalizers (the provider
+    /// did not let it go); every such object is named in the result.
     pub async fn cleanup(&self) -> Vec<String> {
         let made = std::mem::take(&mut *self.made.lock().unwrap_or_else(|p| p.into_inner()));
         let s = self.suite;
@@ -547,42 +718,89 @@ impl Scenario<'_> {
                 .patch(cluster, &PatchParams::default(), &Patch::Merge(&unpause))
                 .await;
         }
-        for (api, names, kind) in [
-            (&s.claims, &claims, "IPAddressClaim"),
-            (&s.addresses, &addresses, "IPAddress"),
-            (&s.pools, &made.pools, s.pool_resource.kind.as_str()),
-            (&s.clusters, &made.clusters, "Cluster"),
-        ] {
+        let pool_kind = s.pool_resource.kind.as_str();
+        self.remove(&s.claims, &claims, "IPAddressClaim", true, &mut left)
+            .await;
+        self.remove(&s.addresses, &addresses, "IPAddress", true, &mut left)
+            .await;
+        self.remove(&s.pools, &made.pools, pool_kind, true, &mut left)
+            .await;
+        if let Some(parents) = &s.parents {
+            let on_parents = |object: &DynamicObject| {
+                made.parents
+                    .iter()
+                    .any(|p| object.data["spec"]["poolRef"] == self.parent_ref(p))
+            };
+            let names = |objects: Vec<DynamicObject>| -> Vec<String> {
+                objects
+                    .iter()
+                    .filter(|o| on_parents(o))
+                    .map(|o| o.name_any())
+                    .collect()
+            };
+            let claims = names(self.all_claims().await.unwrap_or_default());
+            let addresses = names(self.all_addresses().await.unwrap_or_default());
+            let what = "IPAddressClaim on the parent";
+            self.remove(&s.claims, &claims, what, false, &mut left)
+                .await;
+            let what = "IPAddress on the parent";
+            self.remove(&s.addresses, &addresses, what, false, &mut left)
+                .await;
+            self.remove(parents, &made.parents, "parent pool", true, &mut left)
+                .await;
+        }
+        self.remove(&s.clusters, &made.clusters, "Cluster", true, &mut left)
+            .await;
+        left
+    }
+
+    /// Deletes the objects `names` of `api` (or, without `delete`, lets them go by themselves)
+    /// and waits up to the act timeout; deletes what is left and strips its finalizers, naming
+    /// it in `left`.
+    async fn remove(
+        &self,
+        api: &Api<DynamicObject>,
+        names: &[String],
+        kind: &str,
+        delete: bool,
+        left: &mut Vec<String>,
+    ) {
+        let s = self.suite;
+        if delete {
             for name in names {
                 let _ = self.delete(api, name).await;
             }
-            let started = Instant::now();
-            let mut remaining: Vec<&String> = names.iter().collect();
-            while !remaining.is_empty() && started.elapsed() < s.act() {
-                let mut still = Vec::new();
-                for name in remaining {
-                    if matches!(api.get_opt(name).await, Ok(Some(_))) {
-                        still.push(name);
-                    }
-                }
-                remaining = still;
-                if !remaining.is_empty() {
-                    tokio::time::sleep(POLL).await;
+        }
+        let started = Instant::now();
+        let mut remaining: Vec<&String> = names.iter().collect();
+        while !remaining.is_empty() && started.elapsed() < s.act() {
+            let mut still = Vec::new();
+            for name in remaining {
+                if matches!(api.get_opt(name).await, Ok(Some(_))) {
+                    still.push(name);
                 }
             }
-            for name in remaining {
-                let strip = json!({"metadata": {"finalizers": null}});
-                let _ = api
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&strip))
-                    .await;
-                left.push(format!(
-                    "{kind} {name} was not gone {}s after its deletion: the suite removed its \
-                     finalizers",
-                    s.act().as_secs()
-                ));
+            remaining = still;
+            if !remaining.is_empty() {
+                tokio::time::sleep(POLL).await;
             }
         }
-        left
+        for name in remaining {
+            let _ = self.delete(api, name).await;
+            let strip = json!({"metadata": {"finalizers": null}});
+            let _ = api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&strip))
+                .await;
+            let asked = if delete {
+                "after its deletion"
+            } else {
+                "after its pool's"
+            };
+            left.push(format!(
+                "{kind} {name} was not gone {}s {asked}: the suite removed its finalizers",
+                s.act().as_secs()
+            ));
+        }
     }
 }
 
@@ -788,8 +1006,118 @@ impl Checks {
     }
 }
 
-/// Whether `pool`'s in-use units include the address of `address`, with the declared prefix
-/// and gateway; `Err` says what differs.
+impl Pool {
+    /// The pool's units in use, or its sub-prefixes, as CIDRs (for messages).
+    pub fn cidrs(&self) -> Vec<String> {
+        match &self.space {
+            Space::Units(block) => block.cidrs(),
+            Space::Carved { sub_prefixes, .. } => sub_prefixes
+                .iter()
+                .map(|(ip, len)| format!("{ip}/{len}"))
+                .collect(),
+        }
+    }
+
+    /// The highest address the pool hands out: its last unit's, or the address before the
+    /// broadcast address of its last sub-prefix (the sub-prefix's one address, when it has one).
+    pub fn last_address(&self) -> Result<IpAddr, Failed> {
+        let last = match &self.space {
+            Space::Units(block) => block.size.checked_sub(1).map(|i| block.unit(i)),
+            Space::Carved { sub_prefixes, .. } => {
+                sub_prefixes.last().and_then(|&(network, len)| {
+                    let host_bits = u32::from(max_len(network).checked_sub(len)?);
+                    let offset = 1u128.checked_shl(host_bits)?.checked_sub(2)?;
+                    Some(offset_by(network, offset))
+                })
+            }
+        };
+        last.ok_or_else(|| format!("pool {} has no address to hand out", self.name))
+    }
+
+    /// The `spec.prefix` and `spec.gateway` an `IPAddress` holding `ip` must carry; `Err` when
+    /// `ip` is not the pool's to hand out.
+    pub fn expected(&self, ip: IpAddr) -> Result<(u8, Option<IpAddr>), Failed> {
+        match &self.space {
+            Space::Units(block) if block.addresses().contains(&ip) => {
+                Ok((block.prefix(), block.gateway()))
+            }
+            Space::Carved {
+                sub_prefixes,
+                gateway,
+                ..
+            } => {
+                let &(network, len) = sub_prefixes
+                    .iter()
+                    .find(|&&(network, len)| network_of(ip, len) == network)
+                    .ok_or_else(|| self.not_ours(ip))?;
+                let gateway = match gateway {
+                    SubPrefixGateway::First => Some(offset_by(network, 1)),
+                    SubPrefixGateway::None => None,
+                };
+                if ip == network || Some(ip) == gateway {
+                    return Err(format!(
+                        "{ip} is the network address or the gateway of {network}/{len}, one of \
+                         pool {}'s sub-prefixes",
+                        self.name
+                    ));
+                }
+                Ok((len, gateway))
+            }
+            Space::Units(_) => Err(self.not_ours(ip)),
+        }
+    }
+
+    /// What the `spec` of an `IPAddress` holding the pool's `ip` says: `address`, `prefix` and,
+    /// when the pool has one, `gateway`.
+    pub fn address_spec(&self, ip: IpAddr) -> Result<Value, Failed> {
+        let (prefix, gateway) = self.expected(ip)?;
+        let mut spec = json!({"address": ip.to_string(), "prefix": prefix});
+        if let Some(gateway) = gateway {
+            spec["gateway"] = gateway.to_string().into();
+        }
+        Ok(spec)
+    }
+
+    fn not_ours(&self, ip: IpAddr) -> Failed {
+        format!(
+            "{ip} is not one of pool {}'s addresses {:?}",
+            self.name,
+            self.cidrs()
+        )
+    }
+}
+
+fn max_len(ip: IpAddr) -> u8 {
+    if ip.is_ipv4() { 32 } else { 128 }
+}
+
+/// The network address of `ip`'s prefix of length `len`.
+pub fn network_of(ip: IpAddr, len: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(a) => {
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(len.min(32)))
+                .unwrap_or(0);
+            IpAddr::V4((u32::from(a) & mask).into())
+        }
+        IpAddr::V6(a) => {
+            let mask = u128::MAX
+                .checked_shl(128 - u32::from(len.min(128)))
+                .unwrap_or(0);
+            IpAddr::V6((u128::from(a) & mask).into())
+        }
+    }
+}
+
+fn offset_by(ip: IpAddr, n: u128) -> IpAddr {
+    match ip {
+        IpAddr::V4(a) => IpAddr::V4((u32::from(a).wrapping_add(n as u32)).into()),
+        IpAddr::V6(a) => IpAddr::V6(u128::from(a).wrapping_add(n).into()),
+    }
+}
+
+/// Whether `address` holds an address of `pool` with the prefix and gateway the pool gives it;
+/// `Err` says what differs.
 pub fn in_pool(pool: &Pool, address: &DynamicObject) -> Result<IpAddr, Failed> {
     let name = address.name_any();
     let ip = ip_of(address).ok_or_else(|| {
@@ -798,25 +1126,19 @@ pub fn in_pool(pool: &Pool, address: &DynamicObject) -> Result<IpAddr, Failed> {
             address.data["spec"]["address"]
         )
     })?;
-    if !pool.block.addresses().contains(&ip) {
-        return Err(format!(
-            "IPAddress {name}: {ip} is not one of pool {}'s addresses {:?}",
-            pool.name,
-            pool.block.cidrs()
-        ));
-    }
+    let (want_prefix, want_gateway) = pool
+        .expected(ip)
+        .map_err(|e| format!("IPAddress {name}: {e}"))?;
     let prefix = address.data["spec"]["prefix"].as_u64();
-    if prefix != Some(pool.block.prefix() as u64) {
+    if prefix != Some(want_prefix as u64) {
         return Err(format!(
-            "IPAddress {name}: spec.prefix is {:?}, the pool's is {}",
-            prefix,
-            pool.block.prefix()
+            "IPAddress {name}: spec.prefix is {prefix:?}, the pool's is {want_prefix}"
         ));
     }
     let gateway = address.data["spec"]["gateway"]
         .as_str()
         .map(|g| g.parse::<IpAddr>().map_err(|_| g.to_string()));
-    match (gateway, pool.block.gateway()) {
+    match (gateway, want_gateway) {
         (None, None) => {}
         (Some(Ok(got)), Some(want)) if got == want => {}
         (got, want) => {
@@ -826,4 +1148,65 @@ pub fn in_pool(pool: &Pool, address: &DynamicObject) -> Result<IpAddr, Failed> {
         }
     }
     Ok(ip)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn carved(sub_prefixes: &[(&str, u8)], gateway: SubPrefixGateway) -> Pool {
+        Pool {
+            name: "p".into(),
+            uid: "u".into(),
+            space: Space::Carved {
+                parent: "parent".into(),
+                size: sub_prefixes.len() as u32,
+                gateway,
+                sub_prefixes: sub_prefixes
+                    .iter()
+                    .map(|(ip, len)| (ip.parse().unwrap(), *len))
+                    .collect(),
+            },
+        }
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn a_carved_pool_expects_its_sub_prefixes_length_and_first_address_as_gateway() {
+        let pool = carved(
+            &[("10.90.0.0", 30), ("10.90.0.8", 30)],
+            SubPrefixGateway::First,
+        );
+        assert_eq!(
+            pool.expected(ip("10.90.0.10")),
+            Ok((30, Some(ip("10.90.0.9"))))
+        );
+        assert_eq!(
+            pool.expected(ip("10.90.0.2")),
+            Ok((30, Some(ip("10.90.0.1"))))
+        );
+        // The network address and the gateway are never handed out; 10.90.0.6 is not the pool's.
+        for other in ["10.90.0.8", "10.90.0.9", "10.90.0.6"] {
+            assert!(pool.expected(ip(other)).is_err(), "{other}");
+        }
+        assert_eq!(pool.last_address(), Ok(ip("10.90.0.10")));
+        assert_eq!(
+            pool.address_spec(ip("10.90.0.10")).unwrap(),
+            json!({"address": "10.90.0.10", "prefix": 30, "gateway": "10.90.0.9"})
+        );
+        let none = carved(&[("fd00::", 126)], SubPrefixGateway::None);
+        assert_eq!(none.expected(ip("fd00::1")), Ok((126, None)));
+        assert_eq!(none.last_address(), Ok(ip("fd00::2")));
+        assert!(carved(&[], SubPrefixGateway::None).last_address().is_err());
+    }
+
+    #[test]
+    fn network_of_masks_the_host_bits() {
+        assert_eq!(network_of(ip("10.90.0.6"), 30), ip("10.90.0.4"));
+        assert_eq!(network_of(ip("10.90.0.6"), 0), ip("0.0.0.0"));
+        assert_eq!(network_of(ip("fd00::1:2"), 112), ip("fd00::1:0"));
+    }
 }

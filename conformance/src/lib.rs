@@ -101,6 +101,12 @@ pub async fn run(client: Client, config: ProviderConfig) -> anyhow::Result<Repor
             api_version: pool_api_version,
             kind: suite.config.pool.kind.clone(),
             namespace: suite.config.namespace.clone(),
+            carved_from: suite
+                .config
+                .pool
+                .parent
+                .as_ref()
+                .map(|p| format!("{} {}", suite.config.parent_api_version(), p.kind)),
         },
         profiles,
         summary,

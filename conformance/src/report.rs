@@ -42,6 +42,9 @@ pub struct PoolUnderTest {
     pub api_version: String,
     pub kind: String,
     pub namespace: String,
+    /// The parent the pools were carved from (`apiVersion` and kind), when they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub carved_from: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -286,6 +289,7 @@ mod tests {
                 api_version: "a".into(),
                 kind: "k".into(),
                 namespace: "n".into(),
+                carved_from: None,
             },
             profiles: vec![ProfileReport::new(Profile::Core, vec![failed, passed], 1.0)],
             summary: String::new(),

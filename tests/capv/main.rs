@@ -4,8 +4,8 @@
 //! runs in the test).
 //!
 //! The pool features consumers ask for are exercised through CAPV too: a pre-allocation naming the
-//! claim CAPV will create, and a pool spanning two subnets whose second subnet's prefix and
-//! gateway reach the VM.
+//! claim CAPV will create, a pool spanning two subnets whose second subnet's prefix and gateway
+//! reach the VM, and a pool carved from a prefix pool whose sub-prefix's prefix and gateway do.
 //!
 //! Everything a test asserts is read from what CAPV itself wrote: the `IPAddressClaim`s it
 //! creates for a `VSphereMachine`'s `addressesFromPools`, the network configuration it writes into
@@ -14,7 +14,7 @@
 //! (v1beta1) and `IPAddressClaimsFulfilled` (v1beta2), which CAPV aggregates from the claims'
 //! `Ready` conditions as it reads them through CAPI's v1beta1 API.
 
-use inpool::api::InClusterIPPool;
+use inpool::api::{InClusterIPPool, InClusterPrefixPool};
 use inpool_testenv::capv::{self, GROUP as INFRASTRUCTURE};
 use inpool_testenv::{common, support};
 use kube::api::{Api, DynamicObject};
@@ -350,4 +350,33 @@ async fn capv_gives_a_vm_its_pre_allocated_address_and_another_vm_the_second_sub
     site.delete_machine("pre-m1", &["pre-m1-0-0"]).await;
     site.delete_machine("span-m2", &["span-m2-0-0"]).await;
     wait_pool_used(&pools, "spanning", 1).await;
+}
+
+/// A pool with no addresses of its own, carved from a prefix pool created after it: it waits,
+/// then inpool claims the parent's lowest /28 for it, and CAPV's claim on the pool gets the
+/// sub-prefix's first address that is neither its network address nor its gateway (the first
+/// address after the network address), with the sub-prefix's length.
+#[tokio::test]
+async fn capv_takes_an_address_from_a_pool_carved_from_a_prefix_pool() {
+    let (_inpool, pools, site) = bed(&[carved_pool("carved", "node-networks", 1)]).await;
+    let parents: Api<InClusterPrefixPool> = Api::namespaced(site.client.clone(), &site.ns);
+    let parent = parent_prefix_pool("node-networks", &["10.50.0.0/24"], 28);
+    create(&parents, &parent).await;
+    let carved = site
+        .eventually("pool carved to hold a sub-prefix", PROVISIONING, || async {
+            let status = pools.get("carved").await.ok()?.status?;
+            let carved = status.carved_prefixes.filter(|c| !c.is_empty())?;
+            Some(carved.iter().map(|c| c.prefix.clone()).collect::<Vec<_>>())
+        })
+        .await;
+    assert_eq!(carved, ["10.50.0.0/28"]);
+
+    site.machine("carved-m1", &[("InClusterIPPool", "carved")])
+        .await;
+    let guest = "addresses=[10.50.0.2/28] gateway4=10.50.0.1 gateway6=";
+    site.provisioned("carved-m1", "10.50.0.2/28", guest).await;
+    site.show_kubectl_get();
+
+    site.delete_machine("carved-m1", &["carved-m1-0-0"]).await;
+    wait_pool_used(&pools, "carved", 0).await;
 }

@@ -2,8 +2,9 @@
 //! against inpool, as any provider would run it: on the test control plane with CAPI core's
 //! manager and its webhooks (`support::capi_env`), an inpool controller for the suite's
 //! namespace, and the provider configs committed in `conformance/providers/`. Every profile
-//! must pass, on an IP pool, a prefix pool and a cluster-scoped IP pool. The reports are written
-//! to `target/conformance/`; `docs/conformance/` holds a committed copy of each.
+//! must pass, on an IP pool, a prefix pool, a cluster-scoped IP pool and an IP pool carved from a
+//! prefix pool. The reports are written to `target/conformance/`; `docs/conformance/` holds a
+//! committed copy of each.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -86,4 +87,9 @@ async fn inpool_passes_every_profile_on_a_prefix_pool() {
 #[tokio::test]
 async fn inpool_passes_every_profile_on_a_cluster_scoped_pool() {
     passes("inpool-global-ip.yaml", "inpool-global-ip").await;
+}
+
+#[tokio::test]
+async fn inpool_passes_every_profile_on_a_pool_carved_from_a_parent() {
+    passes("inpool-child-ip.yaml", "inpool-child-ip").await;
 }

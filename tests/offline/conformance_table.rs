@@ -1,5 +1,5 @@
 //! docs/conformance.md's check-by-check table of every committed conformance report (inpool's
-//! three and the peers', each a column) is made from the reports themselves: this test renders it from
+//! four and the peers', each a column) is made from the reports themselves: this test renders it from
 //! `docs/conformance/*-report.yaml` and fails, printing the table to paste, when the doc's copy
 //! differs, so that it cannot drift from the reports.
 
@@ -14,6 +14,7 @@ const COLUMNS: &[(&str, &str)] = &[
     ("inpool-ip", "inpool `InClusterIPPool`"),
     ("inpool-prefix", "inpool `InClusterPrefixPool`"),
     ("inpool-global-ip", "inpool `GlobalInClusterIPPool`"),
+    ("inpool-child-ip", "inpool carved `InClusterIPPool`"),
     ("reference-in-cluster", "reference v1.1.0"),
     ("reference-in-cluster-v1.0.3", "reference v1.0.3"),
     ("metal3-ipam", "Metal3 IPAM v1.13.2"),

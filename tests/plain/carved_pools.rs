@@ -16,25 +16,13 @@ use inpool::api::reservation::IPAddressReservation;
 use inpool::api::{
     CarvedPrefix, IPAddress, IPAddressClaim, IPPool, InClusterIPPool, InClusterPrefixPool,
 };
-use inpool_testenv::{common::*, support};
+use inpool_testenv::common::{
+    carved_pool as child, carved_spec as child_spec, parent_prefix_pool as parent, *,
+};
+use inpool_testenv::support;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
-
-fn parent(name: &str, prefixes: &[&str], length: i64) -> InClusterPrefixPool {
-    typed(json!({
-        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterPrefixPool",
-        "metadata": {"name": name},
-        "spec": {"prefixes": prefixes, "allocationPrefixLength": length},
-    }))
-}
-
-fn child_spec(parent: &str, sub_prefixes: i64) -> Value {
-    json!({"parentPool": {
-        "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterPrefixPool", "name": parent},
-        "subPrefixes": sub_prefixes,
-    }})
-}
 
 /// A prefix pool carved from `parent`, handing out sub-prefixes of `length`.
 fn prefix_child(name: &str, parent: &str, length: i64) -> InClusterPrefixPool {
@@ -43,13 +31,6 @@ fn prefix_child(name: &str, parent: &str, length: i64) -> InClusterPrefixPool {
     typed(json!({
         "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterPrefixPool",
         "metadata": {"name": name}, "spec": spec,
-    }))
-}
-
-fn child(name: &str, parent: &str, sub_prefixes: i64) -> InClusterIPPool {
-    typed(json!({
-        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
-        "metadata": {"name": name}, "spec": child_spec(parent, sub_prefixes),
     }))
 }
 

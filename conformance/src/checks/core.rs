@@ -95,14 +95,13 @@ async fn steps(sc: &Scenario<'_>, out: &mut Checks) -> Result<(), Failed> {
     check.saw("claim a's IPAddress", &address_a);
     check.saw("claim b's IPAddress", &address_b);
     let result = match (in_pool(&pool, &address_a), in_pool(&pool, &address_b)) {
-        (Ok(x), Ok(y)) if x != y => Ok(format!(
-            "{x} and {y}, prefix {}, gateway {}, of pool {:?}",
-            pool.block.prefix(),
-            pool.block
-                .gateway()
-                .map_or("none".to_string(), |g| g.to_string()),
-            pool.block.cidrs()
-        )),
+        (Ok(x), Ok(y)) if x != y => pool.expected(x).map(|(prefix, gateway)| {
+            format!(
+                "{x} and {y}, prefix {prefix}, gateway {}, of pool {:?}",
+                gateway.map_or("none".to_string(), |g| g.to_string()),
+                pool.cidrs()
+            )
+        }),
         (Ok(x), Ok(_)) => Err(format!("claims a and b both hold {x}")),
         (Err(e), _) | (_, Err(e)) => Err(e),
     };

@@ -27,8 +27,11 @@ async fn steps(sc: &Scenario<'_>, out: &mut Checks) -> Result<(), Failed> {
         .await?;
     let name = claim.name_any();
     // The moved address is the pool's last, not the one a fresh allocation would pick first.
-    let moved_ip = pool.block.unit(2);
-    let mut body = json!({
+    let moved_ip = pool.last_address()?;
+    let mut spec = pool.address_spec(moved_ip)?;
+    spec["claimRef"] = json!({"name": name});
+    spec["poolRef"] = claim.data["spec"]["poolRef"].clone();
+    let body = json!({
         "apiVersion": IPAM_VERSION, "kind": "IPAddress",
         "metadata": {
             "name": name,
@@ -41,12 +44,8 @@ async fn steps(sc: &Scenario<'_>, out: &mut Checks) -> Result<(), Failed> {
                  "blockOwnerDeletion": true},
             ],
         },
-        "spec": {"claimRef": {"name": name}, "poolRef": claim.data["spec"]["poolRef"],
-                 "address": moved_ip.to_string(), "prefix": pool.block.prefix()},
+        "spec": spec,
     });
-    if let Some(gateway) = pool.block.gateway() {
-        body["spec"]["gateway"] = gateway.to_string().into();
-    }
     let moved = sc.address(body).await?;
     check.saw("the IPAddress as clusterctl move recreates it", &moved);
     sc.merge(&s.clusters, &cluster, json!({"spec": {"paused": false}}))

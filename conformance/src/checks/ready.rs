@@ -73,16 +73,14 @@ async fn steps(sc: &Scenario<'_>, out: &mut Checks) -> Result<(), Failed> {
     let free = sc.pool("free", 1, 1).await?;
     let elsewhere = sc.pool("elsewhere", 1, 1).await?;
     let x = sc.name("x");
-    let mut body = json!({
+    let mut spec = elsewhere.address_spec(elsewhere.last_address()?)?;
+    spec["claimRef"] = json!({"name": x});
+    spec["poolRef"] = sc.pool_ref(&elsewhere.name);
+    let body = json!({
         "apiVersion": IPAM_VERSION, "kind": "IPAddress",
         "metadata": {"name": x},
-        "spec": {"claimRef": {"name": x}, "poolRef": sc.pool_ref(&elsewhere.name),
-                 "address": elsewhere.block.unit(0).to_string(),
-                 "prefix": elsewhere.block.prefix()},
+        "spec": spec,
     });
-    if let Some(gateway) = elsewhere.block.gateway() {
-        body["spec"]["gateway"] = gateway.to_string().into();
-    }
     let taken = sc.address(body).await?;
     check.saw(
         "the IPAddress that holds the claim's name, for another pool",

@@ -2,7 +2,7 @@
 
 use inpool::api::{
     Cluster, GlobalInClusterIPPool, GlobalInClusterIPPoolSpec, IPAddressClaim, IPAddressClaimSpec,
-    IPPoolReference, InClusterIPPool, InClusterIPPoolSpec,
+    IPPoolReference, InClusterIPPool, InClusterIPPoolSpec, InClusterPrefixPool,
 };
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -20,6 +20,33 @@ pub fn global_pool(name: &str, addresses: &[&str], prefix: i32) -> GlobalInClust
         name,
         GlobalInClusterIPPoolSpec(InClusterIPPoolSpec::new(addresses.iter().copied(), prefix)),
     )
+}
+
+/// An `InClusterPrefixPool` `name` handing out sub-prefixes of `length` from `prefixes`: the
+/// parent of the pools [`carved_pool`] makes.
+pub fn parent_prefix_pool(name: &str, prefixes: &[&str], length: i64) -> InClusterPrefixPool {
+    typed(serde_json::json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterPrefixPool",
+        "metadata": {"name": name},
+        "spec": {"prefixes": prefixes, "allocationPrefixLength": length},
+    }))
+}
+
+/// The `spec` of a pool carved from the `InClusterPrefixPool` `parent` of its namespace:
+/// `sub_prefixes` of it.
+pub fn carved_spec(parent: &str, sub_prefixes: i64) -> serde_json::Value {
+    serde_json::json!({"parentPool": {
+        "poolRef": {"apiGroup": GROUP, "kind": "InClusterPrefixPool", "name": parent},
+        "subPrefixes": sub_prefixes,
+    }})
+}
+
+/// An `InClusterIPPool` `name` carved from the `InClusterPrefixPool` `parent` of its namespace.
+pub fn carved_pool(name: &str, parent: &str, sub_prefixes: i64) -> InClusterIPPool {
+    typed(serde_json::json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+        "metadata": {"name": name}, "spec": carved_spec(parent, sub_prefixes),
+    }))
 }
 
 /// A claim on the `InClusterIPPool` `pool` of its namespace.
