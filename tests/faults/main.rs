@@ -40,6 +40,8 @@ mod partition;
 mod two_apiservers;
 // Pre-allocations, on a pool of two subnets, under SIGKILLs and control-plane restarts.
 mod pre_allocations;
+// Pools carved from a parent, under SIGKILLs and a control-plane restart at every step.
+mod carved;
 
 /// The control plane of this test binary, restartable.
 struct Plane {

@@ -70,17 +70,60 @@ pub fn violations(s: &Snapshot) -> Vec<String> {
         live_addresses.iter().map(|a| (a.name_any(), *a)).collect();
 
     // No address held twice: no two live IPAddresses' blocks (an address, or a prefix pool's
-    // sub-prefix) share an address, whatever the shapes of their pools.
-    let mut blocks: Vec<(AddrRange, String)> = live_addresses
-        .iter()
-        .filter_map(|a| Some((block_of(a)?, a.name_any())))
-        .collect();
-    blocks.sort_by_key(|(block, _)| (block.family(), block.first()));
-    for pair in blocks.windows(2) {
-        let ((earlier, first), (later, second)) = (&pair[0], &pair[1]);
-        if earlier.family() == later.family() && earlier.contains(later.first()) {
+    // sub-prefix) share an address, whatever the shapes of their pools, except down a chain of
+    // pools carved from a parent (see `nests`). Sorted by first address, the larger block first,
+    // each block is checked against every open block that contains it.
+    let mut blocks: Vec<Held> = live_addresses.iter().filter_map(|a| Held::of(a)).collect();
+    blocks.sort_by_key(|b| {
+        (
+            b.block.family(),
+            b.block.first(),
+            std::cmp::Reverse(b.block.len()),
+        )
+    });
+    let mut open: Vec<&Held> = Vec::new();
+    for held in &blocks {
+        open.retain(|outer| {
+            outer.block.family() == held.block.family() && outer.block.contains(held.block.first())
+        });
+        for outer in &open {
+            if !nests(outer, held, &blocks) {
+                found.push(format!(
+                    "{} of IPAddress {} and {} of IPAddress {} share addresses",
+                    outer.block, outer.name, held.block, held.name
+                ));
+            }
+        }
+        open.push(held);
+    }
+    // A pool carved from a parent hands out nothing outside what it holds now, and lives as long
+    // as its claims on the parent (their owner): no sub-prefix stays held for a pool that is gone.
+    for a in &live_addresses {
+        let Some(pool) = s.pools.iter().find(|p| {
+            a.spec.pool_ref.kind == "InClusterIPPool" && p.name_any() == a.spec.pool_ref.name
+        }) else {
+            continue;
+        };
+        let inside = range_of(pool)
+            .zip(a.spec.address.parse::<IpAddr>().ok())
+            .is_some_and(|(range, ip)| range.contains(ip));
+        if pool.spec.parent_pool.is_some() && !inside {
             found.push(format!(
-                "{earlier} of IPAddress {first} and {later} of IPAddress {second} share addresses"
+                "IPAddress {} ({}) lies outside what its carved pool {} holds",
+                a.name_any(),
+                a.spec.address,
+                pool.name_any()
+            ));
+        }
+    }
+    for held in &blocks {
+        if let Some((kind, pool)) = &held.carves_for
+            && kind == "InClusterIPPool"
+            && !s.pools.iter().any(|p| p.name_any() == *pool)
+        {
+            found.push(format!(
+                "IPAddress {} holds {} for pool {pool}, which is gone",
+                held.name, held.block
             ));
         }
     }
@@ -161,6 +204,61 @@ pub fn violations(s: &Snapshot) -> Vec<String> {
     found
 }
 
+/// A live `IPAddress` as the uniqueness check reads it.
+struct Held {
+    name: String,
+    block: AddrRange,
+    /// The pool (kind, name) it is held in.
+    pool: (String, String),
+    /// The pool (kind, name) its claim carves for, when it is a claim on a parent.
+    carves_for: Option<(String, String)>,
+}
+
+impl Held {
+    fn of(address: &IPAddress) -> Option<Held> {
+        let name = address.name_any();
+        let carves_for = inpool::api::carve::carving_pool(&inpool::api::ObjectKey::new(
+            &address.namespace().unwrap_or_default(),
+            &name,
+        ))
+        .map(|(pool, _)| (pool.kind.name().to_string(), pool.name.to_string()));
+        Some(Held {
+            block: block_of(address)?,
+            pool: (
+                address.spec.pool_ref.kind.clone(),
+                address.spec.pool_ref.name.clone(),
+            ),
+            carves_for,
+            name,
+        })
+    }
+}
+
+/// Whether `inner` may lie inside `outer`: `outer` is a sub-prefix held for a pool carved from a
+/// parent, and `inner` is held in that pool, or inside a sub-prefix that pool carved in turn for
+/// another, and so on down the chain (a /56 of a /48, a /64 of that /56, an address of the /64).
+fn nests(outer: &Held, inner: &Held, blocks: &[Held]) -> bool {
+    let Some(carved_for) = &outer.carves_for else {
+        return false;
+    };
+    let mut current = inner;
+    for _ in 0..blocks.len() {
+        if current.pool == *carved_for {
+            return true;
+        }
+        // The block held for the pool `current` is in, around it: one step up the chain.
+        let Some(up) = blocks.iter().find(|b| {
+            b.carves_for.as_ref() == Some(&current.pool)
+                && b.block.contains(current.block.first())
+                && b.name != current.name
+        }) else {
+            return false;
+        };
+        current = up;
+    }
+    false
+}
+
 /// The addresses an `IPAddress` holds: its sub-prefix for a prefix pool, else its address.
 pub fn block_of(address: &IPAddress) -> Option<AddrRange> {
     let ip: IpAddr = address.spec.address.parse().ok()?;
@@ -207,18 +305,28 @@ fn pre_allocated(pools: &[InClusterIPPool]) -> Vec<AddrRange> {
 fn used_in_pool(
     pool: &InClusterIPPool,
     own: &[&IPAddress],
-    blocks: &[(AddrRange, String)],
+    blocks: &[Held],
     pre_allocated: &[AddrRange],
 ) -> i64 {
     let name = pool.name_any();
     let Some(range) = range_of(pool) else {
         return -1;
     };
+    // A hold that covers a whole subnet carved for the pool is its parent's (or an ancestor's):
+    // it gives the pool those addresses, it uses none of them.
+    let carved: Vec<AddrRange> = pool
+        .status
+        .iter()
+        .flat_map(|s| s.carved_prefixes.iter().flatten())
+        .filter_map(|c| inpool::allocator::parse_network(&c.prefix).ok())
+        .map(|subnet| subnet.range())
+        .collect();
     let covered = AddressSet::from_ranges(
         range.family(),
         blocks
             .iter()
-            .map(|(block, _)| *block)
+            .map(|held| held.block)
+            .filter(|block| !carved.iter().any(|c| block.contains_range(*c)))
             .chain(pre_allocated.iter().copied())
             .filter(|block| block.family() == range.family()),
     )
@@ -305,4 +413,66 @@ async fn audits(p: &Inpool) -> f64 {
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A live `IPAddress` `name` of `address`/`prefix` from the pool `kind`/`pool`.
+    fn address(name: &str, address: &str, prefix: i32, kind: &str, pool: &str) -> IPAddress {
+        serde_json::from_value(json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"address": address, "prefix": prefix,
+                "claimRef": {"name": name},
+                "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": kind, "name": pool}},
+        }))
+        .unwrap()
+    }
+
+    fn shared(addresses: Vec<IPAddress>) -> Vec<String> {
+        let snapshot = Snapshot {
+            claims: Vec::new(),
+            addresses,
+            reservations: Vec::new(),
+            pools: Vec::new(),
+        };
+        violations(&snapshot)
+            .into_iter()
+            .filter(|v| v.contains("share addresses"))
+            .collect()
+    }
+
+    #[test]
+    fn an_address_inside_a_carved_sub_prefix_is_shared_only_down_its_chain() {
+        let parent = "InClusterPrefixPool";
+        // A /56 held for the prefix pool `site`, a /64 of it held by `site` for the IP pool
+        // `rack`, and an address of `rack` at the very start of both.
+        let chain = || {
+            vec![
+                address("icpp-site-0", "fd00:10::", 56, parent, "region"),
+                address("icipp-rack-0", "fd00:10::", 64, parent, "site"),
+                address("host", "fd00:10::", 128, "InClusterIPPool", "rack"),
+            ]
+        };
+        assert_eq!(shared(chain()), Vec::<String>::new());
+        // An address of another pool inside the /64: held twice.
+        let mut planted = chain();
+        planted.push(address(
+            "other",
+            "fd00:10::5",
+            128,
+            "InClusterIPPool",
+            "elsewhere",
+        ));
+        assert_eq!(shared(planted).len(), 2, "inside the /56 and the /64");
+        // A block of an ordinary claim on the parent gives nothing to anyone.
+        let ordinary = vec![
+            address("machine", "10.0.0.0", 28, parent, "nodes"),
+            address("icipp-a-0", "10.0.0.0", 28, parent, "nodes"),
+        ];
+        assert_eq!(shared(ordinary).len(), 1);
+    }
 }
