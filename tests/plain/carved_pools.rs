@@ -183,6 +183,15 @@ async fn fifty_children_of_uneven_sizes_are_carved_disjoint_and_ready() {
     // A claim on a child gets an address of its sub-prefix, with its length and the stated
     // gateway: the first address after the network address.
     let first = carved(&pools, "c00", 1).await.remove(0);
+    // Its Ready condition names its parent and sub-prefix.
+    let (_, message) = ready(&pools.get("c00").await.unwrap()).unwrap();
+    assert!(
+        message.ends_with(&format!(
+            "; carved from InClusterPrefixPool {ns}/nodes: {}",
+            first.prefix
+        )),
+        "{message}"
+    );
     let address = realise(&client, &ns, claim("m0", "c00")).await;
     assert!(inside(&address, &first), "{address:?} in {first:?}");
     let network = first.prefix.split('/').next().unwrap();

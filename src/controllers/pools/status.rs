@@ -210,7 +210,13 @@ pub fn desired_status(
 
     let generation = pool.generation();
     let (_, units) = units(key);
-    let mut desired = vec![ready_condition(pool, out_of_range.len(), waits_for_parent)];
+    let handed_out_from = carved_from(pool, carved_prefixes.as_deref());
+    let mut desired = vec![ready_condition(
+        pool,
+        out_of_range.len(),
+        waits_for_parent,
+        handed_out_from,
+    )];
     if let Some(counts) = &counts {
         desired.push(if counts.free > 0 {
             condition(
@@ -290,10 +296,24 @@ fn parent_wait(registry: &Registry, parent: &PoolKey) -> String {
     }
 }
 
+/// Where a pool carved from a parent hands out from, for its Ready condition:
+/// `; carved from InClusterPrefixPool ns/nodes: 10.20.0.0/26, 10.20.0.64/26`. Empty for other
+/// pools.
+fn carved_from(pool: &PoolView, carved: Option<&[CarvedPrefix]>) -> String {
+    match (pool.carving(), carved) {
+        (Some(carving), Some(carved)) if !carved.is_empty() => {
+            let prefixes: Vec<&str> = carved.iter().map(|c| c.prefix.as_str()).collect();
+            format!("; carved from {}: {}", carving.parent, prefixes.join(", "))
+        }
+        _ => String::new(),
+    }
+}
+
 fn ready_condition(
     pool: &PoolView,
     out_of_range: usize,
     waits_for_parent: Option<String>,
+    handed_out_from: String,
 ) -> DesiredCondition {
     let key = pool.key();
     match pool.readiness() {
@@ -311,7 +331,10 @@ fn ready_condition(
             READY_CONDITION,
             ConditionStatus::True,
             "Ready",
-            format!("the spec is valid; {} are handed out", units(key).1),
+            format!(
+                "the spec is valid; {} are handed out{handed_out_from}",
+                units(key).1
+            ),
         ),
         Err(Unready::Invalid(errors)) => condition(
             READY_CONDITION,
