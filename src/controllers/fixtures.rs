@@ -283,6 +283,6 @@ pub(crate) fn reservation(claim: &str, ip: &str) -> IPAddressReservation {
     let scope = Scope::Namespace("ns".into());
     let claim_key = ObjectKey::new("ns", claim);
     let uid = Some(format!("{claim}-uid"));
-    let reservation = new_reservation(&scope, &pool_key(), &claim_key, uid, ip, 32, false);
+    let reservation = new_reservation(&scope, &pool_key(), &claim_key, uid, ip, 32);
     stored(reservation, "reservation-uid", "5")
 }

@@ -1,5 +1,6 @@
-//! Pools carved from a parent under real faults, at every step of their life: four pools carve
-//! /28s out of one prefix pool while the provider is SIGKILLed; claims arrive on all of them while
+//! Pools carved from a parent under real faults, at every step of their life: four IP pools and
+//! a prefix pool carve /28s out of one prefix pool while the provider is SIGKILLed; claims arrive
+//! on all of them while
 //! it is killed twice more; one pool grows by a second sub-prefix while the control plane
 //! restarts; one is deleted with its addresses out, its claims released around another SIGKILL.
 //! After each step the suite's invariant checker runs, extended to carved pools
@@ -10,7 +11,9 @@
 
 use std::collections::BTreeSet;
 
-use common::{carved_pool, carved_spec, merge_patch, parent_prefix_pool, wait_gone};
+use common::{
+    carved_pool, carved_spec, merge_patch, parent_prefix_pool, prefix_claim, typed, wait_gone,
+};
 use inpool::api::InClusterPrefixPool;
 
 use super::*;
@@ -44,10 +47,17 @@ async fn carved_pools_lose_and_duplicate_nothing_under_sigkills_and_a_restart_at
         *provider = start_provider(&kubeconfig, &ns, &format!("p{kills}"));
     };
 
-    // 1. The pools carve their sub-prefixes; the provider is killed meanwhile.
+    // 1. The pools carve their sub-prefixes, and so does a prefix pool `d` that splits its /28
+    // into /30s; the provider is killed meanwhile.
     for i in 0..CHILDREN {
         create(&pools, &carved_pool(&format!("c{i}"), "parent", 1)).await;
     }
+    let mut prefix_child: InClusterPrefixPool = typed(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterPrefixPool",
+        "metadata": {"name": "d"}, "spec": carved_spec("parent", 1),
+    }));
+    prefix_child.spec.allocation_prefix_length = Some(30);
+    create(&parents, &prefix_child).await;
     tokio::time::sleep(moments.millis(50, 600)).await;
     kill(&mut provider);
 
@@ -61,12 +71,37 @@ async fn carved_pools_lose_and_duplicate_nothing_under_sigkills_and_a_restart_at
         tokio::time::sleep(moments.millis(200, 1200)).await;
         kill(&mut provider);
     }
+    // `d` hands out 3 of its 4 /30s: never the one that starts its /28.
+    for i in 0..3 {
+        create(&claims, &prefix_claim(&format!("s-{i}"), "d")).await;
+    }
     for burst in bursts {
         burst.await.unwrap();
     }
     // The namespace's claims count the pools' claims on the parent too.
-    wait_realised(&claims, CHILDREN * CLAIMS + CHILDREN, 0).await;
+    wait_realised(&claims, CHILDREN * CLAIMS + 3 + CHILDREN + 1, 0).await;
     assert_invariants(&client, &ns, &mut [&mut provider]).await;
+    let carved_d = parents
+        .get("d")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .carved_prefixes;
+    let start = carved_d.as_deref().unwrap()[0]
+        .prefix
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    for i in 0..3 {
+        let held = Api::<IPAddress>::namespaced(client.clone(), &ns)
+            .get(&format!("s-{i}"))
+            .await
+            .unwrap();
+        assert_eq!(held.spec.prefix, 30);
+        assert_ne!(held.spec.address, start, "the /30 that starts d's /28");
+    }
 
     // 3. c0 grows by a second sub-prefix and takes 5 claims more than its first holds; the
     // control plane restarts meanwhile.
@@ -79,7 +114,7 @@ async fn carved_pools_lose_and_duplicate_nothing_under_sigkills_and_a_restart_at
     let client = self::client(&kubeconfig).await;
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), &ns);
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), &ns);
-    wait_realised(&claims, CHILDREN * CLAIMS + 5 + CHILDREN + 1, 0).await;
+    wait_realised(&claims, CHILDREN * CLAIMS + 5 + 3 + CHILDREN + 2, 0).await;
     assert_invariants(&client, &ns, &mut [&mut provider]).await;
 
     // 4. c3 is deleted with its addresses out; its claims are released around a SIGKILL. It goes,
@@ -105,14 +140,21 @@ async fn carved_pools_lose_and_duplicate_nothing_under_sigkills_and_a_restart_at
         .collect();
     assert_eq!(
         parent_holds,
-        ["icipp-c0-0", "icipp-c0-1", "icipp-c1-0", "icipp-c2-0"]
-            .map(String::from)
-            .into(),
+        [
+            "icipp-c0-0",
+            "icipp-c0-1",
+            "icipp-c1-0",
+            "icipp-c2-0",
+            "icpp-d-0"
+        ]
+        .map(String::from)
+        .into(),
         "the parent holds the sub-prefixes of the pools that live, and no other"
     );
     println!(
-        "FAULTS carved: {CHILDREN} pools carved from one parent, {} claims, a pool grown and one deleted, {kills} SIGKILLs and 1 control-plane restart; every invariant held {:.1}s after the last fault",
-        CHILDREN * CLAIMS + 5,
+        "FAULTS carved: {} pools carved from one parent, {} claims, a pool grown and one deleted, {kills} SIGKILLs and 1 control-plane restart; every invariant held {:.1}s after the last fault",
+        CHILDREN + 1,
+        CHILDREN * CLAIMS + 5 + 3,
         recovered.as_secs_f64()
     );
 }

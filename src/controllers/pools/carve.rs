@@ -26,7 +26,8 @@
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
 use crate::api::carve::carve_claim_name;
 use crate::api::{
@@ -48,6 +49,19 @@ pub struct Carved {
     pub settling: bool,
 }
 
+/// Why the pool's claims on its parent would be out of this run's view, if they would: in a
+/// namespace other than the one it serves (`--namespace`). None is made then, and the pool's
+/// Ready condition says so.
+pub fn out_of_view(carving: &Carving, ctx: &Context) -> Option<String> {
+    let served = ctx.settings.namespace.as_deref()?;
+    (carving.claim_namespace != served).then(|| {
+        format!(
+            "its claims on the parent would be in namespace {}, which this inpool does not serve (--namespace {served}): make spec.parentPool.claimNamespace {served}",
+            carving.claim_namespace
+        )
+    })
+}
+
 /// How soon a pool whose claims on its parent are [`Carved::settling`] looks again.
 pub const RECHECK: Duration = Duration::from_secs(2);
 
@@ -60,13 +74,21 @@ pub async fn carve(pool: &PoolView, carving: &Carving, ctx: &Context) -> Result<
         prefixes: Vec::new(),
         settling: false,
     };
+    if out_of_view(carving, ctx).is_some() {
+        return Ok(carved);
+    }
     for index in 0..MAX_ADDITIONAL_SUBNETS {
         let name = carve_claim_name(key, index);
         let claim_key = ObjectKey::new(&carving.claim_namespace, &name);
         let Some(claim) = ctx.stores.claim(&claim_key) else {
             if index < wanted {
-                create_claim(&claims, pool, carving, &name, ctx).await?;
-                carved.settling = true;
+                // Made now, or already there: the cache shows it soon, unless it lacks the
+                // watch filter's label (made before the run had a filter), which it is given.
+                // A claim of that name someone else made is not touched, and not waited for.
+                carved.settling |= match create_claim(&claims, pool, carving, &name, ctx).await? {
+                    Created::Now => true,
+                    Created::Before => label_if_owned(&claims, &name, pool, ctx).await?,
+                };
             }
             continue;
         };
@@ -93,37 +115,67 @@ pub async fn carve(pool: &PoolView, carving: &Carving, ctx: &Context) -> Result<
     Ok(carved)
 }
 
-/// Deletes claim `name` if the pool owns it: the names are the pool's, but a claim someone else
-/// made under one is not deleted. Read afresh, as the claim cache keeps no owners.
+/// Whether the pool owns `claim`: the names are the pool's, but a claim someone else made under
+/// one is not the pool's to change. Read afresh, as the claim cache keeps no owners.
+fn owns(pool: &PoolView, claim: &IPAddressClaim) -> bool {
+    claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| Some(owner.uid.as_str()) == pool.uid())
+}
+
+/// Deletes claim `name` if the pool owns it.
 async fn delete_if_owned(
     claims: &Api<IPAddressClaim>,
     name: &str,
     pool: &PoolView,
 ) -> Result<(), Error> {
-    let owned = claims.get_opt(name).await?.is_some_and(|claim| {
-        claim
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|owner| Some(owner.uid.as_str()) == pool.uid())
-    });
-    if owned {
+    if claims.get_opt(name).await?.is_some_and(|c| owns(pool, &c)) {
         delete_if_present(claims, name).await?;
     }
     Ok(())
 }
 
+/// Gives claim `name`, if the pool owns it, the label of the run's `--watch-filter` when it
+/// lacks it; returns whether the claim is the pool's (and so will be seen).
+async fn label_if_owned(
+    claims: &Api<IPAddressClaim>,
+    name: &str,
+    pool: &PoolView,
+    ctx: &Context,
+) -> Result<bool, Error> {
+    let Some(claim) = claims.get_opt(name).await?.filter(|c| owns(pool, c)) else {
+        return Ok(false);
+    };
+    if let Some(value) = &ctx.settings.watch_filter
+        && claim.labels().get(WATCH_FILTER_LABEL) != Some(value)
+    {
+        let patch = serde_json::json!({"metadata": {"labels": {WATCH_FILTER_LABEL: value}}});
+        claims
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(true)
+}
+
+/// Whether [`create_claim`] made the claim or found it there.
+enum Created {
+    Now,
+    Before,
+}
+
 /// Creates claim `name` on the parent, owned by the pool, with the label of the run's
 /// `--watch-filter` if it has one (else the claim watch would never see it); one that exists
-/// already is left as it is (the cache had not seen it yet).
+/// already is left as it is.
 async fn create_claim(
     claims: &Api<IPAddressClaim>,
     pool: &PoolView,
     carving: &Carving,
     name: &str,
     ctx: &Context,
-) -> Result<(), Error> {
+) -> Result<Created, Error> {
     let labels = ctx
         .settings
         .watch_filter
@@ -144,8 +196,8 @@ async fn create_claim(
         status: None,
     };
     match claims.create(&PostParams::default(), &claim).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Ok(_) => Ok(Created::Now),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Created::Before),
         Err(e) => Err(e.into()),
     }
 }

@@ -202,7 +202,11 @@ pub fn desired_status(
         .map(|(family, (length, _))| (family, length));
     let pre_allocations = registry.pre_allocation_report(key);
     let waits_for_parent = match pool.readiness() {
-        Err(Unready::Carving(parent)) => Some(parent_wait(&registry, parent)),
+        Err(Unready::Carving(parent)) => Some(
+            pool.carving()
+                .and_then(|carving| carve::out_of_view(carving, ctx))
+                .unwrap_or_else(|| parent_wait(&registry, parent)),
+        ),
         _ => None,
     };
     drop(registry);

@@ -38,7 +38,10 @@ pub fn pool_state<P: IPPool>(pool: &P) -> Result<ParsedSpec, Unready> {
 /// the pool's (`None` for a global pool).
 ///
 /// Each carved sub-prefix is one more subnet of an IP pool (after its own addresses, as
-/// `additionalSubnets` are) or one more prefix of a prefix pool.
+/// `additionalSubnets` are) or one more prefix of a prefix pool. Its first address is never
+/// handed out, not even with `allocateReservedIPAddresses`, and a prefix pool never hands out
+/// the sub-prefix it starts: that address names the parent's hold of the whole sub-prefix (its
+/// reservation), and one name can hold one block only.
 pub fn parse_pool(
     spec: PoolSpecRef<'_>,
     status: Option<&InClusterIPPoolStatus>,
@@ -61,6 +64,7 @@ pub fn parse_pool(
     match spec {
         PoolSpecRef::Addresses(spec) => {
             let mut input = PoolSpecInput::from(spec);
+            input.excluded_addresses.extend(carved_starts(&carved));
             for &subnet in &carved {
                 let subnet = carved_subnet_input(subnet);
                 if input.addresses.is_empty() {
@@ -91,6 +95,7 @@ pub fn parse_pool(
             input
                 .prefixes
                 .extend(carved.iter().map(ToString::to_string));
+            input.excluded_prefixes.extend(carved_starts(&carved));
             let mut parsed = input.parse().map_err(invalid)?;
             parsed.set_carved(carved);
             Ok(ParsedSpec::Prefixes(parsed))
@@ -133,6 +138,11 @@ fn carved_subnets(status: Option<&InClusterIPPoolStatus>) -> Result<Vec<Subnet>,
             })
         })
         .collect()
+}
+
+/// The first address of each carved sub-prefix, as an exclusion (see [`parse_pool`]).
+fn carved_starts(carved: &[Subnet]) -> impl Iterator<Item = String> + '_ {
+    carved.iter().map(|subnet| subnet.network().to_string())
 }
 
 /// A carved sub-prefix as an IP pool's subnet: the whole sub-prefix, its length, and as gateway
@@ -237,5 +247,67 @@ pub fn queued(created: Option<&Time>, key: &ObjectKey) -> QueuedClaim {
     QueuedClaim {
         created: created.map(|t| t.0.to_string()).unwrap_or_default(),
         claim: key.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allocator::{AnyAllocator, parse_network};
+    use serde_json::json;
+
+    fn status(prefixes: &[&str]) -> InClusterIPPoolStatus {
+        let carved: Vec<_> = prefixes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| json!({"claimName": format!("c-{i}"), "prefix": p}))
+            .collect();
+        serde_json::from_value(json!({ "carvedPrefixes": carved })).unwrap()
+    }
+
+    fn parent() -> serde_json::Value {
+        json!({"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterPrefixPool",
+            "name": "p"}})
+    }
+
+    /// The lowest block each parsed pool hands out.
+    fn first_handed_out(parsed: ParsedSpec) -> IpAddr {
+        let mut allocator = AnyAllocator::new(parsed);
+        allocator.allocate_next().expect("a free block")
+    }
+
+    #[test]
+    fn the_start_of_a_carved_sub_prefix_is_never_handed_out() {
+        // A prefix pool of /64s carved a /56: its first /64 names the parent's hold.
+        let spec: InClusterPrefixPoolSpec =
+            serde_json::from_value(json!({"parentPool": parent(), "allocationPrefixLength": 64}))
+                .unwrap();
+        let parsed = parse_pool(
+            PoolSpecRef::Prefixes(&spec),
+            Some(&status(&["fd00:10::/56"])),
+            Some("ns"),
+        )
+        .unwrap();
+        assert_eq!(parsed.carved(), [parse_network("fd00:10::/56").unwrap()]);
+        assert_eq!(
+            first_handed_out(parsed),
+            "fd00:10:0:1::".parse::<IpAddr>().unwrap()
+        );
+        // An IP pool that hands out reserved addresses still keeps a carved subnet's first.
+        let spec: InClusterIPPoolSpec = serde_json::from_value(
+            json!({"parentPool": parent(), "allocateReservedIPAddresses": true}),
+        )
+        .unwrap();
+        let parsed = parse_pool(
+            PoolSpecRef::Addresses(&spec),
+            Some(&status(&["10.20.0.0/26"])),
+            Some("ns"),
+        )
+        .unwrap();
+        // .0 names the parent's hold, .1 is the gateway.
+        assert_eq!(
+            first_handed_out(parsed),
+            "10.20.0.2".parse::<IpAddr>().unwrap()
+        );
     }
 }

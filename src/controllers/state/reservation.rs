@@ -22,33 +22,23 @@ use crate::api::Name;
 use crate::api::{ObjectKey, PoolKey, PoolKind, Scope};
 use crate::controllers::state::{HoldRecord, Holder};
 
-/// The reservation's name: the address (IPv4 as `10-0-0-5`, IPv6 as eight 4-digit hex groups),
-/// the length of the block held when it is `nested` (`.64`), and the scope (`.ns.<namespace>` or
-/// `.cluster`). The parts are unambiguous: the address has a fixed shape, a length is a number,
-/// and a namespace is a DNS label, so `ns.<namespace>` never equals `cluster`.
-///
-/// A hold is `nested` when it starts where a sub-prefix carved for its pool starts (see
-/// [`crate::controllers::state::Registry::starts_carved`]): the parent's hold of that sub-prefix
-/// has the plain name of the same address, in the same scope, and both must exist. Every holder
-/// of a nested block computes the same name, so the API server still refuses a second one.
-pub fn reservation_name(scope: &Scope, ip: IpAddr, nested: Option<u8>) -> String {
+/// The reservation's name: the address (IPv4 as `10-0-0-5`, IPv6 as eight 4-digit hex groups)
+/// and the scope (`.ns.<namespace>` or `.cluster`). Both parts are unambiguous: a namespace is a
+/// DNS label, so `ns.<namespace>` never equals `cluster`.
+pub fn reservation_name(scope: &Scope, ip: IpAddr) -> String {
     let address = match ip {
         IpAddr::V4(v4) => v4.octets().map(|o| o.to_string()).join("-"),
         IpAddr::V6(v6) => v6.segments().map(|s| format!("{s:04x}")).join("-"),
     };
-    let length = nested
-        .map(|length| format!(".{length}"))
-        .unwrap_or_default();
     match scope {
-        Scope::Namespace(ns) => format!("{address}{length}.ns.{ns}"),
-        Scope::Cluster => format!("{address}{length}.cluster"),
+        Scope::Namespace(ns) => format!("{address}.ns.{ns}"),
+        Scope::Cluster => format!("{address}.cluster"),
     }
 }
 
 /// A reservation of `ip` in `scope` for the claim `claim` (with its UID: a claim deleted and
 /// created again under the same name is another claim); in a prefix pool, of the sub-prefix of
-/// `length` from `ip` on; `nested` at the start of a sub-prefix carved for the pool (see
-/// [`reservation_name`]).
+/// `length` from `ip` on.
 pub fn new_reservation(
     scope: &Scope,
     pool: &PoolKey,
@@ -56,10 +46,9 @@ pub fn new_reservation(
     claim_uid: Option<String>,
     ip: IpAddr,
     length: u8,
-    nested: bool,
 ) -> IPAddressReservation {
     let mut reservation = IPAddressReservation::new(
-        &reservation_name(scope, ip, nested.then_some(length)),
+        &reservation_name(scope, ip),
         IPAddressReservationSpec {
             address: crate::allocator::canonical(ip),
             pool_kind: pool.kind.name().to_string(),
@@ -163,15 +152,11 @@ mod tests {
     fn names_encode_address_and_scope() {
         let ns = Scope::Namespace("default".into());
         assert_eq!(
-            reservation_name(&ns, "10.0.0.5".parse().unwrap(), None),
+            reservation_name(&ns, "10.0.0.5".parse().unwrap()),
             "10-0-0-5.ns.default"
         );
         assert_eq!(
-            reservation_name(&ns, "10.0.0.0".parse().unwrap(), Some(32)),
-            "10-0-0-0.32.ns.default"
-        );
-        assert_eq!(
-            reservation_name(&Scope::Cluster, "2001:db8::5".parse().unwrap(), None),
+            reservation_name(&Scope::Cluster, "2001:db8::5".parse().unwrap()),
             "2001-0db8-0000-0000-0000-0000-0000-0005.cluster"
         );
     }
@@ -181,7 +166,7 @@ mod tests {
         let pool = PoolKey::in_cluster("ns", "pool");
         let claim = ObjectKey::new("ns", "claim");
         let ip: IpAddr = "10.1.2.3".parse().unwrap();
-        let mut reservation = new_reservation(&pool.scope(), &pool, &claim, None, ip, 32, false);
+        let mut reservation = new_reservation(&pool.scope(), &pool, &claim, None, ip, 32);
         assert!(!reservation.is_released());
         let until: Timestamp = "2026-11-30T12:00:05Z".parse().unwrap();
         let patch = release_patch(until);
@@ -201,7 +186,7 @@ mod tests {
         assert!(reservation.is_released());
         assert_eq!(reservation.reusable_after(), Some(until));
         let created_released = released(
-            new_reservation(&pool.scope(), &pool, &claim, None, ip, 32, false),
+            new_reservation(&pool.scope(), &pool, &claim, None, ip, 32),
             until,
         );
         assert_eq!(
@@ -231,7 +216,6 @@ mod tests {
             Some("uid-1".into()),
             ip,
             32,
-            false,
         ))
         .unwrap();
         assert_eq!(
@@ -251,16 +235,8 @@ mod tests {
         let pool = PoolKey::in_cluster("ns", "pool");
         let key = ObjectKey::new("ns", "claim");
         let ip: IpAddr = "10.1.2.3".parse().unwrap();
-        let with_uid = new_reservation(
-            &pool.scope(),
-            &pool,
-            &key,
-            Some("uid-1".into()),
-            ip,
-            32,
-            false,
-        );
-        let without_uid = new_reservation(&pool.scope(), &pool, &key, None, ip, 32, false);
+        let with_uid = new_reservation(&pool.scope(), &pool, &key, Some("uid-1".into()), ip, 32);
+        let without_uid = new_reservation(&pool.scope(), &pool, &key, None, ip, 32);
         assert!(records_claim(&with_uid, "ns", "claim", Some("uid-1")));
         assert!(
             records_claim(&without_uid, "ns", "claim", Some("uid-1")),
@@ -283,7 +259,6 @@ mod tests {
             None,
             ip,
             32,
-            false,
         );
         assert!(!records_claim(&other, "ns", "claim", Some("uid-1")));
     }

@@ -74,11 +74,13 @@ pub fn violations(s: &Snapshot) -> Vec<String> {
     // pools carved from a parent (see `nests`). Sorted by first address, the larger block first,
     // each block is checked against every open block that contains it.
     let mut blocks: Vec<Held> = live_addresses.iter().filter_map(|a| Held::of(a)).collect();
+    // Of two equal blocks, a claim on a parent's first: it is the one that may hold the other.
     blocks.sort_by_key(|b| {
         (
             b.block.family(),
             b.block.first(),
             std::cmp::Reverse(b.block.len()),
+            b.carves_for.is_none(),
         )
     });
     let mut open: Vec<&Held> = Vec::new();
@@ -96,17 +98,23 @@ pub fn violations(s: &Snapshot) -> Vec<String> {
         }
         open.push(held);
     }
-    // A pool carved from a parent hands out nothing outside what it holds now, and lives as long
-    // as its claims on the parent (their owner): no sub-prefix stays held for a pool that is gone.
+    // A pool carved from a parent hands out nothing outside the sub-prefixes held for it (a
+    // sub-prefix let go stays held while an address of it is out), and lives as long as its
+    // claims on the parent (their owner): no sub-prefix stays held for a pool that is gone.
     for a in &live_addresses {
         let Some(pool) = s.pools.iter().find(|p| {
             a.spec.pool_ref.kind == "InClusterIPPool" && p.name_any() == a.spec.pool_ref.name
         }) else {
             continue;
         };
-        let inside = range_of(pool)
-            .zip(a.spec.address.parse::<IpAddr>().ok())
-            .is_some_and(|(range, ip)| range.contains(ip));
+        let Ok(ip) = a.spec.address.parse::<IpAddr>() else {
+            continue;
+        };
+        let pool_key = ("InClusterIPPool".to_string(), pool.name_any());
+        let inside = range_of(pool).is_some_and(|range| range.contains(ip))
+            || blocks
+                .iter()
+                .any(|b| b.carves_for.as_ref() == Some(&pool_key) && b.block.contains(ip));
         if pool.spec.parent_pool.is_some() && !inside {
             found.push(format!(
                 "IPAddress {} ({}) lies outside what its carved pool {} holds",

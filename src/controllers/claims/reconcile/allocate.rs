@@ -77,16 +77,7 @@ impl Placing<'_> {
         scope: &Scope,
     ) -> (String, Result<(), kube::Error>) {
         let length = held_length(self.ctx, self.pool, ip);
-        let nested = self.ctx.registry().starts_carved(self.pool, ip);
-        let reservation = new_reservation(
-            scope,
-            self.pool,
-            self.key,
-            self.claim.uid(),
-            ip,
-            length,
-            nested,
-        );
+        let reservation = new_reservation(scope, self.pool, self.key, self.claim.uid(), ip, length);
         let name = reservation.name_any();
         let reservations: Api<IPAddressReservation> = Api::all(self.ctx.client.clone());
         let created = reservations.create(&create_params(), &reservation).await;

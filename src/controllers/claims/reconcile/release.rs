@@ -170,15 +170,9 @@ async fn keep_unreserved(
     let Ok(ip) = address.spec.address.parse::<IpAddr>() else {
         return Ok(());
     };
-    let (scope, nested) = {
-        let registry = ctx.registry();
-        (
-            registry.reservation_scope(pool, ip),
-            registry.starts_carved(pool, ip),
-        )
-    };
+    let scope = ctx.registry().reservation_scope(pool, ip);
     let length = held_length(ctx, pool, ip);
-    let reservation = new_reservation(&scope, pool, key, claim.uid(), ip, length, nested);
+    let reservation = new_reservation(&scope, pool, key, claim.uid(), ip, length);
     if held.contains(&reservation.name_any()) {
         return Ok(());
     }

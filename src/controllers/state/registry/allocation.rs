@@ -237,13 +237,4 @@ impl Registry {
             pool.scope()
         }
     }
-
-    /// Whether `ip` starts a sub-prefix carved for `pool` from its parent, whose hold of that
-    /// sub-prefix is named after the same address: the pool's hold there gets a nested name
-    /// (see [`crate::controllers::state::reservation::reservation_name`]).
-    pub fn starts_carved(&self, pool: &PoolKey, ip: IpAddr) -> bool {
-        self.pools
-            .get(pool)
-            .is_some_and(|entry| entry.carved.iter().any(|subnet| subnet.network() == ip))
-    }
 }

@@ -126,15 +126,21 @@ impl PoolEntry {
                 && !self.is_carved_for_it(record))
     }
 
-    /// Whether `record` is a hold covering a whole subnet carved for this pool: the parent's hold
-    /// of it, or, down a chain of carved pools (a /48 → its /56 → a /64), an ancestor's hold of
-    /// the sub-prefix that the parent itself carved. Only the chain holds such a block among
-    /// pools that meet: the API server lets one holder have an address at a time.
+    /// Whether `record` is a claim on a parent covering a whole subnet carved for this pool: the
+    /// parent's hold of it, or, down a chain of carved pools (a /48 → its /56 → a /64), an
+    /// ancestor's hold of the sub-prefix the parent itself carved. Only claims that carve (see
+    /// [`crate::api::carve`]) are such holds; any other hold that meets the pool uses it.
     pub(super) fn is_carved_for_it(&self, record: &HoldRecord) -> bool {
+        let carves = record
+            .holder
+            .claim()
+            .is_some_and(|claim| crate::api::carve::carving_pool(claim).is_some());
         let held = record.block();
-        self.carved
-            .iter()
-            .any(|subnet| held.contains_range(subnet.range()))
+        carves
+            && self
+                .carved
+                .iter()
+                .any(|subnet| held.contains_range(subnet.range()))
     }
 
     /// Whether `range` lies inside a subnet carved for this pool from a parent.
