@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use crate::allocator::{
-    ParsedSpec, PoolSpecInput, PreAllocationInput, PrefixPoolSpecInput, SpecErrors, Subnet,
+    Field, ParsedSpec, PoolSpecInput, PreAllocationInput, PrefixPoolSpecInput, SpecErrors, Subnet,
     SubnetInput, parse_network,
 };
 use crate::api::ObjectKey;
@@ -47,8 +47,17 @@ pub fn parse_pool(
     status: Option<&InClusterIPPoolStatus>,
     namespace: Option<&str>,
 ) -> Result<ParsedSpec, Unready> {
-    let invalid = |errors: SpecErrors| Unready::Invalid(errors.to_string());
     let carved = carved_subnets(status)?;
+    // The carved sub-prefixes are parsed as entries after the spec's own: an error may name
+    // one by the position it takes there, which the message then tells.
+    let invalid = |errors: SpecErrors, first_carved: &str| {
+        Unready::Invalid(match carved.is_empty() {
+            true => errors.to_string(),
+            false => format!(
+                "{errors} ({first_carved} and on are status.carvedPrefixes, carved from spec.parentPool)"
+            ),
+        })
+    };
     if let Some(parent) = spec.parent_pool()
         && !spec.has_own_range()
         && carved.is_empty()
@@ -75,7 +84,11 @@ pub fn parse_pool(
                     input.additional_subnets.push(subnet);
                 }
             }
-            let mut parsed = input.parse().map_err(invalid)?;
+            let first_carved = match spec.addresses.is_empty() {
+                true => "spec.addresses".to_string(),
+                false => format!("spec.{}", Field::Subnet(spec_subnets(spec))),
+            };
+            let mut parsed = input.parse().map_err(|e| invalid(e, &first_carved))?;
             parsed.set_carved(carved);
             Ok(ParsedSpec::Addresses(parsed))
         }
@@ -96,7 +109,8 @@ pub fn parse_pool(
                 .prefixes
                 .extend(carved.iter().map(ToString::to_string));
             input.excluded_prefixes.extend(carved_starts(&carved));
-            let mut parsed = input.parse().map_err(invalid)?;
+            let first_carved = format!("spec.prefixes[{}]", spec.prefixes.len());
+            let mut parsed = input.parse().map_err(|e| invalid(e, &first_carved))?;
             parsed.set_carved(carved);
             Ok(ParsedSpec::Prefixes(parsed))
         }
@@ -138,6 +152,11 @@ fn carved_subnets(status: Option<&InClusterIPPoolStatus>) -> Result<Vec<Subnet>,
             })
         })
         .collect()
+}
+
+/// How many `additionalSubnets` the spec writes.
+fn spec_subnets(spec: &InClusterIPPoolSpec) -> usize {
+    spec.additional_subnets.as_ref().map_or(0, Vec::len)
 }
 
 /// The first address of each carved sub-prefix, as an exclusion (see [`parse_pool`]).
@@ -308,6 +327,28 @@ mod tests {
         assert_eq!(
             first_handed_out(parsed),
             "10.20.0.2".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn an_error_about_a_carved_prefix_says_it_is_one() {
+        let spec: InClusterPrefixPoolSpec = serde_json::from_value(json!({
+            "prefixes": ["fd00:20::/48"], "parentPool": parent(), "allocationPrefixLength": 64,
+        }))
+        .unwrap();
+        let Err(Unready::Invalid(message)) = parse_pool(
+            PoolSpecRef::Prefixes(&spec),
+            Some(&status(&["10.20.0.0/26"])),
+            Some("ns"),
+        ) else {
+            panic!("an IPv4 prefix carved for an IPv6 pool");
+        };
+        assert!(
+            message.contains("spec.prefixes[1]")
+                && message.ends_with(
+                    "(spec.prefixes[1] and on are status.carvedPrefixes, carved from spec.parentPool)"
+                ),
+            "{message}"
         );
     }
 }
