@@ -1961,7 +1961,8 @@ async fn measure_scenario(
     Ok(run)
 }
 
-/// Deletes the canary claim, then every pool, and waits (60 s) until they are gone.
+/// Deletes the canary claim, then every pool, and waits (60 s, more for carved pools) until they
+/// are gone.
 async fn tear_down(client: &Client, scenario: &Scenario) -> anyhow::Result<Option<String>> {
     let ns = scenario.namespace.as_str();
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
@@ -1976,6 +1977,17 @@ async fn tear_down(client: &Client, scenario: &Scenario) -> anyhow::Result<Optio
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let prefix_pools: Api<InClusterPrefixPool> = Api::namespaced(client.clone(), ns);
+    // A carved pool goes once its sub-prefix is released (the claim on the parent deleted, its
+    // reservation and IPAddress with it: about 8 requests), and the parent once the last one
+    // is: 1,000 of them took more than 60 s here.
+    let deadline = match scenario.carving {
+        Some(Carving::FromParent) => {
+            Instant::now()
+                + Duration::from_secs(60)
+                + Duration::from_millis(200) * scenario.pools as u32
+        }
+        _ => deadline,
+    };
     pools
         .delete_collection(&dp, &ListParams::default())
         .await
