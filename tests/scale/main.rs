@@ -9,7 +9,8 @@
 //! The full run with timings is `cargo run --release --bin scale`.
 //!
 //! It runs the global-pools scenario small too: 120 claims from 3 namespaces over 4
-//! `GlobalInClusterIPPool`s, with the same end-state checks.
+//! `GlobalInClusterIPPool`s, with the same end-state checks; and the carved side of the
+//! carved-pools comparison: 60 claims over 6 pools that each carve a /26 from one parent.
 //!
 //! It runs the reference provider v1.1.0 through the harness too, as `scale --with-reference`
 //! does: 100 claims realised distinct and released, and its writes per claim.
@@ -82,6 +83,7 @@ async fn claims_of_three_namespaces_on_shared_global_pools_are_realised_distinct
         at_size: atsize::Plan::default(),
         shared_by_namespaces: Some(3),
         pre_allocations: 0,
+        carving: None,
     };
     let (run, log_dir) = run_on_the_test_plane(&scenario).await;
     assert_end_state(&run, POOLS * PER_POOL);
@@ -100,6 +102,45 @@ async fn claims_of_three_namespaces_on_shared_global_pools_are_realised_distinct
             run.writes_per_claim_by_resource
         );
     }
+    let _ = std::fs::remove_dir_all(&log_dir);
+}
+
+/// The harness's carved-pools side (`scale --carved`) small: 6 `InClusterIPPool`s made on the
+/// clock, each carving a /26 from one parent prefix pool, 10 claims on each. Every claim Ready
+/// with its own address inside its pool's carved /26, the /26s apart from each other, inside the
+/// parent and each held from it by one of its `IPAddress`es; nothing of the claims left after
+/// the release. Few enough pools that their status is never paced (`FEW_POOLS`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_on_pools_carved_from_one_parent_get_addresses_inside_their_pools_sub_prefix() {
+    const POOLS: usize = 6;
+    const PER_POOL: usize = 10;
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let scenario = harness::Scenario {
+        name: "carved".into(),
+        namespace: "scale-test-carved".into(),
+        pools: POOLS,
+        claims_per_pool: PER_POOL,
+        concurrency: 16,
+        timeout: Duration::from_secs(300),
+        settle: false,
+        sub_prefixes: None,
+        at_size: atsize::Plan::default(),
+        shared_by_namespaces: None,
+        pre_allocations: 0,
+        carving: Some(harness::Carving::FromParent),
+    };
+    let (run, log_dir) = run_on_the_test_plane(&scenario).await;
+    assert_end_state(&run, POOLS * PER_POOL);
+    let correctness = run.correctness.as_ref().expect("checked");
+    assert_eq!(
+        correctness.pool_subnets_apart,
+        Some(POOLS),
+        "pools whose carved /26 is apart from the others, inside the parent and held from it"
+    );
+    assert!(
+        run.seconds_to_pools_ready.is_some(),
+        "the pools were made on the clock and all became Ready"
+    );
     let _ = std::fs::remove_dir_all(&log_dir);
 }
 
@@ -129,6 +170,7 @@ async fn the_reference_provider_realises_and_releases_claims_in_the_harness() {
         at_size: atsize::Plan::default(),
         shared_by_namespaces: None,
         pre_allocations: 0,
+        carving: None,
     };
     let provider = process::ProviderSpec::reference(&binary);
     let (run, log_dir) = run_provider_on_the_test_plane(&provider, &scenario).await;
@@ -272,6 +314,7 @@ async fn realise_and_release(
         },
         shared_by_namespaces: None,
         pre_allocations,
+        carving: None,
     };
     let (run, log_dir) = run_on_the_test_plane(&scenario).await;
 

@@ -1,5 +1,6 @@
 //! The scale harness's engine: the floor (an ideal provider that only writes), the provider
-//! scenarios (N claims in M pools against a provider process), the Ready tracker (a watch, not
+//! scenarios (N claims in M pools against a provider process; M pools carved from one parent
+//! against M with their subnets in their specs: [`Carving`]), the Ready trackers (watches, not
 //! polling), and the end-of-run correctness check. Used by `src/bin/scale/` (the full run)
 //! and `tests/scale/main.rs` (N = 200, correctness only).
 
@@ -17,7 +18,7 @@ use inpool::api::{
     GlobalInClusterIPPoolSpec, IPAM_GROUP, IPAddress, IPAddressClaim, IPAddressClaimReference,
     IPAddressClaimSpec, IPAddressSpec, IPPool, IPPoolReference, InClusterIPPool,
     InClusterIPPoolSpec, InClusterPrefixPool, InClusterPrefixPoolSpec, MAX_PRE_ALLOCATIONS,
-    POOL_VERSION, PoolKind, PreAllocation, READY_CONDITION, REASON_ADDRESS_ALLOCATED,
+    POOL_VERSION, ParentPool, PoolKind, PreAllocation, READY_CONDITION, REASON_ADDRESS_ALLOCATED,
     claim_status_patch, claim_status_with_ready,
 };
 use ipnet::IpNet;
@@ -87,7 +88,33 @@ pub struct Scenario {
     /// They are spread over the claims and their addresses over the pool (see
     /// [`Scenario::pre_allocated`]); the claims are created in the usual order.
     pub pre_allocations: usize,
+    /// `Some(_)`: one side of the carved-pools comparison (see [`Carving`]). `None`: the pools
+    /// are made before the provider starts, each with its subnet in its spec ([`pool_net`]).
+    pub carving: Option<Carving>,
 }
+
+/// The carved-pools comparison: namespaced `InClusterIPPool`s of one IPv4 /26
+/// ([`CARVED_LENGTH`]) each, whose two sides differ only in how a pool gets its /26. On both, the
+/// pools are made once the clock runs (as the claims, `concurrency` at a time) and the claims
+/// are created once every pool is `Ready`: a pool's carving is part of what is measured, and no
+/// claim waits on a pool that is not ready yet (which would cost it a status write and an Event
+/// of its own, neither of them the carving's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Carving {
+    /// Pool `j`'s /26 written in its spec (`10.0.0.0/26` + `j`, see [`Scenario::net`]), with the
+    /// gateway a carved pool gets (its network address + 1).
+    Literal,
+    /// Every pool names one `InClusterPrefixPool`, [`PARENT`] (all of [`PARENT_PREFIX`], handing
+    /// out /26s, made before the provider starts), in `spec.parentPool` with 1 sub-prefix.
+    FromParent,
+}
+
+/// The parent of the carved pools: its name and prefix, and the length it hands out.
+pub const PARENT: &str = "parent";
+pub const PARENT_PREFIX: &str = "10.0.0.0/8";
+pub const CARVED_LENGTH: u8 = 26;
+/// Addresses a claim may get in a /26: 64 less the network, broadcast and gateway addresses.
+const CARVED_HOSTS: usize = 61;
 
 impl Scenario {
     pub fn total(&self) -> usize {
@@ -122,23 +149,36 @@ impl Scenario {
         }
     }
 
-    /// `1 pool`, `10 pools`, `200 global pools`.
+    /// `1 pool`, `10 pools`, `200 global pools`, `1000 pools (carved)`.
     fn pools_text(&self) -> String {
-        match self.shared_by_namespaces {
-            None => pools_text(self.pools),
-            Some(_) => format!("{} global pools", self.pools),
+        match (self.shared_by_namespaces, self.carving) {
+            (Some(_), _) => format!("{} global pools", self.pools),
+            (None, Some(Carving::Literal)) => {
+                format!("{} (/{CARVED_LENGTH} in spec)", pools_text(self.pools))
+            }
+            (None, Some(Carving::FromParent)) => format!("{} (carved)", pools_text(self.pools)),
+            (None, None) => pools_text(self.pools),
         }
     }
 
-    /// What pool `j` hands out from: its subnet, or for a prefix pool the /48 `fd01:j::/48`.
+    /// What pool `j` hands out from: its subnet, for a prefix pool the /48 `fd01:j::/48`, and
+    /// for the carved-pools comparison the `j`-th /26 of `10.0.0.0/8` (what a pool carved from
+    /// the parent gets is read from its status instead: [`carved_nets`]).
     fn net(&self, j: usize) -> IpNet {
-        match self.sub_prefixes {
-            Some(_) => IpNet::new(
+        match (self.sub_prefixes, self.carving) {
+            (Some(_), _) => IpNet::new(
                 IpAddr::V6(Ipv6Addr::new(0xfd01, j as u16, 0, 0, 0, 0, 0, 0)),
                 48,
             )
             .expect("valid /48"),
-            None => pool_net(j, self.pools, self.claims_per_pool),
+            (None, Some(_)) => IpNet::new(
+                IpAddr::V4(Ipv4Addr::from(
+                    u32::from(Ipv4Addr::new(10, 0, 0, 0)) + ((j as u32) << (32 - CARVED_LENGTH)),
+                )),
+                CARVED_LENGTH,
+            )
+            .expect("valid /26"),
+            (None, None) => pool_net(j, self.pools, self.claims_per_pool),
         }
     }
 
@@ -164,6 +204,23 @@ impl Scenario {
 
     /// Why the scenario cannot run as written, if it cannot.
     fn refuse(&self) -> Option<String> {
+        if self.carving.is_some() {
+            let namespaced_ip_pools = self.sub_prefixes.is_none()
+                && self.shared_by_namespaces.is_none()
+                && self.pre_allocations == 0;
+            if !namespaced_ip_pools {
+                return Some(
+                    "carved pools are namespaced IP pools, without pre-allocations".into(),
+                );
+            }
+            // The literal /26s are those of 10.0.0.0/8, as the carved ones.
+            if self.pools > 1 << (CARVED_LENGTH - 8) || self.claims_per_pool > CARVED_HOSTS {
+                return Some(format!(
+                    "carved pools: at most {} pools of at most {CARVED_HOSTS} claims (a /{CARVED_LENGTH} each)",
+                    1 << (CARVED_LENGTH - 8)
+                ));
+            }
+        }
         let one_ip_pool =
             self.pools == 1 && self.sub_prefixes.is_none() && self.shared_by_namespaces.is_none();
         if self.pre_allocations > 0 && !one_ip_pool {
@@ -180,6 +237,13 @@ impl Scenario {
 
     /// Creates pool `j` of the scenario.
     async fn create_pool(&self, client: &Client, ns: &str, j: usize) -> anyhow::Result<IpNet> {
+        self.post_pool(client, ns, j)
+            .await
+            .with_context(|| format!("creating pool {}", pool_name(j)))
+    }
+
+    /// Creates pool `j` of the scenario: the API's answer, to retry on.
+    async fn post_pool(&self, client: &Client, ns: &str, j: usize) -> Result<IpNet, kube::Error> {
         let net = self.net(j);
         let created = match self.sub_prefixes {
             Some(length) => {
@@ -205,8 +269,30 @@ impl Scenario {
                     .await
                     .map(drop)
             }
+            None if self.carving == Some(Carving::FromParent) => {
+                let mut spec = InClusterIPPoolSpec::new(Vec::<String>::new(), 0);
+                spec.parent_pool = Some(ParentPool {
+                    pool_ref: IPPoolReference::new(
+                        IPAM_GROUP,
+                        PoolKind::InClusterPrefix.name(),
+                        PARENT,
+                    ),
+                    sub_prefixes: Some(1),
+                    claim_namespace: String::new(),
+                });
+                Api::<InClusterIPPool>::namespaced(client.clone(), ns)
+                    .create(
+                        &PostParams::default(),
+                        &InClusterIPPool::new(&pool_name(j), spec),
+                    )
+                    .await
+                    .map(drop)
+            }
             None => {
                 let mut pool = pool_object(&pool_name(j), &net);
+                if self.carving == Some(Carving::Literal) {
+                    pool.spec.gateway = Some(nth_host(&net, 0).to_string());
+                }
                 if self.pre_allocations > 0 {
                     pool.spec.pre_allocations = Some(
                         self.pre_allocated()
@@ -221,7 +307,7 @@ impl Scenario {
                     .map(drop)
             }
         };
-        created.with_context(|| format!("creating pool {}", pool_name(j)))?;
+        created?;
         Ok(net)
     }
 
@@ -334,6 +420,10 @@ pub struct Correctness {
     pub orphan_addresses: usize,
     /// Pre-allocated claims that hold exactly their entry's address.
     pub pre_allocations_honoured: usize,
+    /// The carved-pools comparison: the pools whose /26 overlaps no other pool's and, when
+    /// carved, lies inside the parent and is held from it by exactly one `IPAddress` of the
+    /// parent (`None` for other scenarios).
+    pub pool_subnets_apart: Option<usize>,
     /// After deleting every claim: what was left of them.
     pub left_after_release: Option<Leftovers>,
     /// The first problems found (empty when `ok`).
@@ -376,7 +466,10 @@ pub struct Run {
     /// writes, CPU and memory of the run are counted up to then, so that pool status writes the
     /// pacing held back are counted too.
     pub seconds_to_pool_status: Option<f64>,
-    /// How long the harness took to create all claims.
+    /// From the first create until every pool of the scenario was `Ready=True` (the
+    /// carved-pools comparison only, whose pools are made once the clock runs).
+    pub seconds_to_pools_ready: Option<f64>,
+    /// How long the harness took to create all claims (and the pools made once the clock runs).
     pub seconds_to_create: f64,
     pub claims_per_second: f64,
     /// This run's claims/s against the floor's claims/s (1.0 = as fast as the floor; 2.0 = twice
@@ -624,6 +717,115 @@ impl ReadyTracker {
     }
 }
 
+/// Watches the scenario's `InClusterIPPool`s (`pool-…`) of a namespace and records when each is
+/// first `Ready=True`: for a pool carved from a parent, once it holds its sub-prefix.
+pub struct PoolTracker {
+    state: Arc<Mutex<TrackState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PoolTracker {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn pool_ready(pool: &InClusterIPPool) -> bool {
+    pool.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == READY_CONDITION))
+        .is_some_and(|c| c.status == "True")
+}
+
+impl PoolTracker {
+    /// Starts the watch and waits for its initial list.
+    async fn start(client: &Client, namespace: &str) -> anyhow::Result<PoolTracker> {
+        let api: Api<InClusterIPPool> = Api::namespaced(client.clone(), namespace);
+        let state = Arc::new(Mutex::new(TrackState::default()));
+        let task = {
+            let state = state.clone();
+            tokio::spawn(async move {
+                let config = watcher::Config::default();
+                let mut events = watcher::watcher(api, config).default_backoff().boxed();
+                while let Some(event) = events.next().await {
+                    let now = Instant::now();
+                    let mut state = state.lock().expect("tracker lock");
+                    match event {
+                        Ok(Event::Apply(pool)) | Ok(Event::InitApply(pool)) => {
+                            let name = pool.name_any();
+                            if name.starts_with("pool-") && pool_ready(&pool) {
+                                state.ready.entry(name).or_insert(now);
+                            }
+                        }
+                        Ok(Event::InitDone) => state.synced = true,
+                        Ok(_) => {}
+                        Err(_) => state.watch_errors += 1,
+                    }
+                }
+            })
+        };
+        let tracker = PoolTracker { state, task };
+        let deadline = Instant::now() + LIST_TIMEOUT;
+        while !tracker.state.lock().expect("tracker lock").synced {
+            if Instant::now() > deadline {
+                bail!("the pool watch did not list within {LIST_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(tracker)
+    }
+
+    /// When the last pool was first seen Ready (now, if none was).
+    fn last_ready(&self) -> Instant {
+        let state = self.state.lock().expect("tracker lock");
+        state
+            .ready
+            .values()
+            .max()
+            .copied()
+            .unwrap_or_else(Instant::now)
+    }
+
+    /// Waits until `expected` pools are Ready, printing progress.
+    async fn wait_all(
+        &self,
+        t0: Instant,
+        expected: usize,
+        timeout: Duration,
+        what: &str,
+        alive: &mut dyn FnMut() -> Option<String>,
+    ) -> anyhow::Result<()> {
+        let start = Instant::now();
+        let mut last_print = Instant::now();
+        loop {
+            let (ready, errors) = {
+                let state = self.state.lock().expect("tracker lock");
+                (state.ready.len(), state.watch_errors)
+            };
+            if ready >= expected {
+                return Ok(());
+            }
+            if let Some(why) = alive() {
+                bail!("{what}: {ready}/{expected} pools Ready, then {why}");
+            }
+            if start.elapsed() > timeout {
+                bail!(
+                    "{what}: only {ready}/{expected} pools Ready after {timeout:?}; watch errors: {errors}"
+                );
+            }
+            if last_print.elapsed() > Duration::from_secs(10) {
+                eprintln!(
+                    "  {what}: {ready}/{expected} pools Ready {:.0} s after the first create",
+                    t0.elapsed().as_secs_f64()
+                );
+                last_print = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Requests with retries
 
@@ -717,6 +919,61 @@ pub(crate) async fn delete_namespace(
         }
     }
     Ok(())
+}
+
+/// Creates the carved pools' parent in `ns`: [`PARENT_PREFIX`] handing out /[`CARVED_LENGTH`]s.
+async fn create_parent(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let mut spec = InClusterPrefixPoolSpec::new([PARENT_PREFIX]);
+    spec.allocation_prefix_length = Some(i32::from(CARVED_LENGTH));
+    Api::<InClusterPrefixPool>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &InClusterPrefixPool::new(PARENT, spec),
+        )
+        .await
+        .context("creating the parent pool")?;
+    Ok(())
+}
+
+/// Creates the scenario's pools, `concurrency` at a time (as the claims).
+async fn make_pools(client: &Client, scenario: &Scenario, retries: &Retries) -> anyhow::Result<()> {
+    let ns = scenario.namespace.as_str();
+    futures::stream::iter(0..scenario.pools)
+        .map(|j| async move {
+            with_retries(retries, &format!("creating pool {}", pool_name(j)), || {
+                scenario.post_pool(client, ns, j)
+            })
+            .await
+        })
+        .buffer_unordered(scenario.concurrency.max(1))
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(())
+}
+
+/// The sub-prefix each carved pool holds (`status.carvedPrefixes`), by pool index.
+async fn carved_nets(client: &Client, scenario: &Scenario) -> anyhow::Result<Vec<IpNet>> {
+    let api: Api<InClusterIPPool> = Api::namespaced(client.clone(), &scenario.namespace);
+    let pools = list_paged(&api, &ListParams::default()).await?;
+    let by_name: HashMap<String, &InClusterIPPool> =
+        pools.iter().map(|p| (p.name_any(), p)).collect();
+    (0..scenario.pools)
+        .map(|j| {
+            let name = pool_name(j);
+            let carved = by_name
+                .get(&name)
+                .and_then(|p| p.status.as_ref()?.carved_prefixes.as_ref()?.first());
+            let Some(carved) = carved else {
+                bail!("pool {name} is Ready with no carved prefix in its status");
+            };
+            carved
+                .prefix
+                .parse::<IpNet>()
+                .with_context(|| format!("pool {name} carved `{}`", carved.prefix))
+        })
+        .collect()
 }
 
 /// Creates an `InClusterIPPool` of all of `net` in `ns`.
@@ -855,6 +1112,7 @@ fn measure(
     before: &Snapshot,
     after: &Snapshot,
     created_done: Instant,
+    harness_pools: usize,
 ) {
     let claims = names.len();
     let last_ready = names
@@ -878,14 +1136,21 @@ fn measure(
     let harness_creates = delta
         .count("POST", "ipaddressclaims", "")
         .min(claims as f64);
+    // Nor are its creates of the pools it made once the clock ran.
+    let harness_pool_creates = delta
+        .count("POST", "inclusterippools", "")
+        .min(harness_pools as f64);
     let mut buckets = delta.writes_by_bucket();
-    if let Some(c) = buckets.get_mut("claims") {
-        *c -= harness_creates;
-        if *c <= 0.0 {
-            buckets.remove("claims");
+    for (bucket, harness) in [("claims", harness_creates), ("pools", harness_pool_creates)] {
+        if let Some(c) = buckets.get_mut(bucket) {
+            *c -= harness;
+            if *c <= 0.0 {
+                buckets.remove(bucket);
+            }
         }
     }
-    run.writes_per_claim = (delta.writes() - harness_creates) / claims.max(1) as f64;
+    run.writes_per_claim =
+        (delta.writes() - harness_creates - harness_pool_creates) / claims.max(1) as f64;
     run.writes_per_claim_by_resource = per_claim(buckets, claims);
     run.write_ms_per_claim_by_resource = per_claim(
         after
@@ -1024,6 +1289,7 @@ pub async fn run_floor(
         &before,
         &after,
         created_done,
+        0,
     );
     run.harness_retries = retries.get();
     drop(tracker);
@@ -1263,8 +1529,15 @@ pub async fn run_scenario(
     }
     let pools: Api<InClusterIPPool> = Api::namespaced(client.clone(), ns);
     let mut nets = Vec::new();
-    for j in 0..scenario.pools {
-        nets.push(scenario.create_pool(client, ns, j).await?);
+    match scenario.carving {
+        // Made once the clock runs (`measure_scenario`).
+        Some(Carving::Literal) => {}
+        Some(Carving::FromParent) => create_parent(client, ns).await?,
+        None => {
+            for j in 0..scenario.pools {
+                nets.push(scenario.create_pool(client, ns, j).await?);
+            }
+        }
     }
     // The canary proves the provider is up and its caches are synced before the clock starts.
     let canary_net: IpNet = "192.168.255.0/24".parse().expect("valid CIDR");
@@ -1466,6 +1739,10 @@ async fn measure_scenario(
     );
 
     let tracker = ReadyTracker::start_for(client, scenario).await?;
+    let pool_tracker = match scenario.carving {
+        Some(_) => Some(PoolTracker::start(client, ns).await?),
+        None => None,
+    };
     let what = format!("{} / {}", provider.name, scenario.name);
     if scenario.settle {
         wait_quiet(client, &what).await?;
@@ -1483,6 +1760,36 @@ async fn measure_scenario(
     let before = snapshot(client, Some(process.pid), plane_pid).await?;
 
     let t0 = Instant::now();
+    let mut nets = nets.to_vec();
+    let mut seconds_to_pools_ready = None;
+    if let Some(pool_tracker) = &pool_tracker {
+        make_pools(client, scenario, &retries).await?;
+        pool_tracker
+            .wait_all(t0, scenario.pools, scenario.timeout, &what, &mut || {
+                process.exited().map(|why| {
+                    format!(
+                        "the provider exited ({why}); log:\n{}",
+                        process.log_tail(30)
+                    )
+                })
+            })
+            .await?;
+        seconds_to_pools_ready = Some(
+            pool_tracker
+                .last_ready()
+                .saturating_duration_since(t0)
+                .as_secs_f64(),
+        );
+        nets = match scenario.carving {
+            Some(Carving::FromParent) => carved_nets(client, scenario).await?,
+            _ => (0..scenario.pools).map(|j| scenario.net(j)).collect(),
+        };
+        eprintln!(
+            "  every pool Ready {:.1} s after the first create; creating the claims",
+            seconds_to_pools_ready.unwrap_or_default()
+        );
+    }
+    drop(pool_tracker);
     create_claims(
         &claims_api,
         total,
@@ -1555,6 +1862,7 @@ async fn measure_scenario(
         load_after: load_average(),
         provider_command: Some(process.command_line.clone()),
         seconds_to_pool_status,
+        seconds_to_pools_ready,
         ..Default::default()
     };
     let ready = tracker.ready_times();
@@ -1568,6 +1876,11 @@ async fn measure_scenario(
         &before,
         &after,
         created_done,
+        if scenario.carving.is_some() {
+            scenario.pools
+        } else {
+            0
+        },
     );
     run.control_plane_peaks = plane_pid.map(process::plane_peaks);
     if let (Some(b), Some(a)) = (before.provider, after.provider) {
@@ -1611,7 +1924,7 @@ async fn measure_scenario(
         eprintln!("  at size: {}", serde_json::to_string(&run.at_size)?);
     }
 
-    let mut correctness = check(client, scenario, nets, provider.is_inpool).await?;
+    let mut correctness = check(client, scenario, &nets, provider.is_inpool).await?;
     if scenario.at_size.keep_claims {
         eprintln!("  claims kept (--keep-claims): no release, no tear-down");
     } else {
@@ -1648,7 +1961,8 @@ async fn measure_scenario(
     Ok(run)
 }
 
-/// Deletes the canary claim, then every pool, and waits (60 s) until they are gone.
+/// Deletes the canary claim, then every pool, and waits (60 s, more for carved pools) until they
+/// are gone.
 async fn tear_down(client: &Client, scenario: &Scenario) -> anyhow::Result<Option<String>> {
     let ns = scenario.namespace.as_str();
     let claims: Api<IPAddressClaim> = Api::namespaced(client.clone(), ns);
@@ -1663,6 +1977,17 @@ async fn tear_down(client: &Client, scenario: &Scenario) -> anyhow::Result<Optio
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let prefix_pools: Api<InClusterPrefixPool> = Api::namespaced(client.clone(), ns);
+    // A carved pool goes once its sub-prefix is released (the claim on the parent deleted, its
+    // reservation and IPAddress with it: about 8 requests), and the parent once the last one
+    // is: 1,000 of them took more than 60 s here.
+    let deadline = match scenario.carving {
+        Some(Carving::FromParent) => {
+            Instant::now()
+                + Duration::from_secs(60)
+                + Duration::from_millis(200) * scenario.pools as u32
+        }
+        _ => deadline,
+    };
     pools
         .delete_collection(&dp, &ListParams::default())
         .await
@@ -1850,7 +2175,7 @@ async fn check(
     }
     let orphans: Vec<&IPAddress> = addresses
         .iter()
-        .filter(|a| a.name_any() != "canary" && !claim_names.contains(&a.spec.claim_ref.name))
+        .filter(|a| is_claims_address(a) && !claim_names.contains(&a.spec.claim_ref.name))
         .collect();
     for orphan in orphans.iter().take(5) {
         note(format!(
@@ -1859,10 +2184,10 @@ async fn check(
             orphan.spec.claim_ref.name
         ));
     }
-    let scenario_addresses = addresses
-        .iter()
-        .filter(|a| a.name_any() != "canary")
-        .count();
+    let scenario_addresses = addresses.iter().filter(|a| is_claims_address(a)).count();
+    let pool_subnets_apart = scenario
+        .carving
+        .map(|carving| check_pool_subnets(scenario, carving, nets, &addresses, &mut note));
     if scenario_addresses != total {
         note(format!(
             "{scenario_addresses} IPAddresses for {total} claims"
@@ -1871,10 +2196,8 @@ async fn check(
 
     let reservations = if expect_reservations {
         let mine = reservations_in(client, &namespaces).await?;
-        let mine: Vec<&IPAddressReservation> = mine
-            .iter()
-            .filter(|r| r.spec.claim_name != "canary")
-            .collect();
+        let mine: Vec<&IPAddressReservation> =
+            mine.iter().filter(|r| is_claims_reservation(r)).collect();
         if mine.len() != total {
             note(format!("{} reservations for {total} claims", mine.len()));
         }
@@ -1903,9 +2226,90 @@ async fn check(
         reservations,
         orphan_addresses: orphans.len(),
         pre_allocations_honoured,
+        pool_subnets_apart,
         left_after_release: None,
         problems,
     })
+}
+
+/// Whether a pool is the carved pools' parent.
+fn is_parent(kind: &str, name: &str) -> bool {
+    kind == PoolKind::InClusterPrefix.name() && name == PARENT
+}
+
+/// Whether an `IPAddress` is one of a scenario claim's: not the canary's, nor a sub-prefix a
+/// carved pool holds from the parent.
+fn is_claims_address(address: &IPAddress) -> bool {
+    address.name_any() != "canary"
+        && !is_parent(&address.spec.pool_ref.kind, &address.spec.pool_ref.name)
+}
+
+/// Whether a reservation is one of a scenario claim's (as [`is_claims_address`]).
+fn is_claims_reservation(reservation: &IPAddressReservation) -> bool {
+    reservation.spec.claim_name != "canary"
+        && !is_parent(&reservation.spec.pool_kind, &reservation.spec.pool_name)
+}
+
+/// The carved-pools comparison's pools: one subnet each, no two overlapping, and, when carved,
+/// each inside the parent and held from it by one of the parent's `IPAddress`es, which hold
+/// nothing else. Returns how many pools' subnets passed.
+fn check_pool_subnets(
+    scenario: &Scenario,
+    carving: Carving,
+    nets: &[IpNet],
+    addresses: &[IPAddress],
+    note: &mut dyn FnMut(String),
+) -> usize {
+    if nets.len() != scenario.pools {
+        note(format!(
+            "{} subnets for {} pools",
+            nets.len(),
+            scenario.pools
+        ));
+    }
+    let mut bad: HashSet<IpNet> = HashSet::new();
+    let mut sorted = nets.to_vec();
+    sorted.sort();
+    for pair in sorted.windows(2) {
+        if pair[1].network() <= pair[0].broadcast() {
+            note(format!(
+                "the pools' subnets {} and {} overlap",
+                pair[0], pair[1]
+            ));
+            bad.extend([pair[0], pair[1]]);
+        }
+    }
+    if carving == Carving::FromParent {
+        let parent: IpNet = PARENT_PREFIX.parse().expect("valid parent prefix");
+        let held: Vec<IpNet> = addresses
+            .iter()
+            .filter(|a| is_parent(&a.spec.pool_ref.kind, &a.spec.pool_ref.name))
+            .filter_map(|a| {
+                let prefix = u8::try_from(a.spec.prefix).ok()?;
+                IpNet::new(a.spec.address.parse().ok()?, prefix).ok()
+            })
+            .collect();
+        let held_set: HashSet<IpNet> = held.iter().copied().collect();
+        if held.len() != nets.len() || held_set.len() != held.len() {
+            note(format!(
+                "the parent holds {} sub-prefixes ({} distinct) for {} carved pools",
+                held.len(),
+                held_set.len(),
+                nets.len()
+            ));
+        }
+        for net in nets {
+            if !parent.contains(net) || !held_set.contains(net) {
+                note(format!(
+                    "carved {net}: inside {PARENT_PREFIX}: {}; held by the parent: {}",
+                    parent.contains(net),
+                    held_set.contains(net)
+                ));
+                bad.insert(*net);
+            }
+        }
+    }
+    nets.iter().filter(|net| !bad.contains(net)).count()
 }
 
 pub(crate) async fn reservations_of(
@@ -2045,18 +2449,18 @@ async fn release_all(
     let (left_addresses, left_reservations) = loop {
         let mut addresses = 0;
         for ns in &namespaces {
-            addresses += Api::<IPAddress>::namespaced(client.clone(), ns)
-                .list_metadata(&ListParams::default())
+            // Whole objects: the parent's `IPAddress`es, which stay, are told by their pool.
+            let api = Api::<IPAddress>::namespaced(client.clone(), ns);
+            addresses += list_paged(&api, &ListParams::default())
                 .await?
-                .items
                 .iter()
-                .filter(|a| a.name_any() != "canary")
+                .filter(|a| is_claims_address(a))
                 .count();
         }
         let reservations = reservations_in(client, &namespaces)
             .await?
             .iter()
-            .filter(|r| r.spec.claim_name != "canary")
+            .filter(|r| is_claims_reservation(r))
             .count();
         if (addresses == 0 && reservations == 0) || Instant::now() > deadline {
             break (addresses, reservations);

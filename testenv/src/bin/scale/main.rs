@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --bin scale -- [--claims 10000] [--pre-allocations 1000]
-//!     [--pools 10 --claims-per-pool 100]
+//!     [--pools 10 --claims-per-pool 100] [--carved]
 //!     [--global-pools 200 --global-namespaces 50] [--prefix-claims 1000] [--foreign-claims 100000]
 //!     [--skip-floor] [--provider-command "CMD"] [--provider-name NAME] [--with-reference]
 //!     [--json PATH]
@@ -20,7 +20,9 @@
 //!    writes (see `harness::FLOOR_DEFINITION`);
 //! 2. the provider (inpool's release binary unless `--provider-command`) on N claims in one pool
 //!    (with `--pre-allocations P`, the pool names P of them in `spec.preAllocations`);
-//! 3. a fresh provider process on M pools × K claims;
+//! 3. a fresh provider process on M pools × K claims (with `--carved`, twice: M pools of a /26
+//!    each written in its spec, then M pools carving their /26 from one parent prefix pool, the
+//!    pools made on the clock: see `harness::Carving`);
 //! 4. with `--global-pools G`, a fresh provider process watching every namespace on G
 //!    `GlobalInClusterIPPool`s × K claims, the claims spread over `--global-namespaces`
 //!    namespaces so that each pool serves every namespace;
@@ -78,6 +80,13 @@ struct Args {
     /// Claims per pool in the multi-pool and the global-pools scenarios.
     #[arg(long, default_value_t = 100)]
     claims_per_pool: usize,
+    /// Runs the multi-pool scenario as the carved-pools comparison: its pools are IPv4 /26s,
+    /// written in each pool's spec (`multi`), then carved by each pool from one parent
+    /// `InClusterPrefixPool` of 10.0.0.0/8 (`carved`, `spec.parentPool` with 1 sub-prefix); on
+    /// both, the pools are made once the clock runs and the claims created once every pool is
+    /// Ready (at most 61 claims per pool).
+    #[arg(long)]
+    carved: bool,
     /// `GlobalInClusterIPPool`s in the global-pools scenario (0 skips it): --claims-per-pool
     /// claims each, spread over --global-namespaces namespaces, the provider watching every
     /// namespace.
@@ -338,6 +347,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         at_size: atsize::Plan::default(),
         shared_by_namespaces: None,
         pre_allocations: 0,
+        carving: None,
     };
     let mut scenarios = Vec::new();
     if args.claims > 0 {
@@ -348,7 +358,21 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         });
     }
     if args.pools > 0 && args.claims_per_pool > 0 {
-        scenarios.push(scenario("multi", args.pools, args.claims_per_pool));
+        if args.carved {
+            for (name, carving) in [
+                ("multi", harness::Carving::Literal),
+                ("carved", harness::Carving::FromParent),
+            ] {
+                scenarios.push(Scenario {
+                    carving: Some(carving),
+                    ..scenario(name, args.pools, args.claims_per_pool)
+                });
+            }
+        } else {
+            scenarios.push(scenario("multi", args.pools, args.claims_per_pool));
+        }
+    } else if args.carved {
+        bail!("--carved is for the multi-pool scenario: give --pools M (M > 0)");
     }
     if args.global_pools > 0 && args.claims_per_pool > 0 {
         scenarios.push(Scenario {

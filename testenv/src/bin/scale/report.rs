@@ -164,6 +164,12 @@ pub fn table(runs: &[Run]) -> String {
     );
     row("claim → Ready p50 (ms)", each(&|r| f(r.latency.p50_ms, 0)));
     row("claim → Ready p99 (ms)", each(&|r| f(r.latency.p99_ms, 0)));
+    if runs.iter().any(|r| r.seconds_to_pools_ready.is_some()) {
+        row(
+            "every pool Ready at (s)",
+            each(&|r| opt(r.seconds_to_pools_ready, 1)),
+        );
+    }
     row(
         "harness creates done at (s)",
         each(&|r| f(r.seconds_to_create, 1)),
