@@ -368,7 +368,11 @@ impl Writers {
     /// process may not watch Leases (it says so) or the watch ends.
     pub async fn follow_lease(&self, client: &Client, metrics: &Metrics, mut opened: impl FnMut()) {
         let api: Api<Lease> = Api::all(client.clone());
-        let config = watcher::Config::default().fields(&format!("metadata.name={REFERENCE_LEASE}"));
+        // The watches' server-side timeout, as every watch of inpool's: at the default (290 s) a
+        // quiet watch outlived the client's read timeout and failed, with a warning, every 45 s.
+        let config = watcher::Config::default()
+            .timeout(super::watch::WATCH_TIMEOUT.as_secs() as u32)
+            .fields(&format!("metadata.name={REFERENCE_LEASE}"));
         let mut events = std::pin::pin!(watcher(api, config).default_backoff());
         // By namespace; a re-list is gathered aside and replaces it whole.
         let mut leases: BTreeMap<String, Lease> = BTreeMap::new();
