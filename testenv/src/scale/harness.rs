@@ -550,6 +550,18 @@ struct TrackState {
 /// Longest wait for the initial list of a watch of the harness.
 const LIST_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// Waits until a tracker's watch of `what`s has listed (`synced`), [`LIST_TIMEOUT`] at most.
+async fn until_listed(what: &str, synced: impl Fn() -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + LIST_TIMEOUT;
+    while !synced() {
+        if Instant::now() > deadline {
+            bail!("the {what} watch did not list within {LIST_TIMEOUT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
 /// Watches the labelled claims of a namespace and records when each becomes Ready.
 pub struct ReadyTracker {
     state: Arc<Mutex<TrackState>>,
@@ -642,13 +654,10 @@ impl ReadyTracker {
         };
         let tracker = ReadyTracker { state, task };
         // The list of 100,000 claims takes a minute or more on a loaded machine.
-        let deadline = Instant::now() + LIST_TIMEOUT;
-        while !tracker.state.lock().expect("tracker lock").synced {
-            if Instant::now() > deadline {
-                bail!("the claim watch did not list within {LIST_TIMEOUT:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until_listed("claim", || {
+            tracker.state.lock().expect("tracker lock").synced
+        })
+        .await?;
         Ok(tracker)
     }
 
@@ -766,13 +775,10 @@ impl PoolTracker {
             })
         };
         let tracker = PoolTracker { state, task };
-        let deadline = Instant::now() + LIST_TIMEOUT;
-        while !tracker.state.lock().expect("tracker lock").synced {
-            if Instant::now() > deadline {
-                bail!("the pool watch did not list within {LIST_TIMEOUT:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until_listed("pool", || {
+            tracker.state.lock().expect("tracker lock").synced
+        })
+        .await?;
         Ok(tracker)
     }
 
